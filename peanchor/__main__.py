@@ -1,0 +1,5 @@
+import sys
+
+from peanchor.cli import main
+
+sys.exit(main())

@@ -1,0 +1,67 @@
+"""The ``peanchor`` command line.
+
+Each sub-command lives in :mod:`peanchor.commands` as a module with ``add_parser(subparsers)``; the
+parser it adds sets ``func`` to a callable taking the parsed arguments and returning an exit code.
+User errors (:class:`~peanchor.errors.PeanchorError`) become one line on stderr and a non-zero
+exit; ``--debug`` shows their traceback too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from peanchor import __version__
+from peanchor.errors import PeanchorError
+
+COMMANDS = ("train", "analyze", "reproduce", "report", "data", "import_")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="peanchor",
+        description="Train ViTs with different positional encodings, intervene on them, and measure spatial "
+        "structure (SSDC) and robustness (Fragility Score).",
+    )
+    parser.add_argument("--version", action="version", version=f"peanchor {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"peanchor.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"peanchor.commands.{name}":
+                raise
+            continue  # a command still being written; the others stay usable
+        module.add_parser(sub)
+    return parser
+
+
+class _UsageError(PeanchorError):
+    pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # argparse exits 2 with its own one-line message for bad flags; keep that behaviour.
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0 if not argv or argv == ["--debug"] else 2
+    try:
+        return int(args.func(args) or 0)
+    except PeanchorError as e:
+        if args.debug:
+            raise
+        print(f"peanchor: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("peanchor: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``peanchor`` sub-command; each exposes ``add_parser(subparsers)``."""

@@ -1,0 +1,36 @@
+"""Errors that are the user's to fix.
+
+The CLI turns every :class:`PeanchorError` into one line on stderr and a non-zero exit; anything
+else is a bug and keeps its traceback. Raise these with a message that names the path, key or
+value at fault and says what was expected.
+"""
+
+from __future__ import annotations
+
+
+class PeanchorError(Exception):
+    """A problem with the user's input, data or environment (not a bug in peanchor)."""
+
+    exit_code: int = 2
+
+
+class ConfigError(PeanchorError):
+    """An unknown key, a wrong type or a conflicting setting."""
+
+
+class DataError(PeanchorError):
+    """A dataset that is missing, empty or unreadable."""
+
+
+class CheckpointError(PeanchorError):
+    """A checkpoint or run directory that is missing, truncated or of a foreign layout."""
+
+
+class RunDirError(PeanchorError):
+    """A run directory that is locked by another process or holds a different config."""
+
+
+class TrainingDiverged(PeanchorError):
+    """The loss became NaN or infinite."""
+
+    exit_code = 3

@@ -1,0 +1,206 @@
+"""A plain pre-LN Vision Transformer that delegates everything positional to a PE module.
+
+Read top-down: attention → MLP → block → model. Interventions are arguments of ``forward``:
+``token_perm`` reorders patch content across slots before the PE is applied, and ``pe_scale`` is the
+paper's α. The SSDC probe point (each block's LN1 output) comes from the same forward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchvision.ops import StochasticDepth
+
+from peanchor.interventions import permute_tokens
+from peanchor.pe import PEContext, RotaryTables, create_pe
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0, proj_drop: float = 0.0):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"embed_dim {dim} is not divisible by num_heads {num_heads}")
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(self, x: Tensor, rope: RotaryTables | None, bias: Tensor | None, num_prefix: int) -> Tensor:
+        b, t, d = x.shape
+        # One Linear, split into q, k, v in that order, each (heads, head_dim): the paper's layout.
+        q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)  # (B, H, T, hd)
+        if rope is not None:
+            q, k = rope.apply(q, num_prefix), rope.apply(k, num_prefix)
+        if bias is not None:
+            bias = bias.to(q.dtype)
+        x = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias, dropout_p=self.attn_drop if self.training else 0.0
+        )  # (B, H, T, hd)
+        return self.proj_drop(self.proj(x.transpose(1, 2).reshape(b, t, d)))
+
+
+class Mlp(nn.Module):
+    def __init__(self, dim: int, hidden: int, drop: float = 0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class Block(nn.Module):
+    """Pre-LN block: ``x += attn(LN1(x)); x += mlp(LN2(x))``. Also returns LN1(x), the SSDC probe."""
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        mlp_ratio: float,
+        drop: float,
+        attn_drop: float,
+        drop_path: float,
+        norm_eps: float,
+        qkv_bias: bool,
+    ):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
+        self.attn = Attention(dim, num_heads, qkv_bias, attn_drop, drop)
+        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop)
+        self.drop_path = StochasticDepth(drop_path, "row")
+
+    def forward(
+        self, x: Tensor, rope: RotaryTables | None, bias: Tensor | None, num_prefix: int
+    ) -> tuple[Tensor, Tensor]:
+        h = self.norm1(x)  # (B, T, D): what attention sees
+        x = x + self.drop_path(self.attn(h, rope, bias, num_prefix))
+        x = x + self.drop_path(self.mlp(self.norm2(x)))
+        return x, h
+
+
+class PatchEmbed(nn.Module):
+    def __init__(self, img_size: int, patch_size: int, dim: int):
+        super().__init__()
+        if img_size % patch_size:
+            raise ValueError(f"img_size {img_size} is not a multiple of patch_size {patch_size}")
+        self.grid = (img_size // patch_size, img_size // patch_size)
+        self.proj = nn.Conv2d(3, dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(x).flatten(2).transpose(1, 2)  # (B, N, D), row-major slots
+
+
+class VisionTransformer(nn.Module):
+    """ViT with a CLS token and a pluggable positional encoding (``self.pe``)."""
+
+    num_prefix = 1
+
+    def __init__(
+        self,
+        *,
+        pe: str = "none",
+        num_classes: int,
+        img_size: int,
+        patch_size: int,
+        embed_dim: int,
+        depth: int,
+        num_heads: int,
+        mlp_ratio: float = 4.0,
+        drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        final_norm: bool = False,
+        norm_eps: float = 1e-5,
+        qkv_bias: bool = True,
+        pe_kwargs: dict[str, Any] | None = None,
+    ):
+        super().__init__()
+        self.patch_embed = PatchEmbed(img_size, patch_size, embed_dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        ctx = PEContext(embed_dim=embed_dim, num_heads=num_heads, depth=depth, grid=self.patch_embed.grid)
+        self.pe = create_pe(pe, ctx, **(pe_kwargs or {}))
+        self.pos_drop = nn.Dropout(drop_rate)
+        dpr = torch.linspace(0, drop_path_rate, depth).tolist()  # stochastic depth grows with depth
+        self.blocks = nn.ModuleList(
+            Block(embed_dim, num_heads, mlp_ratio, drop_rate, attn_drop_rate, p, norm_eps, qkv_bias) for p in dpr
+        )
+        self.norm = nn.LayerNorm(embed_dim, eps=norm_eps) if final_norm else nn.Identity()
+        self.head_drop = nn.Dropout(drop_rate)
+        self.head = nn.Linear(embed_dim, num_classes)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Conv2d)):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.patch_embed.grid
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def depth(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def pe_name(self) -> str:
+        return self.pe.name
+
+    def _run(
+        self, images: Tensor, token_perm: Tensor | None, pe_scale: float, collect: bool, head: bool
+    ) -> tuple[Tensor | None, Tensor | None]:
+        x = self.patch_embed(images)  # (B, N, D)
+        if token_perm is not None:
+            x = permute_tokens(x, token_perm)  # content moves, slots (and their PE) stay
+        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)  # (B, 1 + N, D)
+        x = self.pos_drop(self.pe.add(x, pe_scale))
+        rope = self.pe.rotary(pe_scale)
+        bias = self.pe.attn_bias(pe_scale)  # (L|1, H, T, T) or None
+        probes: list[Tensor] = []
+        for i, block in enumerate(self.blocks):
+            if not head and i == len(self.blocks) - 1:
+                probes.append(block.norm1(x)[:, self.num_prefix :])  # the last probe needs no attention/MLP
+                break
+            x, h = block(
+                x,
+                rope.layer(i) if rope is not None else None,
+                bias[i if bias.shape[0] > 1 else 0] if bias is not None else None,
+                self.num_prefix,
+            )
+            if collect:
+                probes.append(h[:, self.num_prefix :])  # (B, N, D)
+            x = self.pe.after_block(i, x, pe_scale)
+        tokens = torch.stack(probes, dim=1) if collect else None  # (B, L, N, D)
+        logits = self.head(self.head_drop(self.norm(x)[:, 0])) if head else None  # (B, C)
+        return logits, tokens
+
+    def forward(self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0) -> Tensor:
+        """Logits ``(B, C)`` for normalised images ``(B, 3, H, W)``."""
+        logits, _ = self._run(images, token_perm, pe_scale, collect=False, head=True)
+        return logits
+
+    def spatial_tokens(self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0) -> Tensor:
+        """The patch tokens each block's attention sees (LN1 output, CLS dropped): ``(B, L, N, D)``."""
+        _, tokens = self._run(images, token_perm, pe_scale, collect=True, head=False)
+        return tokens
+
+    def forward_with_tokens(
+        self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0
+    ) -> tuple[Tensor, Tensor]:
+        """Logits ``(B, C)`` and the SSDC probe tokens ``(B, L, N, D)`` from one pass."""
+        logits, tokens = self._run(images, token_perm, pe_scale, collect=True, head=True)
+        return logits, tokens

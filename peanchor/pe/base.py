@@ -1,0 +1,104 @@
+"""The interface between a ViT and its positional encoding.
+
+The model calls four hooks per forward pass and knows nothing else about the PE:
+
+* :meth:`PositionalEncoding.add` adds an absolute code to the token sequence (CLS first);
+* :meth:`PositionalEncoding.rotary` returns cos/sin tables that rotate q and k of the patch tokens;
+* :meth:`PositionalEncoding.attn_bias` returns an additive attention bias;
+* :meth:`PositionalEncoding.after_block` transforms the tokens between blocks (conditional PEs).
+
+Every hook takes ``alpha`` (the paper's PE scale, 1 = as trained, 0 = no positional information).
+PEs describe *slots*: the token permutation is applied to the content before any hook runs, so an
+intervention never needs to reach inside a PE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class PEContext:
+    """What a positional encoding may know about the model it serves."""
+
+    embed_dim: int
+    num_heads: int
+    depth: int
+    grid: tuple[int, int]  # (rows, cols) of the patch grid
+    num_prefix: int = 1  # CLS
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def head_dim(self) -> int:
+        return self.embed_dim // self.num_heads
+
+    def positions(self, device: torch.device | None = None) -> tuple[Tensor, Tensor]:
+        """Row-major (row, col) integer coordinates of every slot, each ``(N,)``."""
+        rows, cols = self.grid
+        idx = torch.arange(rows * cols, device=device)
+        return idx // cols, idx % cols
+
+
+@dataclass
+class RotaryTables:
+    """Per-slot rotation for q and k: ``cos``/``sin`` of shape ``(L|1, H|1, N, head_dim)``.
+
+    Channels are rotated in ``groups`` equal chunks; inside a chunk, channel ``j`` pairs with
+    ``j + chunk/2`` (the "rotate half" layout). ``groups=2`` is axial 2D RoPE with the x angle on the
+    first half of the head and the y angle on the second (the paper's quarter split).
+    """
+
+    cos: Tensor
+    sin: Tensor
+    groups: int
+
+    def layer(self, index: int) -> RotaryTables:
+        i = index if self.cos.shape[0] > 1 else 0
+        return RotaryTables(self.cos[i], self.sin[i], self.groups)  # (H|1, N, hd)
+
+    def apply(self, t: Tensor, num_prefix: int) -> Tensor:
+        """Rotate the patch tokens of ``t`` ``(B, H, T, hd)``; the first ``num_prefix`` stay as they are."""
+        prefix, patches = t[:, :, :num_prefix], t[:, :, num_prefix:]
+        b, h, n, hd = patches.shape
+        halves = patches.reshape(b, h, n, self.groups, 2, hd // (2 * self.groups))
+        rotated = torch.stack((-halves[..., 1, :], halves[..., 0, :]), dim=-2).reshape(b, h, n, hd)
+        patches = patches * self.cos + rotated * self.sin  # (B, H, N, hd)
+        return torch.cat((prefix, patches), dim=2)
+
+
+class PositionalEncoding(nn.Module):
+    """Base class: no positional information at all (the paper's "ablated" model)."""
+
+    name: ClassVar[str] = "none"
+    #: One line for the docs: what the PE anchors, and whether by construction.
+    anchoring: ClassVar[str] = "nothing: the model is permutation-equivariant on patch tokens"
+    #: Whether ``alpha`` changes anything for this PE.
+    scalable: ClassVar[bool] = False
+
+    def __init__(self, ctx: PEContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+
+    def add(self, x: Tensor, alpha: float) -> Tensor:
+        """``x`` is ``(B, P + N, D)`` with the CLS token(s) first."""
+        return x
+
+    def rotary(self, alpha: float) -> RotaryTables | None:
+        return None
+
+    def attn_bias(self, alpha: float) -> Tensor | None:
+        """An additive bias ``(L|1, H, T, T)`` for the attention logits, or None."""
+        return None
+
+    def after_block(self, index: int, x: Tensor, alpha: float) -> Tensor:
+        return x
+
+    def extra_repr(self) -> str:
+        return f"grid={self.ctx.grid}"

@@ -1,0 +1,84 @@
+"""Rotary positional encodings on q and k: axial 2D RoPE and RoPE-Mixed (Heo et al. 2024).
+
+Only patch tokens are rotated; CLS is left alone. ``alpha`` scales every rotation angle, which
+interpolates towards no rotation at 0 (our extension: the paper does not scale RoPE).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from peanchor.pe.base import PEContext, PositionalEncoding, RotaryTables
+from peanchor.pe.registry import register_pe
+
+
+@register_pe("rope")
+class AxialRoPE(PositionalEncoding):
+    """Axial 2D RoPE as in the paper: the head is split into quarters of ``hd/4`` channels.
+
+    Quarters 1–2 rotate as pairs ``(j, j + hd/4)`` by ``x·f_j``; quarters 3–4 likewise by ``y·f_j``,
+    with ``f_j = theta^(-j / (hd/4))``, x the column and y the row on the integer grid.
+    """
+
+    anchoring = "relative offsets between slots, by construction (q·k depends on index differences)"
+    scalable = True
+
+    def __init__(self, ctx: PEContext, theta: float = 10000.0) -> None:
+        super().__init__(ctx)
+        hd = ctx.head_dim
+        if hd % 4:
+            raise ValueError(f"axial RoPE needs a head dim divisible by 4, got {hd}")
+        self.theta = theta
+        quarter = hd // 4
+        freqs = theta ** (-torch.arange(quarter, dtype=torch.float64) / quarter)  # (hd/4,)
+        y, x = ctx.positions()
+        ax, ay = x[:, None].double() * freqs, y[:, None].double() * freqs  # (N, hd/4)
+        angles = torch.cat((ax, ax, ay, ay), dim=1).float()  # (N, hd) in the rotate-half layout
+        self.register_buffer("angles", angles, persistent=False)
+
+    def rotary(self, alpha: float) -> RotaryTables:
+        a = self.angles * alpha  # (N, hd)
+        return RotaryTables(a.cos()[None, None], a.sin()[None, None], groups=2)  # (1, 1, N, hd)
+
+    def extra_repr(self) -> str:
+        return f"grid={self.ctx.grid}, theta={self.theta:g}"
+
+
+@register_pe("rope_mixed")
+class MixedRoPE(PositionalEncoding):
+    """RoPE-Mixed: learnable 2D frequencies per layer and head, angle ``x·fx + y·fy``.
+
+    Following Heo et al. 2024, each head starts from magnitudes ``theta^(-4k/hd)`` along two
+    orthogonal directions at a random orientation, so heads can learn diagonal and mixed-axis
+    frequencies. Pairs are ``(j, j + hd/2)``.
+    """
+
+    anchoring = "relative offsets between slots, by construction (learned 2D frequencies)"
+    scalable = True
+
+    def __init__(self, ctx: PEContext, theta: float = 10.0) -> None:
+        super().__init__(ctx)
+        hd, heads = ctx.head_dim, ctx.num_heads
+        if hd % 4:
+            raise ValueError(f"RoPE-Mixed needs a head dim divisible by 4, got {hd}")
+        self.theta = theta
+        mag = theta ** (-torch.arange(0, hd, 4, dtype=torch.float32) / hd)  # (hd/4,)
+        phi = torch.rand(ctx.depth, heads, 1) * 2 * math.pi  # (L, H, 1): one orientation per head
+        fx = torch.cat((mag * phi.cos(), mag * (phi + math.pi / 2).cos()), dim=-1)  # (L, H, hd/2)
+        fy = torch.cat((mag * phi.sin(), mag * (phi + math.pi / 2).sin()), dim=-1)  # (L, H, hd/2)
+        self.freqs = nn.Parameter(torch.stack((fx, fy), dim=0))  # (2, L, H, hd/2)
+        y, x = ctx.positions()
+        self.register_buffer("xy", torch.stack((x, y)).float(), persistent=False)  # (2, N)
+
+    def rotary(self, alpha: float) -> RotaryTables:
+        fx, fy = self.freqs[0], self.freqs[1]  # (L, H, hd/2)
+        x, y = self.xy[0], self.xy[1]  # (N,)
+        a = alpha * (x[None, None, :, None] * fx[:, :, None] + y[None, None, :, None] * fy[:, :, None])
+        a = torch.cat((a, a), dim=-1)  # (L, H, N, hd)
+        return RotaryTables(a.cos(), a.sin(), groups=1)
+
+    def extra_repr(self) -> str:
+        return f"grid={self.ctx.grid}, theta={self.theta:g}"
