@@ -67,6 +67,14 @@ def test_spatial_tokens_are_ln1_outputs(pe, images):
 
 
 @pytest.mark.parametrize("pe", PE_NAMES)
+def test_truncated_probe_equals_the_first_layers(pe, images):
+    model = micro(pe)
+    torch.testing.assert_close(model.spatial_tokens(images, num_layers=1), model.spatial_tokens(images)[:, :1])
+    with pytest.raises(ValueError, match="num_layers"):
+        model.spatial_tokens(images, num_layers=0)
+
+
+@pytest.mark.parametrize("pe", PE_NAMES)
 def test_alpha_one_is_the_default(pe, images):
     model = micro(pe)
     assert torch.equal(model(images), model(images, pe_scale=1.0))

@@ -161,8 +161,15 @@ class VisionTransformer(nn.Module):
         return self.pe.name
 
     def _run(
-        self, images: Tensor, token_perm: Tensor | None, pe_scale: float, collect: bool, head: bool
+        self,
+        images: Tensor,
+        token_perm: Tensor | None,
+        pe_scale: float,
+        collect: bool,
+        head: bool,
+        num_layers: int | None = None,
     ) -> tuple[Tensor | None, Tensor | None]:
+        last = len(self.blocks) if num_layers is None else num_layers  # probes wanted without a head
         x = self.patch_embed(images)  # (B, N, D)
         if token_perm is not None:
             x = permute_tokens(x, token_perm)  # content moves, slots (and their PE) stay
@@ -172,7 +179,7 @@ class VisionTransformer(nn.Module):
         bias = self.pe.attn_bias(pe_scale)  # (L|1, H, T, T) or None
         probes: list[Tensor] = []
         for i, block in enumerate(self.blocks):
-            if not head and i == len(self.blocks) - 1:
+            if not head and i == last - 1:
                 probes.append(block.norm1(x)[:, self.num_prefix :])  # the last probe needs no attention/MLP
                 break
             x, h = block(
@@ -193,9 +200,16 @@ class VisionTransformer(nn.Module):
         logits, _ = self._run(images, token_perm, pe_scale, collect=False, head=True)
         return logits
 
-    def spatial_tokens(self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0) -> Tensor:
-        """The patch tokens each block's attention sees (LN1 output, CLS dropped): ``(B, L, N, D)``."""
-        _, tokens = self._run(images, token_perm, pe_scale, collect=True, head=False)
+    def spatial_tokens(
+        self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0, num_layers: int | None = None
+    ) -> Tensor:
+        """The patch tokens each block's attention sees (LN1 output, CLS dropped): ``(B, L, N, D)``.
+
+        ``num_layers`` stops the pass after that many probes (ΔSSDC needs only layers 0 and 1).
+        """
+        if num_layers is not None and not 1 <= num_layers <= len(self.blocks):
+            raise ValueError(f"num_layers must be in 1..{len(self.blocks)}, got {num_layers}")
+        _, tokens = self._run(images, token_perm, pe_scale, collect=True, head=False, num_layers=num_layers)
         return tokens
 
     def forward_with_tokens(
