@@ -1,0 +1,375 @@
+"""SSDC — Spatial Similarity Distance Correlation — and a streaming accumulator for it.
+
+SSDC of a token-similarity matrix ``S`` (N x N, tokens laid out row-major on an H x W grid) is the
+Spearman correlation, over the pairs ``i < j``, between ``S_ij`` and ``-D_ij``, where ``D`` is the
+Manhattan (or Euclidean) distance between the grid positions of tokens ``i`` and ``j``. Higher
+means spatially close tokens are more similar. The paper's estimator averages the per-image
+cosine-similarity matrices over all evaluated images and takes the SSDC of that mean
+(:class:`SSDCAccumulator`, ``mode="mean_similarity"``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal, get_args
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from peanchor.metrics.spearman import _rank_flat
+
+__all__ = ["Metric", "Mode", "SSDCAccumulator", "grid_distances", "ssdc"]
+
+Metric = Literal["manhattan", "euclidean"]
+Mode = Literal["mean_similarity", "per_image"]
+
+# Bounds on the temporaries: similarity pairs ranked per chunk, and per-image similarity
+# matrices (b, L, N, N) materialised per chunk.
+_RANK_CHUNK_ELEMENTS = 1 << 22
+_SIM_CHUNK_ELEMENTS = 1 << 25
+_NORMALISE_EPS = 1e-12
+
+
+def _check_grid(grid: tuple[int, int]) -> tuple[int, int]:
+    try:
+        h, w = grid
+    except (TypeError, ValueError):
+        raise ValueError(f"grid must be a pair (H, W) of positive ints, got {grid!r}") from None
+    if isinstance(h, bool) or isinstance(w, bool) or not all(isinstance(v, int) and v > 0 for v in (h, w)):
+        raise ValueError(f"grid must be a pair (H, W) of positive ints, got {grid!r}")
+    return int(h), int(w)
+
+
+def _check_metric(metric: str) -> str:
+    if metric not in get_args(Metric):
+        raise ValueError(f"metric must be one of {get_args(Metric)}, got {metric!r}")
+    return metric
+
+
+def grid_distances(grid: tuple[int, int], metric: Metric = "manhattan") -> Tensor:
+    """Pairwise distances between the positions of an ``H x W`` token grid, row-major.
+
+    Token ``t`` sits at row ``t // W``, column ``t % W``.
+
+    Returns:
+        float64 CPU tensor ``(N, N)`` with ``N = H * W``.
+
+    >>> grid_distances((2, 2))
+    tensor([[0., 1., 1., 2.],
+            [1., 0., 2., 1.],
+            [1., 2., 0., 1.],
+            [2., 1., 1., 0.]], dtype=torch.float64)
+    >>> grid_distances((1, 3), "euclidean")[0]
+    tensor([0., 1., 2.], dtype=torch.float64)
+    """
+    h, w = _check_grid(grid)
+    _check_metric(metric)
+    t = torch.arange(h * w)
+    coords = torch.stack([t // w, t % w], dim=-1).to(torch.float64)  # (N, 2) (row, col)
+    diff = coords[:, None, :] - coords[None, :, :]  # (N, N, 2)
+    if metric == "manhattan":
+        return diff.abs().sum(dim=-1)  # (N, N)
+    return diff.pow(2).sum(dim=-1).sqrt()  # (N, N)
+
+
+@functools.lru_cache(maxsize=32)
+def _pair_reference(grid: tuple[int, int], metric: str, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Cached per (grid, metric, device): the flat indices of the pairs ``i < j`` in an ``N*N``
+    matrix, and the ranks of ``-D`` over those pairs, centred and scaled to unit norm.
+
+    With this, SSDC of a matrix is one dot product with its own standardised pair ranks.
+    Callers must not modify the returned tensors.
+    """
+    dist = grid_distances(grid, metric)  # (N, N)
+    n = dist.shape[0]
+    rows, cols = torch.triu_indices(n, n, offset=1)  # (P,), (P,) row-major order of pairs
+    flat = rows * n + cols  # (P,)
+    ranks = _rank_flat(-dist.reshape(1, -1)[:, flat])[0]  # (P,)
+    centred = ranks - ranks.mean()
+    # For a 1-token or 1-pair grid this is 0/0 = NaN, and so is every SSDC: nothing to correlate.
+    reference = centred / torch.linalg.vector_norm(centred)  # (P,)
+    return flat.to(device), reference.to(device)
+
+
+def _check_similarity(similarity: Tensor, n: int, what: str = "similarity") -> None:
+    if similarity.dim() < 2 or similarity.shape[-1] != similarity.shape[-2]:
+        raise ValueError(f"{what} must have shape (..., N, N), got {tuple(similarity.shape)}")
+    if similarity.shape[-1] != n:
+        raise ValueError(
+            f"{what} has N={similarity.shape[-1]} tokens but the grid has H*W={n}; "
+            "drop the CLS token and check the grid"
+        )
+
+
+def ssdc(similarity: Tensor, grid: tuple[int, int], metric: Metric = "manhattan") -> Tensor:
+    """Spatial Similarity Distance Correlation of one or more token-similarity matrices.
+
+    Spearman correlation (tie-averaged ranks, as ``scipy.stats.spearmanr``) between ``S_ij`` and
+    ``-D_ij`` over the pairs ``i < j``, with ``D`` from :func:`grid_distances`. Only the upper
+    triangle of ``S`` is read, so ``S`` need not be symmetric. A constant ``S`` gives NaN.
+
+    Args:
+        similarity: ``(..., N, N)`` with ``N = H * W``, tokens in row-major grid order.
+        grid: ``(H, W)``.
+        metric: ``"manhattan"`` (paper default) or ``"euclidean"``.
+
+    Returns:
+        float64 tensor ``(...)`` on the device of ``similarity``.
+
+    >>> d = grid_distances((3, 3))
+    >>> round(ssdc(-d, (3, 3)).item(), 12)
+    1.0
+    >>> ssdc(torch.stack([-d, d]), (3, 3)).round(decimals=6)  # one value per leading index
+    tensor([ 1., -1.], dtype=torch.float64)
+    """
+    h, w = _check_grid(grid)
+    _check_metric(metric)
+    n = h * w
+    _check_similarity(similarity, n)
+    flat, reference = _pair_reference((h, w), metric, similarity.device)  # (P,), (P,)
+    lead = similarity.shape[:-2]
+    rows = similarity.reshape(-1, n * n)  # (M, N*N)
+    m, p = rows.shape[0], flat.numel()
+    chunk = max(1, _RANK_CHUNK_ELEMENTS // max(p, 1))
+    out = torch.empty(m, dtype=torch.float64, device=similarity.device)  # (M,)
+    for start in range(0, m, chunk):
+        pairs = rows[start : start + chunk].index_select(-1, flat)  # (m', P)
+        ranks = _rank_flat(pairs)  # (m', P) float64
+        centred = ranks - ranks.mean(dim=-1, keepdim=True)
+        norm = torch.linalg.vector_norm(centred, dim=-1)  # (m',) 0 for a constant row -> NaN below
+        out[start : start + chunk] = (centred @ reference) / norm
+    return out.clamp(-1.0, 1.0).reshape(lead)
+
+
+class SSDCAccumulator:
+    """Streaming SSDC per layer over any number of images, in O(L·N²) memory.
+
+    Feed it the LN1 tokens of every block with CLS dropped, batch by batch, then call
+    :meth:`compute`.
+
+    Modes:
+        ``"mean_similarity"`` (paper): keep a running float64 sum of the per-image cosine-similarity
+        matrices ``(L, N, N)``; SSDC is taken of their mean.
+        ``"per_image"``: SSDC of each image's own similarity matrix, averaged over images. An image
+        whose similarity matrix is constant (e.g. all tokens identical) has no SSDC; it is left out of
+        that layer's mean.
+
+    Bootstrap (``bootstrap=R > 0``): in mean_similarity mode every image gets ``R`` independent
+    Poisson(1) weights (streaming Poisson bootstrap) and ``R`` weighted similarity sums
+    ``(R, L, N, N)`` are kept in float32 (about 1.8 MB per replicate for L=12, N=196), so no image
+    is stored. The weights come from a CPU ``torch.Generator`` seeded with ``seed`` and are drawn
+    image by image, so the result does not depend on how the images were split into batches. In per_image mode the per-image values are kept
+    (``num_images x L`` floats) and resampled with replacement in :meth:`confidence_interval`.
+
+    State lives on the device of the first batch; :meth:`compute` returns float64 on the CPU. Tokens
+    may be bf16/fp16/fp32 (similarities are computed in float32) or float64 (kept in float64).
+    Note that the float32 similarity matmul follows torch's global TF32 settings on CUDA.
+
+    >>> acc = SSDCAccumulator((2, 2))
+    >>> acc.update(torch.randn(3, 2, 4, 8))  # (B, L, N, D)
+    >>> acc.num_images, acc.compute().shape
+    (3, torch.Size([2]))
+    """
+
+    def __init__(
+        self,
+        grid: tuple[int, int],
+        metric: Metric = "manhattan",
+        mode: Mode = "mean_similarity",
+        bootstrap: int = 0,
+        seed: int = 0,
+    ) -> None:
+        self.grid = _check_grid(grid)
+        self.metric = _check_metric(metric)
+        if mode not in get_args(Mode):
+            raise ValueError(f"mode must be one of {get_args(Mode)}, got {mode!r}")
+        self.mode = mode
+        if isinstance(bootstrap, bool) or not isinstance(bootstrap, int) or bootstrap < 0:
+            raise ValueError(f"bootstrap must be a non-negative int (number of replicates), got {bootstrap!r}")
+        self.bootstrap = bootstrap
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        self.seed = seed
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+    def reset(self) -> None:
+        """Forget every image (and restart the bootstrap random stream from ``seed``)."""
+        self._device: torch.device | None = None
+        self._num_layers: int | None = None
+        self._num_images = 0
+        # mean_similarity
+        self._sim_sum: Tensor | None = None  # (L, N, N) float64
+        self._boot_sum: Tensor | None = None  # (R, L, N, N) float32
+        self._boot_weight: Tensor | None = None  # (R,) float64
+        # per_image
+        self._value_sum: Tensor | None = None  # (L,) float64, sum of the defined per-image SSDCs
+        self._value_count: Tensor | None = None  # (L,) int64, how many were defined
+        self._values: Tensor | None = None  # (capacity, L) float64, only with bootstrap
+        self._generator = torch.Generator().manual_seed(self.seed)
+
+    @property
+    def num_images(self) -> int:
+        """Images seen since construction or the last :meth:`reset`."""
+        return self._num_images
+
+    def _init_state(self, device: torch.device, num_layers: int) -> None:
+        n = self.grid[0] * self.grid[1]
+        self._device, self._num_layers = device, num_layers
+        f64 = torch.float64
+        if self.mode == "mean_similarity":
+            self._sim_sum = torch.zeros(num_layers, n, n, dtype=f64, device=device)
+            if self.bootstrap:
+                self._boot_sum = torch.zeros(self.bootstrap, num_layers, n, n, dtype=torch.float32, device=device)
+                self._boot_weight = torch.zeros(self.bootstrap, dtype=f64, device=device)
+        else:
+            self._value_sum = torch.zeros(num_layers, dtype=f64, device=device)
+            self._value_count = torch.zeros(num_layers, dtype=torch.int64, device=device)
+            if self.bootstrap:
+                self._values = torch.empty(64, num_layers, dtype=f64, device=device)
+
+    # ----------------------------------------------------------------- update
+    def update(self, tokens: Tensor) -> None:
+        """Add a batch of images.
+
+        Args:
+            tokens: ``(B, L, N, D)`` spatial tokens (CLS dropped), ``N = H * W`` in row-major order.
+        """
+        h, w = self.grid
+        if not isinstance(tokens, Tensor) or tokens.dim() != 4:
+            shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+            raise ValueError(f"tokens must have shape (B, L, N, D), got {shape}")
+        if not tokens.is_floating_point():
+            raise ValueError(f"tokens must be floating point, got dtype {tokens.dtype}")
+        b, num_layers, n, d = tokens.shape
+        if n != h * w:
+            raise ValueError(
+                f"tokens have N={n} but the grid {h}x{w} has {h * w} positions; drop the CLS token and check the grid"
+            )
+        if num_layers == 0 or d == 0:
+            raise ValueError(f"tokens must have L >= 1 layers and D >= 1 channels, got {tuple(tokens.shape)}")
+        if self._device is None:
+            self._init_state(tokens.device, num_layers)
+        elif tokens.device != self._device:
+            raise ValueError(f"tokens are on {tokens.device} but this accumulator's state is on {self._device}")
+        elif num_layers != self._num_layers:
+            raise ValueError(f"tokens have L={num_layers} layers but earlier batches had {self._num_layers}")
+        if b == 0:
+            return
+
+        dtype = torch.float64 if tokens.dtype == torch.float64 else torch.float32
+        x = F.normalize(tokens.to(dtype), dim=-1, eps=_NORMALISE_EPS)  # (B, L, N, D) unit tokens
+        if self.mode == "mean_similarity":
+            if self.bootstrap:
+                self._update_mean_bootstrap(x)
+            else:
+                # Sum over the batch of X_b X_b^T == X X^T with the batch folded into the feature dim:
+                # one matmul per layer instead of B.
+                xl = x.permute(1, 2, 0, 3).reshape(num_layers, n, b * d)  # (L, N, B*D)
+                self._sim_sum += torch.matmul(xl, xl.transpose(1, 2))  # (L, N, N)
+        else:
+            self._update_per_image(x)
+        self._num_images += b
+
+    def _image_chunk(self, x: Tensor) -> int:
+        _, num_layers, n, _ = x.shape
+        return max(1, _SIM_CHUNK_ELEMENTS // (num_layers * n * n))
+
+    def _update_mean_bootstrap(self, x: Tensor) -> None:
+        b, num_layers, n, _ = x.shape
+        assert self._sim_sum is not None and self._boot_sum is not None and self._boot_weight is not None
+        # (B, R): drawn image-major, so the stream is the same whatever the batch split.
+        weights = torch.poisson(torch.ones(b, self.bootstrap), generator=self._generator)
+        weights = weights.to(device=x.device, dtype=x.dtype)  # (B, R)
+        chunk = self._image_chunk(x)
+        for start in range(0, b, chunk):
+            xs = x[start : start + chunk]  # (b', L, N, D)
+            sims = torch.matmul(xs, xs.transpose(-1, -2))  # (b', L, N, N)
+            self._sim_sum += sims.sum(dim=0, dtype=torch.float64)
+            flat = sims.reshape(sims.shape[0], -1)  # (b', L*N*N)
+            weighted = weights[start : start + chunk].T @ flat  # (R, L*N*N)
+            self._boot_sum += weighted.view(self.bootstrap, num_layers, n, n).to(torch.float32)
+        self._boot_weight += weights.sum(dim=0, dtype=torch.float64)
+
+    def _update_per_image(self, x: Tensor) -> None:
+        assert self._value_sum is not None and self._value_count is not None
+        values = []
+        chunk = self._image_chunk(x)
+        for start in range(0, x.shape[0], chunk):
+            xs = x[start : start + chunk]  # (b', L, N, D)
+            sims = torch.matmul(xs, xs.transpose(-1, -2))  # (b', L, N, N)
+            values.append(ssdc(sims, self.grid, self.metric))  # (b', L)
+        batch_values = torch.cat(values)  # (B, L) float64
+        defined = torch.isfinite(batch_values)  # (B, L)
+        self._value_sum += torch.where(defined, batch_values, 0.0).sum(dim=0)
+        self._value_count += defined.sum(dim=0)
+        if self.bootstrap:
+            self._store_values(batch_values)
+
+    def _store_values(self, batch_values: Tensor) -> None:
+        assert self._values is not None
+        start, end = self._num_images, self._num_images + batch_values.shape[0]
+        if end > self._values.shape[0]:
+            capacity = max(end, 2 * self._values.shape[0])  # doubling: amortised O(1) per image
+            grown = self._values.new_empty(capacity, self._values.shape[1])
+            grown[:start] = self._values[:start]
+            self._values = grown
+        self._values[start:end] = batch_values
+
+    # ---------------------------------------------------------------- results
+    def _require_images(self, what: str) -> None:
+        if self._num_images == 0:
+            raise ValueError(f"SSDCAccumulator.{what}() needs at least one image; call update() first")
+
+    def compute(self) -> Tensor:
+        """SSDC per layer, float64 CPU tensor ``(L,)`` (NaN where undefined)."""
+        self._require_images("compute")
+        if self.mode == "mean_similarity":
+            assert self._sim_sum is not None
+            mean_similarity = self._sim_sum / self._num_images  # (L, N, N)
+            return ssdc(mean_similarity, self.grid, self.metric).cpu()
+        assert self._value_sum is not None and self._value_count is not None
+        return (self._value_sum / self._value_count).cpu()  # 0/0 = NaN if no image was defined
+
+    def confidence_interval(self, level: float = 0.95) -> tuple[Tensor, Tensor]:
+        """Percentile bootstrap interval per layer: ``(low (L,), high (L,))``, float64 CPU.
+
+        Replicates where SSDC is undefined (e.g. every Poisson weight 0) are ignored.
+        """
+        if not self.bootstrap:
+            raise ValueError("confidence_interval() needs SSDCAccumulator(..., bootstrap=R) with R > 0")
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"level must be in (0, 1), got {level!r}")
+        self._require_images("confidence_interval")
+        replicates = self._replicates()  # (R, L) float64 CPU
+        tail = (1.0 - level) / 2
+        q = torch.tensor([tail, 1.0 - tail], dtype=torch.float64)
+        low, high = torch.nanquantile(replicates, q, dim=0)  # (L,), (L,)
+        return low, high
+
+    def _replicates(self) -> Tensor:
+        """Bootstrap replicates of the per-layer SSDC estimate, ``(R, L)`` float64 CPU."""
+        if self.mode == "mean_similarity":
+            assert self._boot_sum is not None and self._boot_weight is not None
+            # Spearman ignores the positive scale 1 / total weight, so the weighted sums are used as is.
+            reps = ssdc(self._boot_sum, self.grid, self.metric)  # (R, L)
+            reps[self._boot_weight == 0] = float("nan")  # empty resample: all-zero similarity
+            return reps.cpu()
+        assert self._values is not None
+        values = self._values[: self._num_images].cpu()  # (n, L)
+        defined = torch.isfinite(values)
+        filled = torch.where(defined, values, 0.0)  # (n, L)
+        mask = defined.to(torch.float64)  # (n, L)
+        n = values.shape[0]
+        # Fresh generator: the interval depends only on the stored values and the seed.
+        generator = torch.Generator().manual_seed(self.seed)
+        rows = max(1, (1 << 22) // n)
+        out = []
+        for start in range(0, self.bootstrap, rows):
+            r = min(rows, self.bootstrap - start)
+            draws = torch.randint(n, (r, n), generator=generator)  # (r, n) resampled image indices
+            ones = torch.ones(r, n, dtype=torch.float64)
+            counts = torch.zeros(r, n, dtype=torch.float64).scatter_add_(1, draws, ones)  # (r, n) draws per image
+            out.append((counts @ filled) / (counts @ mask))  # (r, L) mean of the defined values
+        return torch.cat(out)

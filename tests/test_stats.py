@@ -1,0 +1,151 @@
+"""peanchor.metrics.stats against brute-force references (explicit loops, enumeration, scipy)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from peanchor.metrics import bootstrap_ci, mean_std, paired_bootstrap_diff, permutation_test_spearman
+
+
+def _loop_bootstrap_means(values: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """Reference: the same index draws (one block), resample means computed one by one."""
+    draws = np.random.default_rng(seed).integers(0, len(values), size=(n_boot, len(values)))
+    return np.array([sum(values[i] for i in row) / len(row) for row in draws])
+
+
+# --------------------------------------------------------------------------------------- mean_std
+
+
+def test_mean_std_matches_statistics_module() -> None:
+    values = [0.6406, 0.6568, 0.6901, 0.5682]
+    mean, std = mean_std(values)
+    assert mean == pytest.approx(statistics.mean(values), abs=1e-15)
+    assert std == pytest.approx(statistics.stdev(values), abs=1e-15)
+    assert mean_std(np.array([2.0, 2.0])) == (2.0, 0.0)
+    one = mean_std([0.3])
+    assert one[0] == 0.3 and math.isnan(one[1])
+    assert all(math.isnan(v) for v in mean_std([]))
+    with pytest.raises(ValueError):
+        mean_std([[1.0, 2.0]])
+
+
+# ----------------------------------------------------------------------------------- bootstrap_ci
+
+
+def test_bootstrap_ci_matches_loop_reference() -> None:
+    values = np.random.default_rng(1).normal(size=9)
+    means = _loop_bootstrap_means(values, 2000, seed=5)
+    expected = tuple(np.quantile(means, [0.05, 0.95]))
+    assert bootstrap_ci(values, level=0.9, n_boot=2000, seed=5) == pytest.approx(expected, abs=1e-12)
+
+
+def test_bootstrap_ci_close_to_exact_enumeration() -> None:
+    values = np.array([0.1, 0.4, 0.45, 0.9, 1.3])
+    # Every one of the 5**5 equally likely resamples, enumerated.
+    exact = np.array([values[list(idx)].mean() for idx in itertools.product(range(5), repeat=5)])
+    low, high = bootstrap_ci(values, n_boot=20000, seed=0)
+    spread = values.max() - values.min()
+    assert low == pytest.approx(np.quantile(exact, 0.025), abs=0.03 * spread)
+    assert high == pytest.approx(np.quantile(exact, 0.975), abs=0.03 * spread)
+
+
+def test_bootstrap_ci_known_cases_and_determinism() -> None:
+    assert bootstrap_ci([0.7, 0.7, 0.7]) == pytest.approx((0.7, 0.7), abs=1e-15)
+    assert bootstrap_ci([0.0, 1.0], n_boot=4000) == (0.0, 1.0)  # means 0, .5, 1 with prob 1/4, 1/2, 1/4
+    assert bootstrap_ci([2.5]) == (2.5, 2.5)
+    assert all(math.isnan(v) for v in bootstrap_ci([]))
+    values = [0.1, 0.5, 0.2, 0.9, 0.4]
+    assert bootstrap_ci(values, seed=3) == bootstrap_ci(values, seed=3)
+    assert bootstrap_ci(values, seed=3) != bootstrap_ci(values, seed=4)
+    low80, high80 = bootstrap_ci(values, level=0.8)
+    low99, high99 = bootstrap_ci(values, level=0.99)
+    assert low99 <= low80 < high80 <= high99
+    for bad in ({"level": 1.0}, {"level": 0.0}, {"n_boot": 0}):
+        with pytest.raises(ValueError):
+            bootstrap_ci(values, **bad)  # type: ignore[arg-type]
+
+
+# -------------------------------------------------------------------------- paired_bootstrap_diff
+
+
+def test_paired_bootstrap_diff_matches_loop_reference() -> None:
+    rng = np.random.default_rng(2)
+    a = rng.normal(0.6, 0.02, size=6)
+    b = a - 0.01 + rng.normal(0, 0.02, size=6)
+    result = paired_bootstrap_diff(a, b, level=0.9, n_boot=3000, seed=11)
+
+    diff = a - b
+    observed = diff.mean()
+    means = _loop_bootstrap_means(diff, 3000, seed=11)
+    extreme = sum(1 for m in means if abs(m - observed) >= abs(observed))
+    assert result["mean_diff"] == pytest.approx(observed, abs=1e-15)
+    assert (result["ci_low"], result["ci_high"]) == pytest.approx(tuple(np.quantile(means, [0.05, 0.95])), abs=1e-12)
+    assert result["p_value"] == pytest.approx((1 + extreme) / 3001, abs=1e-12)
+    assert (result["ci_low"], result["ci_high"]) == pytest.approx(bootstrap_ci(diff, 0.9, 3000, seed=11), abs=1e-15)
+
+
+def test_paired_bootstrap_diff_extremes() -> None:
+    same = paired_bootstrap_diff([0.5, 0.6, 0.7], [0.5, 0.6, 0.7])
+    assert same["mean_diff"] == 0.0 and same["p_value"] == 1.0
+    shifted = paired_bootstrap_diff([0.6, 0.7, 0.8, 0.75], [0.5, 0.6, 0.7, 0.65], n_boot=999)
+    assert shifted["mean_diff"] == pytest.approx(0.1)
+    assert shifted["p_value"] == pytest.approx(1 / 1000)  # every resample has the same mean 0.1
+    assert shifted["ci_low"] == pytest.approx(0.1) and shifted["ci_high"] == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="same length"):
+        paired_bootstrap_diff([1.0, 2.0], [1.0])
+
+
+# ---------------------------------------------------------------------- permutation_test_spearman
+
+
+def _enumerated_p(x: np.ndarray, y: np.ndarray) -> float:
+    rho = sps.spearmanr(x, y).statistic
+    perms = list(itertools.permutations(range(len(y))))
+    hits = sum(1 for p in perms if abs(sps.spearmanr(x, y[list(p)]).statistic) >= abs(rho) - 1e-12)
+    return hits / len(perms)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_permutation_test_exact_matches_enumeration(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 3, size=5).astype(float)  # ties in x
+    x[:2] = [0.0, 2.0]  # never constant
+    y = rng.normal(size=5)
+    result = permutation_test_spearman(x, y)
+    assert result["exact"] is True
+    assert result["rho"] == pytest.approx(sps.spearmanr(x, y).statistic, abs=1e-12)
+    assert result["p_value"] == pytest.approx(_enumerated_p(x, y), abs=1e-12)
+
+
+def test_permutation_test_monte_carlo_close_to_exact() -> None:
+    rng = np.random.default_rng(3)
+    x = np.arange(8.0)
+    y = x + rng.normal(scale=4.0, size=8)
+    result = permutation_test_spearman(x, y, n_perm=20000, seed=0)
+    assert result["exact"] is False
+    assert result["rho"] == pytest.approx(sps.spearmanr(x, y).statistic, abs=1e-12)
+    # Exact p by vectorised enumeration of all 8! permutations (more than n_perm, so the test is Monte Carlo).
+    rx = sps.rankdata(x) - 4.5
+    ry = sps.rankdata(y)[np.array(list(itertools.permutations(range(8))))] - 4.5  # (8!, 8), mean rank 4.5
+    rho_perm = (ry @ rx) / (np.linalg.norm(ry, axis=1) * np.linalg.norm(rx))
+    exact = np.mean(np.abs(rho_perm) >= abs(result["rho"]) - 1e-12)
+    sigma = math.sqrt(exact * (1 - exact) / 20000)
+    assert abs(result["p_value"] - exact) < 4 * sigma + 1e-4
+    assert permutation_test_spearman(x, y, n_perm=500, seed=4) == permutation_test_spearman(x, y, n_perm=500, seed=4)
+
+
+def test_permutation_test_degenerate_inputs() -> None:
+    constant = permutation_test_spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0])
+    assert math.isnan(constant["rho"]) and math.isnan(constant["p_value"])
+    single = permutation_test_spearman([1.0], [2.0])
+    assert math.isnan(single["rho"])
+    strong = permutation_test_spearman(np.arange(30.0), np.arange(30.0) ** 2, n_perm=2000)
+    assert strong["rho"] == 1.0 and strong["p_value"] == pytest.approx(1 / 2001)
+    with pytest.raises(ValueError, match="same length"):
+        permutation_test_spearman([1.0, 2.0], [1.0, 2.0, 3.0])
