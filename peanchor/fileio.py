@@ -21,6 +21,15 @@ from typing import IO, Any
 from peanchor.errors import PeanchorError, RunDirError
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path next to ``target``; rename it over ``target`` on success.
@@ -40,6 +49,7 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp_path
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file normal permissions
         os.replace(tmp_path, target)
     except OSError as e:
         with contextlib.suppress(OSError):

@@ -1,0 +1,216 @@
+"""Report: figures and report files from a synthetic results dict; errors for bad result files; the paper's
+reference numbers."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+
+from peanchor.errors import PeanchorError
+from peanchor.report import load_results, write_report
+from peanchor.report import reference as R
+from peanchor.report.figures import correlation_points, delta_fs_correlation
+from peanchor.report.render import build_report, render_markdown
+
+LAYERS = 4
+ALPHAS = (1.0, 0.7, 0.4, 0.1)
+
+
+def synthetic_results(seeds=(0, 1), conditions=("none", "ape")) -> dict:
+    """A results dict of the documented shape: conditions × seeds, an α sweep, severities."""
+    models, sweep = [], []
+    for ci, cond in enumerate(conditions):
+        anchored = cond != "none"
+        for seed in seeds:
+            jitter = 0.01 * (seed + 1) + 0.001 * ci
+            rpi = [0.05 + jitter, 0.55 - jitter, 0.45, 0.30] if anchored else [0.0, 0.01 + jitter, 0.0, -0.01]
+            clean = 0.80 + jitter if anchored else 0.70 + jitter
+            fs = {"jpeg": 0.25 + jitter if anchored else 0.48 + jitter, "blur": 0.12 + jitter if anchored else 0.35 + jitter}
+            name = f"{cond}-s{seed}"
+            models.append({
+                "name": name, "condition": cond, "pe": cond, "rpt": False, "seed": seed, "clean_acc": round(clean, 4),
+                "ssdc": {"normal": [0.60, 0.62 + jitter, 0.58, 0.50], "rpi": rpi, "rpi_std": [0.01] * LAYERS},
+                "delta_ssdc": round(rpi[1] - rpi[0], 4),
+                "acc": {k: round(clean * (1 - v), 4) for k, v in fs.items()},
+                "fragility": {k: round(v, 4) for k, v in fs.items()},
+                "severities": {"jpeg": [clean - 0.05 * s for s in range(1, 6)], "blur": [clean - 0.04 * s for s in range(1, 6)]},
+                "train": {"val_acc": clean, "seconds": 61.5, "epochs": 3},
+            })
+            if anchored:
+                for alpha in ALPHAS:
+                    d = round((rpi[1] - rpi[0]) * alpha, 4)
+                    sweep.append({"model": name, "condition": cond, "seed": seed, "alpha": alpha, "delta_ssdc": d,
+                                  "clean_acc": clean, "acc": {"jpeg": 0.5, "blur": 0.6},
+                                  "fragility": {"jpeg": round(0.5 - 0.3 * alpha + jitter, 4), "blur": round(0.3 - 0.2 * alpha, 4)}})
+    return {
+        "preset": "cpu", "dataset": "scenes", "img_size": 32,
+        "shifts": {"jpeg": {"kind": "jpeg", "quality": 58}, "blur": {"kind": "blur", "kernel_size": 7, "sigma": 0.7}},
+        "models": models, "alpha_sweep": sweep,
+        "failed": [{"name": "rope-s0", "error": "TrainingDiverged: loss became nan at step 12"}],
+        "wall_seconds": 3723.0, "some_future_key": {"ignored": True},
+    }
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    results = synthetic_results()
+    paths = write_report(results, out)
+    return out, results, paths
+
+
+def test_every_figure_exists_as_png_and_pdf(written):
+    out, _, paths = written
+    stems = {"ssdc_per_layer", "alpha_sweep", "delta_ssdc_vs_fs", "severity_curves"}
+    for stem in stems:
+        for ext in ("png", "pdf"):
+            p = out / "figures" / f"{stem}.{ext}"
+            assert p in paths and p.stat().st_size > 1000
+    assert (out / "figures" / "ssdc_per_layer.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "figures" / "alpha_sweep.pdf").read_bytes()[:5] == b"%PDF-"
+    assert paths[-2:] == [out / "report.md", out / "report.html"]
+    assert not [p for p in out.rglob(".*")]  # no temporaries left behind
+
+
+def test_markdown_references_resolve(written):
+    out, _, _ = written
+    md = (out / "report.md").read_text()
+    refs = re.findall(r"\]\(([^)]+)\)", md)
+    assert len(refs) == 8  # 4 figures, PNG + PDF each
+    for ref in refs:
+        assert not ref.startswith(("/", "http")) and (out / ref).is_file(), ref
+
+
+def test_html_is_self_contained(written):
+    out, _, _ = written
+    page = (out / "report.html").read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.I)
+    assert "<link" not in page and "<script" not in page and "@import" not in page and "url(" not in page
+    sources = re.findall(r"""src="([^"]+)\"""", page)
+    assert len(sources) == 4 and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert "<table>" in page
+
+
+def test_tables_contain_the_numbers(written):
+    out, results, _ = written
+    md = (out / "report.md").read_text()
+    page = (out / "report.html").read_text()
+    ape = [m for m in results["models"] if m["condition"] == "ape"]
+    mean_clean = sum(m["clean_acc"] for m in ape) / len(ape)
+    for text in (md, page):
+        assert f"{mean_clean:.3f} ± " in text  # ours, mean ± std over the 2 seeds
+        for m in results["models"]:  # every model's own row
+            assert f"{m['clean_acc']:.3f}" in text and m["name"] in text
+        assert "0.6406 ± 0.0018" in text and "0.4347 ± 0.0132" in text  # the paper's, beside ours
+        assert "paper, ImageNet-100" in text
+        assert "quality=58" in text and "quality=5)" in text  # shift parameters, ours and the paper's
+        assert "n≤2 seeds per condition: no significance claims" in text
+        assert "Spearman" in text and "ρ" in text
+        assert "TrainingDiverged" in text  # the Failed section
+        assert "1 h 02 min 03 s" in text
+    assert "Note: our setting differs from the paper's (dataset scenes" in md
+    assert "## Failed" in md and "paired by seed" in md
+
+
+def markdown(results: dict) -> str:
+    """The report text without drawing figures (fast)."""
+    return render_markdown(build_report(results), ".")
+
+
+def test_generated_prose_follows_the_numbers():
+    results = synthetic_results(seeds=(0, 1, 2))
+    md = markdown(results)
+    assert "FS (jpeg) is lowest, i.e. most robust, for `ape`" in md
+    assert "1 of 1 other conditions have a lower mean FS (jpeg) than `none`" in md
+    assert "Every condition has at least 3 seeds" in md
+    assert re.search(r"`ape` vs `none`, FS \(jpeg\): lower by 0\.229 .* excludes 0", md)
+    # flip the data: the sentences flip with it
+    for m in results["models"]:
+        if m["condition"] == "ape":
+            m["fragility"]["jpeg"] += 0.5
+    flipped = markdown(results)
+    assert "FS (jpeg) is lowest, i.e. most robust, for `none`" in flipped
+    assert "0 of 1 other conditions have a lower mean FS (jpeg) than `none`" in flipped
+
+
+def test_single_seed_and_missing_optional_parts(tmp_path):
+    results = synthetic_results(seeds=(0,), conditions=("ape",))
+    for key in ("alpha_sweep", "failed", "wall_seconds", "shifts", "preset"):
+        results.pop(key)
+    for m in results["models"]:
+        m.pop("severities")
+        m.pop("train")
+    paths = write_report(results, tmp_path)
+    names = {p.name for p in paths}
+    assert "alpha_sweep.png" not in names and "severity_curves.png" not in names
+    assert "ssdc_per_layer.png" in names
+    md = (tmp_path / "report.md").read_text()
+    assert "n=1 seed: no significance claims" in md
+    assert "## Failed" not in md and "Wall time was not recorded" in md
+
+
+def test_correlation_points_do_not_double_count_alpha_one():
+    results = synthetic_results()
+    points = correlation_points(results)
+    # none models (no sweep) + every sweep point; ape's own rows are replaced by their α = 1 sweep points
+    assert len(points) == 2 + 2 * len(ALPHAS)
+    corr = delta_fs_correlation(results)
+    assert corr["n"] == len(points) and -1 <= corr["rho"] <= 1 and 0 < corr["p_value"] <= 1
+
+
+def test_load_results_round_trip_and_errors(tmp_path):
+    results = synthetic_results()
+    good = tmp_path / "results.json"
+    good.write_text(json.dumps(results))
+    assert load_results(good) == results
+    assert load_results(tmp_path) == results  # a directory means DIR/results.json
+    with pytest.raises(PeanchorError, match="no such results file"):
+        load_results(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"models": [')
+    with pytest.raises(PeanchorError, match="invalid JSON at line 1"):
+        load_results(bad)
+    cases = [
+        ([], "JSON object"),
+        ({"dataset": "scenes"}, "missing required key 'models'"),
+        ({"models": {}}, "'models' must be a list"),
+        ({"models": [{"name": "a"}]}, r"models\[0\] is missing required key 'condition'"),
+        ({"models": [{"name": "a", "condition": "ape", "clean_acc": "high"}]}, r"models\[0\]\.clean_acc"),
+        ({"models": [], "alpha_sweep": [{"condition": "ape"}]}, r"alpha_sweep\[0\] is missing required key 'alpha'"),
+    ]
+    for i, (obj, message) in enumerate(cases):
+        p = tmp_path / f"case{i}.json"
+        p.write_text(json.dumps(obj))
+        with pytest.raises(PeanchorError, match=message):
+            load_results(p)
+    broken = copy.deepcopy(results)
+    del broken["models"][1]["name"]
+    with pytest.raises(PeanchorError, match=r"models\[1\] is missing required key 'name'"):
+        write_report(broken, tmp_path / "out")
+
+
+def test_reference_numbers_equal_paper_md():
+    t = R.REFERENCE_TABLE
+    expected = {
+        "ape": ((0.6406, 0.0018), (0.4347, 0.0132), (0.1842, 0.0141)),
+        "sincos": ((0.6568, 0.0069), (0.4351, 0.0086), (0.2082, 0.0054)),
+        "rope": ((0.6901, 0.0042), (0.2988, 0.0065), (0.1474, 0.0131)),
+        "none": ((0.5682, 0.0056), (0.6458, 0.0119), (0.2984, 0.0085)),
+        "rpt": ((0.5595, 0.0054), (0.6297, 0.0038), (0.2427, 0.0123)),
+    }
+    assert set(t) == set(expected)
+    for cond, values in expected.items():
+        got = tuple((t[cond][k].mean, t[cond][k].std) for k in ("clean_acc", "fs_jpeg", "fs_blur"))
+        assert got == values, cond
+    ape = R.APE_ALPHA_SWEEP
+    assert ape["alpha"] == [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
+    assert ape["delta_ssdc"] == [0.47, 0.39, 0.31, 0.18, 0.10, 0.05, 0, 0, 0, 0]
+    assert ape["fs_jpeg"] == [0.434, 0.452, 0.478, 0.515, 0.560, 0.598, 0.627, 0.643, 0.648, 0.652]
+    assert ape["seeds"] == 4
+    assert R.SPE_ALPHA_SWEEP["delta_ssdc"] == [0.29, 0.02] and R.SPE_ALPHA_SWEEP["fs_jpeg"] == [0.44, 0.64]
+    assert R.PAPER_SHIFTS == {"jpeg": {"kind": "jpeg", "quality": 5}, "blur": {"kind": "blur", "kernel_size": 5, "sigma": 2.5}}
+    assert R.PRETRAINED_VIT_B_SSDC_RPI["ape"]["peak"] == 0.66 and R.PRETRAINED_VIT_B_SSDC_RPI["rope"]["last"] == 0.23
+    assert R.PAPER_LABEL == "paper, ImageNet-100"
