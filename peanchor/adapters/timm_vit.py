@@ -1,0 +1,604 @@
+"""Run peanchor's analysis on timm Vision Transformers, without forking timm's forward math.
+
+:class:`TimmViT` wraps a timm model and exposes the interface of
+:class:`peanchor.models.vit.VisionTransformer` (``forward(images, token_perm, pe_scale)``,
+``spatial_tokens``, ``forward_with_tokens``, ``grid``, ``num_patches``, ``depth``, ``pe_name``,
+``scalable``). Only the *orchestration* of timm's ``forward_features`` is re-written here
+(patch_embed → permute → prefix tokens + pos embed / rope → blocks → norm → head), every step
+calls timm's own submodules, so that
+
+* ``token_perm`` reorders the patch tokens right after patch embedding and before any positional
+  code is added, i.e. the PE stays attached to slots (PAPER.md, RPI);
+* ``pe_scale`` (α) multiplies the learned ``pos_embed`` table (all of it, prefix rows included
+  where it has them, like the paper's APE) and/or the RoPE *angles* (our extension: the rotary
+  table is rebuilt with timm's own builder from α-scaled frequencies or coordinates, which
+  interpolates towards no rotation);
+* the SSDC probe point (each block's first norm output, prefix tokens dropped) is captured by
+  forward hooks on that norm during the block's own, unchanged forward.
+
+With ``token_perm=None`` (or the identity) and α = 1 the logits are those of ``timm_model(images)``.
+
+Supported families (exact classes, so subclasses with their own forward are refused):
+
+* ``timm.models.vision_transformer.VisionTransformer``: learned ``pos_embed`` or
+  ``pos_embed='none'``, with or without CLS, register tokens, ``no_embed_class`` either way,
+  pre-norm ``Block`` or ``ParallelScalingBlock``;
+* ``timm.models.eva.Eva`` (EVA, EVA02, the ``*_rope_*`` ViTs, DINOv3): APE, axial RoPE
+  (``RotaryEmbeddingCat``), mixed RoPE (``RotaryEmbeddingMixed``), DINOv3 RoPE, pre-norm
+  ``EvaBlock``.
+
+timm is imported lazily: this module imports without it, and every entry point raises
+``PeanchorError("timm is not installed: ...")`` when it is missing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import json
+import os
+import pickle
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from peanchor.errors import CheckpointError, ConfigError, PeanchorError
+from peanchor.interventions import permute_tokens
+
+SUPPORTED_FAMILIES = (
+    "timm.models.vision_transformer.VisionTransformer (learned pos_embed or pos_embed='none'; CLS/register tokens)",
+    "timm.models.eva.Eva (EVA/EVA02, *_rope_* and DINOv3 ViTs: APE, axial RoPE, mixed RoPE, DINOv3 RoPE)",
+)
+WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin")
+# Where training scripts nest the state dict inside a torch.save'd dict, in order of preference.
+_NESTED_KEYS = ("model", "state_dict", "model_ema", "state_dict_ema")
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def _require_timm() -> Any:
+    """The ``timm`` module, or a PeanchorError saying how to install it."""
+    try:
+        import timm
+    except ModuleNotFoundError as e:
+        if e.name != "timm":
+            raise PeanchorError(f"timm could not be imported: {e}") from e
+        raise PeanchorError("timm is not installed: pip install 'peanchor[timm]'") from e
+    return timm
+
+
+@contextmanager
+def _hub_offline() -> Iterator[None]:
+    """Belt and braces around timm: nothing here may reach the Hugging Face Hub.
+
+    We always pass ``pretrained=False``, so timm never asks for weights; the variables only guard
+    against a future code path that would. They are restored afterwards. Note that
+    ``huggingface_hub`` reads them once, when it is first imported: if that first import happens
+    inside this block (``import timm`` imports it), the hub stays offline for the process.
+    """
+    saved = {k: os.environ.get(k) for k in _OFFLINE_VARS}
+    os.environ.update({k: "1" for k in _OFFLINE_VARS})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _few(items: list[str], n: int = 3) -> str:
+    shown = ", ".join(items[:n])
+    return shown + (f" (+{len(items) - n} more)" if len(items) > n else "")
+
+
+# --------------------------------------------------------------------------------------------
+# Rotary tables at a given α
+
+
+def _rope_kinds() -> dict[type, tuple[str, Callable[[nn.Module, list[int], float, bool], Tensor]]]:
+    """timm rope class → (our name, builder of its table with every angle multiplied by α)."""
+    from timm.layers import pos_embed_sincos as pes
+
+    kinds: dict[type, tuple[str, Callable[[nn.Module, list[int], float, bool], Tensor]]] = {}
+    if hasattr(pes, "RotaryEmbeddingCat") and hasattr(pes, "build_rotary_pos_embed"):
+        kinds[pes.RotaryEmbeddingCat] = ("rope", _scaled_rope_cat)
+    if hasattr(pes, "RotaryEmbeddingMixed") and hasattr(pes, "get_mixed_freqs"):
+        kinds[pes.RotaryEmbeddingMixed] = ("rope_mixed", _scaled_rope_mixed)
+    dinov3 = getattr(pes, "RotaryEmbeddingDinoV3", None)
+    if dinov3 is not None and hasattr(pes, "make_coords_dinov3") and hasattr(dinov3, "_get_pos_embed_from_coords"):
+        kinds[pes.RotaryEmbeddingDinoV3] = ("rope_dinov3", _scaled_rope_dinov3)
+    return kinds
+
+
+def _scaled_rope_cat(rope: nn.Module, shape: list[int], alpha: float, dynamic: bool) -> Tensor:
+    """Axial RoPE: angle = grid coordinate × band, so bands × α scale every angle by α."""
+    from timm.layers.pos_embed_sincos import build_rotary_pos_embed
+
+    # The same grid options timm's RotaryEmbeddingCat passes, limited to what this timm accepts.
+    options = {
+        "in_pixels": rope.in_pixels,
+        "ref_feat_shape": rope.ref_feat_shape,
+        "grid_offset": rope.grid_offset,
+        "grid_indexing": rope.grid_indexing,
+        "rotate_half": getattr(rope, "rotate_half", None),
+        "grid_type": getattr(rope, "grid_type", None),
+        "normalize_coords": getattr(rope, "normalize_coords", None),
+    }
+    accepted = inspect.signature(build_rotary_pos_embed).parameters
+    options = {k: v for k, v in options.items() if k in accepted and v is not None}
+    sin, cos = build_rotary_pos_embed(
+        shape, bands=rope.bands * alpha, device=rope.bands.device, dtype=torch.float32, **options
+    )  # each (N, head_dim)
+    return torch.cat([sin, cos], dim=-1)  # (N, 2 * head_dim)
+
+
+def _scaled_rope_mixed(rope: nn.Module, shape: list[int], alpha: float, dynamic: bool) -> Tensor:
+    """Mixed RoPE: angle = x·f_x + y·f_y with learned frequencies, so freqs × α scale the angles."""
+    from timm.layers.pos_embed_sincos import get_mixed_freqs, get_mixed_grid
+
+    if not dynamic and rope.t_x is not None:
+        t_x, t_y = rope.t_x, rope.t_y  # (N,) each, the cached grid timm uses
+    else:
+        t_x, t_y = get_mixed_grid(shape, grid_indexing=rope.grid_indexing, device=rope.freqs.device)
+    return get_mixed_freqs(rope.freqs * alpha, t_x, t_y)  # (depth, H, N, 2 * head_dim)
+
+
+def _scaled_rope_dinov3(rope: nn.Module, shape: list[int], alpha: float, dynamic: bool) -> Tensor:
+    """DINOv3 RoPE: angle = 2π · coordinate / period, so coordinates × α scale the angles."""
+    from timm.layers.pos_embed_sincos import make_coords_dinov3
+
+    coords = make_coords_dinov3(
+        shape[0],
+        shape[1],
+        normalize_coords=rope.normalize_coords,
+        grid_indexing=rope.grid_indexing,
+        grid_offset=rope.grid_offset,
+    )  # (N, 2)
+    sin, cos = rope._get_pos_embed_from_coords(coords * alpha)  # each (N, head_dim)
+    return torch.cat([sin, cos], dim=-1)  # (N, 2 * head_dim)
+
+
+# --------------------------------------------------------------------------------------------
+# The wrapper
+
+
+@dataclass(frozen=True)
+class TimmPE:
+    """What the analysis needs to know about a timm model's positional encoding (``model.pe``)."""
+
+    name: str
+    scalable: bool
+    has_ape: bool
+    rope: str | None  # "rope", "rope_mixed", "rope_dinov3" or None
+
+
+class TimmViT(nn.Module):
+    """A timm ViT behind peanchor's analysis interface. ``self.model`` is the unchanged timm model.
+
+    Build it with :func:`load_timm_model`, or wrap a model you already have: ``TimmViT(timm_model)``.
+    Analysis is meant for eval mode; in training mode the forward still matches timm's, except that
+    patch dropout (which removes tokens) is refused.
+    """
+
+    def __init__(self, model: nn.Module, *, model_args: dict[str, Any] | None = None):
+        super().__init__()
+        timm = _require_timm()
+        from timm.models.eva import Eva, EvaBlock
+        from timm.models.vision_transformer import Block, ParallelScalingBlock, VisionTransformer
+
+        families = {VisionTransformer: "vit", Eva: "eva"}
+        family = families.get(type(model))
+        if family is None:
+            raise ConfigError(
+                f"timm model class {type(model).__module__}.{type(model).__name__} is not supported; "
+                f"supported: {'; '.join(SUPPORTED_FAMILIES)}"
+            )
+        # The norm whose output each block's attention sees (the SSDC probe point), per block class.
+        probe_norms: dict[type, str] = (
+            {Block: "norm1", ParallelScalingBlock: "in_norm"} if family == "vit" else {EvaBlock: "norm1"}
+        )
+        for i, block in enumerate(model.blocks):
+            if type(block) not in probe_norms:
+                raise ConfigError(
+                    f"block {i} of this timm model is a {type(block).__name__}; supported blocks (pre-norm): "
+                    f"{', '.join(c.__name__ for c in probe_norms)}"
+                )
+        rope = getattr(model, "rope", None) if family == "eva" else None
+        rope_name = None
+        self._rope_builder: Callable[[nn.Module, list[int], float, bool], Tensor] | None = None
+        if rope is not None:
+            kinds = _rope_kinds()
+            if type(rope) not in kinds:
+                raise ConfigError(
+                    f"timm rotary embedding {type(rope).__name__} is not supported; "
+                    f"supported: {', '.join(c.__name__ for c in kinds)}"
+                )
+            rope_name, self._rope_builder = kinds[type(rope)]
+        self.model = model
+        self.family = family
+        self._probe_attr = [probe_norms[type(b)] for b in model.blocks]
+        has_ape = model.pos_embed is not None
+        name = "_".join(p for p in (rope_name, "ape" if has_ape else None) if p) or "none"
+        self._pe = TimmPE(name=f"timm:{name}", scalable=has_ape or rope is not None, has_ape=has_ape, rope=rope_name)
+        self._model_args = dict(model_args) if model_args is not None else _describe(model, timm.__version__)
+
+    # ---- what the analysis reads ------------------------------------------------------------
+
+    @property
+    def pe(self) -> TimmPE:
+        return self._pe
+
+    @property
+    def pe_name(self) -> str:
+        return self._pe.name
+
+    @property
+    def scalable(self) -> bool:
+        """Whether ``pe_scale`` changes anything (the model has a ``pos_embed`` or a rope)."""
+        return self._pe.scalable
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        rows, cols = self.model.patch_embed.grid_size
+        return int(rows), int(cols)
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def depth(self) -> int:
+        return len(self.model.blocks)
+
+    @property
+    def num_prefix(self) -> int:
+        """Tokens in front of the patches (CLS and register tokens), dropped from the probes."""
+        return int(self.model.num_prefix_tokens)
+
+    @property
+    def img_size(self) -> tuple[int, int]:
+        rows, cols = self.model.patch_embed.img_size
+        return int(rows), int(cols)
+
+    @property
+    def mean(self) -> tuple[float, ...]:
+        """Normalisation mean from timm's pretrained config (ImageNet's when it has none)."""
+        return tuple((getattr(self.model, "pretrained_cfg", None) or {}).get("mean", (0.485, 0.456, 0.406)))
+
+    @property
+    def std(self) -> tuple[float, ...]:
+        return tuple((getattr(self.model, "pretrained_cfg", None) or {}).get("std", (0.229, 0.224, 0.225)))
+
+    @property
+    def model_args(self) -> dict[str, Any]:
+        """Provenance (JSON-able): ``load_timm_model(name, weights=..., num_classes=..., img_size=...,
+        **kwargs)`` with these values rebuilds the model. ``source`` is always ``"timm"``."""
+        return dict(self._model_args)
+
+    def extra_repr(self) -> str:
+        return (
+            f"family={self.family}, pe={self.pe_name}, grid={self.grid}, depth={self.depth}, prefix={self.num_prefix}"
+        )
+
+    # ---- the forward pass ---------------------------------------------------------------------
+
+    def _probe_norm(self, index: int) -> nn.Module:
+        return getattr(self.model.blocks[index], self._probe_attr[index])
+
+    def _embed_patches(self, images: Tensor) -> Tensor:
+        x = self.model.patch_embed(images)
+        if x.dim() == 4:  # dynamic_img_size models emit (B, H, W, D) and flatten after the PE
+            b, h, w, d = x.shape
+            if (h, w) != self.grid:
+                raise ValueError(
+                    f"images give a {h}x{w} patch grid but the model's grid is {self.grid[0]}x{self.grid[1]}; "
+                    f"resize the images to {self.img_size[0]}x{self.img_size[1]}"
+                )
+            x = x.reshape(b, h * w, d)
+        return x  # (B, N, D), row-major slots
+
+    def _add_prefix_and_ape(self, x: Tensor, alpha: float) -> Tensor:
+        """timm's ``_pos_embed`` order (CLS, registers, then patches), with the table scaled by α."""
+        m = self.model
+        prefix = [t.expand(x.shape[0], -1, -1) for t in (m.cls_token, m.reg_token) if t is not None]
+        pos = m.pos_embed  # (1, [P +] N, D) or None
+        if pos is not None and alpha != 1.0:
+            pos = pos * alpha
+        if pos is None:
+            x = torch.cat(prefix + [x], dim=1) if prefix else x  # (B, P + N, D)
+            # timm's VisionTransformer returns before pos_drop when it has no pos_embed; Eva does not.
+            return x if self.family == "vit" else m.pos_drop(x)
+        if m.no_embed_class:
+            x = x + pos  # the table covers the patch slots only
+            x = torch.cat(prefix + [x], dim=1) if prefix else x
+        else:
+            x = torch.cat(prefix + [x], dim=1) if prefix else x
+            x = x + pos  # the table has rows for the prefix tokens too
+        return m.pos_drop(x)  # (B, P + N, D)
+
+    def _rope(self, alpha: float) -> Tensor | None:
+        """The rotary table Eva hands its blocks, with angles × α (exactly timm's own at α = 1)."""
+        rope = getattr(self.model, "rope", None) if self.family == "eva" else None
+        if rope is None:
+            return None
+        shape = list(self.grid)
+        dynamic = bool(self.model.dynamic_img_size)
+        # Mirror Eva._pos_embed's choice between the cached table and one built for the grid.
+        if dynamic or not hasattr(rope, "feat_shape"):
+            native = rope.get_embed(shape=shape)
+        else:
+            native = rope.get_embed()
+        if alpha == 1.0:
+            return native
+        # The rebuilt table never applies timm's train-time coordinate augmentation (eval is assumed).
+        assert self._rope_builder is not None  # set in __init__ for every supported rope
+        scaled = self._rope_builder(rope, shape, float(alpha), dynamic)
+        return scaled.to(device=native.device, dtype=native.dtype)
+
+    @contextmanager
+    def _capture_probes(self, sink: list[Tensor] | None) -> Iterator[None]:
+        """Forward hooks on every probe norm, appending its output minus the prefix tokens to ``sink``."""
+        if sink is None:
+            yield
+            return
+        p = self.num_prefix
+
+        def hook(_module: nn.Module, _inputs: Any, out: Tensor) -> None:
+            sink.append(out[:, p:])  # (B, N, D): what attention sees, patch slots only
+
+        handles = [self._probe_norm(i).register_forward_hook(hook) for i in range(self.depth)]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def _run(
+        self,
+        images: Tensor,
+        token_perm: Tensor | None,
+        pe_scale: float,
+        collect: bool,
+        head: bool,
+        num_layers: int | None = None,
+    ) -> tuple[Tensor | None, Tensor | None]:
+        m = self.model
+        last = self.depth if num_layers is None else num_layers
+        x = self._embed_patches(images)  # (B, N, D)
+        if token_perm is not None:
+            x = permute_tokens(x, token_perm)  # content moves, slots (and their PE) stay
+        x = self._add_prefix_and_ape(x, pe_scale)  # (B, P + N, D)
+        if self.family == "vit":
+            x = m.patch_drop(x)
+        elif m.patch_drop is not None:
+            x, _ = m.patch_drop(x)
+        if x.shape[1] != self.num_prefix + self.num_patches:
+            raise ValueError("patch dropout removed tokens (training mode): call .eval() before the analysis")
+        x = m.norm_pre(x)
+        rope = self._rope(pe_scale)  # (N, 2hd), (depth, H, N, 2hd) for mixed, or None
+        per_block = bool(getattr(m, "rope_mixed", False)) and rope is not None
+        probes: list[Tensor] = []
+        with self._capture_probes(probes if collect else None):
+            for i, block in enumerate(m.blocks):
+                if not head and i == last - 1:
+                    self._probe_norm(i)(x)  # the last probe needs no attention/MLP; the hook records it
+                    break
+                if self.family == "vit":
+                    x = block(x)
+                else:
+                    x = block(x, rope=rope[i] if per_block else rope)
+                if collect and len(probes) != i + 1:
+                    raise RuntimeError(f"block {i} ran its probe norm {len(probes) - i} times; expected once")
+        tokens = torch.stack(probes, dim=1) if collect else None  # (B, L, N, D)
+        logits = m.forward_head(m.norm(x)) if head else None  # (B, C)
+        return logits, tokens
+
+    def forward(self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0) -> Tensor:
+        """Logits ``(B, C)`` for normalised images ``(B, 3, H, W)``; timm's own at identity/α = 1."""
+        logits, _ = self._run(images, token_perm, pe_scale, collect=False, head=True)
+        return logits
+
+    def spatial_tokens(
+        self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0, num_layers: int | None = None
+    ) -> Tensor:
+        """Each block's first-norm output, prefix tokens dropped: ``(B, L, N, D)``.
+
+        ``num_layers`` stops the pass after that many probes (ΔSSDC needs only layers 0 and 1).
+        """
+        if num_layers is not None and not 1 <= num_layers <= self.depth:
+            raise ValueError(f"num_layers must be in 1..{self.depth}, got {num_layers}")
+        _, tokens = self._run(images, token_perm, pe_scale, collect=True, head=False, num_layers=num_layers)
+        return tokens
+
+    def forward_with_tokens(
+        self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0
+    ) -> tuple[Tensor, Tensor]:
+        """Logits ``(B, C)`` and the SSDC probe tokens ``(B, L, N, D)`` from one pass."""
+        logits, tokens = self._run(images, token_perm, pe_scale, collect=True, head=True)
+        return logits, tokens
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        if isinstance(value, (tuple, list)):
+            return [_jsonable(v) for v in value]
+        return repr(value)
+
+
+def _size_arg(model: nn.Module) -> int | list[int]:
+    """The model's input size as ``create_model(img_size=...)`` takes it: an int when square."""
+    rows, cols = (int(s) for s in model.patch_embed.img_size)
+    return rows if rows == cols else [rows, cols]
+
+
+def _describe(model: nn.Module, timm_version: str) -> dict[str, Any]:
+    """Provenance of a model that was not built by :func:`load_timm_model`."""
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    return {
+        "source": "timm",
+        "name": cfg.get("architecture", type(model).__name__),
+        "weights": None,
+        "num_classes": int(getattr(model, "num_classes", 0)),
+        "img_size": _size_arg(model),
+        "kwargs": {},
+        "timm_version": timm_version,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Weights files and loading
+
+
+def read_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
+    """The tensors of a local weights file, never unpickling anything but tensors and containers.
+
+    ``.safetensors`` is read with safetensors; ``.pt/.pth/.bin`` with ``torch.load(weights_only=True)``,
+    either a bare state dict or a dict holding one under ``model``, ``state_dict``, ``model_ema`` or
+    ``state_dict_ema`` (first match). A ``module.`` prefix on every key (DDP) is removed.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise CheckpointError(f"{p}: no such weights file")
+    suffix = p.suffix.lower()
+    if suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            obj: Any = load_file(str(p), device="cpu")
+        except Exception as e:  # safetensors raises its own error types for damaged headers
+            raise CheckpointError(f"{p} is not a readable safetensors file ({str(e).splitlines()[0]})") from e
+    elif suffix in WEIGHT_SUFFIXES:
+        try:
+            obj = torch.load(p, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise CheckpointError(
+                f"{p} holds objects other than tensors and plain containers; refusing to unpickle it "
+                "(torch.load weights_only=True). Re-save its state dict with torch.save(model.state_dict()) "
+                "or as .safetensors"
+            ) from e
+        except Exception as e:
+            detail = f"{type(e).__name__}: {_first_line(e)}"
+            raise CheckpointError(f"{p} is not a readable torch checkpoint ({detail})") from e
+    else:
+        raise CheckpointError(f"{p}: unknown weights format {suffix!r}; expected one of {', '.join(WEIGHT_SUFFIXES)}")
+    return _extract_state_dict(obj, p)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else "no details"
+
+
+def _is_state_dict(obj: Any) -> bool:
+    return isinstance(obj, Mapping) and len(obj) > 0 and all(
+        isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items()
+    )
+
+
+def _extract_state_dict(obj: Any, path: Path) -> dict[str, Tensor]:
+    if not _is_state_dict(obj):
+        nested = [obj[k] for k in _NESTED_KEYS if isinstance(obj, Mapping) and _is_state_dict(obj.get(k))]
+        if not nested:
+            keys = _few([str(k) for k in obj.keys()]) if isinstance(obj, Mapping) else type(obj).__name__
+            raise CheckpointError(
+                f"{path} holds no state dict (found {keys}); expected name→tensor entries, "
+                f"or a dict with one of {', '.join(repr(k) for k in _NESTED_KEYS)}"
+            )
+        obj = nested[0]
+    sd = dict(obj)
+    if all(k.startswith("module.") for k in sd):
+        sd = {k[len("module.") :]: v for k, v in sd.items()}
+    return sd
+
+
+def _load_strict(model: nn.Module, sd: dict[str, Tensor], path: Path, name: str) -> None:
+    """``load_state_dict(strict=True)``, with one readable line instead of torch's report."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(sd))
+    unexpected = sorted(set(sd) - set(own))
+    shapes = [
+        f"{k} {tuple(sd[k].shape)} in the file vs {tuple(own[k].shape)} in the model"
+        for k in own
+        if k in sd and sd[k].shape != own[k].shape
+    ]
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"missing {_few(missing)}")
+        if unexpected:
+            parts.append(f"unexpected {_few(unexpected)}")
+        if shapes:
+            parts.append(f"shape mismatch {_few(shapes, 2)}")
+        hint = ""
+        if "head.weight" in missing and not any(k.startswith("head.") for k in sd):
+            hint = " (a headless checkpoint: pass num_classes=0)"
+        raise CheckpointError(f"{path} does not fit timm model {name!r}: {'; '.join(parts)}{hint}")
+    model.load_state_dict(sd, strict=True)
+
+
+def load_timm_model(
+    name: str,
+    *,
+    weights: str | os.PathLike[str] | None = None,
+    num_classes: int | None = None,
+    img_size: int | None = None,
+    **kwargs: Any,
+) -> TimmViT:
+    """Build timm model ``name`` (never downloading), load local ``weights``, wrap it; eval mode.
+
+    ``num_classes`` defaults to the rows of ``head.weight`` in ``weights`` (else timm's default);
+    ``img_size`` and ``kwargs`` (e.g. ``depth``, ``embed_dim``, ``pos_embed='none'``) go to
+    ``timm.create_model``. Weights load strictly: a missing file, an unsafe pickle, or keys/shapes
+    that do not fit raise :class:`CheckpointError`.
+
+    Example (a tiny random model)::
+
+        m = load_timm_model("vit_small_patch16_rope_mixed_224", img_size=32, patch_size=8, depth=2,
+                            embed_dim=64, num_heads=4, num_classes=10)
+        m.pe_name, m.grid, m.depth  # ('timm:rope_mixed', (4, 4), 2)
+        tokens = m.spatial_tokens(images, token_perm=perm, pe_scale=0.5)  # (B, 2, 16, 64)
+    """
+    with _hub_offline():
+        timm = _require_timm()
+        if not timm.is_model(name):
+            close = difflib.get_close_matches(name, timm.list_models(), n=5, cutoff=0.6)
+            raise ConfigError(
+                f"unknown timm model {name!r}" + (f"; did you mean {', '.join(close)}?" if close else "")
+            )
+        sd = path = None
+        if weights is not None:
+            path = Path(weights)
+            sd = read_state_dict(path)
+            if num_classes is None and "head.weight" in sd and sd["head.weight"].dim() == 2:
+                num_classes = int(sd["head.weight"].shape[0])
+        create_kwargs = dict(kwargs)
+        if num_classes is not None:
+            create_kwargs["num_classes"] = num_classes
+        if img_size is not None:
+            create_kwargs["img_size"] = img_size
+        try:
+            model = timm.create_model(name, pretrained=False, **create_kwargs)
+        except (TypeError, ValueError, AssertionError) as e:
+            raise ConfigError(f"timm model {name!r} rejected its arguments: {_first_line(e)}") from e
+    model_args = {
+        "source": "timm",
+        "name": name,
+        "weights": str(path) if path is not None else None,
+        "num_classes": int(getattr(model, "num_classes", num_classes or 0)),
+        "img_size": _size_arg(model),
+        "kwargs": {k: _jsonable(v) for k, v in kwargs.items()},
+        "timm_version": timm.__version__,
+    }
+    wrapped = TimmViT(model, model_args=model_args)
+    if sd is not None:
+        _load_strict(model, sd, path, name)
+    return wrapped.eval()
