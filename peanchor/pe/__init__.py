@@ -3,7 +3,7 @@
 ``create_pe(name, ctx, **kwargs)`` builds one; ``PE_NAMES`` lists the registered names.
 """
 
-from peanchor.pe import absolute, rotary  # noqa: F401  (registers the PEs)
+from peanchor.pe import absolute, conditional, relative, rotary  # noqa: F401  (registers the PEs)
 from peanchor.pe.base import PEContext, PositionalEncoding, RotaryTables
 from peanchor.pe.registry import PE_REGISTRY, create_pe, pe_names, register_pe
 
