@@ -1,0 +1,226 @@
+"""Self-describing model files: safetensors weights plus the arguments that rebuild the model.
+
+``save_model`` stores ``model.model_args`` (JSON) in the safetensors metadata, so
+``load_model(path)`` needs nothing but the file: it calls ``create_model(**model_args)`` and loads
+the weights strictly. Nothing here ever unpickles: a ``torch.save`` file is refused before a byte of
+it is interpreted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save as safetensors_save
+from torch import Tensor, nn
+
+from peanchor import fileio
+from peanchor.errors import CheckpointError
+
+FORMAT = "peanchor-vit/1"
+MODEL_FILE = "model.safetensors"
+
+# The largest safetensors header we accept (the format itself caps it at 100 MB).
+_MAX_HEADER = 100_000_000
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The plain model inside DDP (``.module``) and ``torch.compile`` (``._orig_mod``) wrappers."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module
+        else:
+            return model
+
+
+def state_tensors(module: nn.Module, prefix: str = "") -> dict[str, Tensor]:
+    """A CPU copy of ``module.state_dict()`` that safetensors can write (no shared storage)."""
+    # clone() gives every entry its own storage: safetensors refuses tensors that share memory.
+    return {prefix + k: v.detach().to("cpu", copy=True).contiguous() for k, v in module.state_dict().items()}
+
+
+def _metadata_strings(extra: dict[str, Any] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in (extra or {}).items():
+        out[str(key)] = value if isinstance(value, str) else json.dumps(value)
+    return out
+
+
+def safetensors_bytes(tensors: dict[str, Tensor], metadata: dict[str, str]) -> bytes:
+    """Serialise like ``safetensors.torch.save`` but with a canonical header.
+
+    safetensors writes its metadata map in a random order, so two saves of the same weights differ
+    byte-wise. We re-emit the JSON header with the metadata keys sorted (tensor entries keep the
+    library's order): identical inputs then give identical files.
+    """
+    raw = safetensors_save(tensors, metadata=metadata)
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    meta = header.pop("__metadata__", None)
+    ordered = {"__metadata__": dict(sorted(meta.items()))} if meta else {}
+    ordered.update(header)
+    text = json.dumps(ordered, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)  # the format pads the header with spaces to 8-byte alignment
+    return struct.pack("<Q", len(text)) + text + raw[8 + n :]
+
+
+def write_safetensors(path: str | os.PathLike[str], tensors: dict[str, Tensor], metadata: dict[str, str]) -> None:
+    """Atomically write a reproducible safetensors file (see :func:`safetensors_bytes`)."""
+    data = safetensors_bytes(tensors, metadata)
+    fileio.write_bytes(path, data)
+
+
+def save_model(model: nn.Module, path: str | os.PathLike[str], extra_metadata: dict[str, Any] | None = None) -> Path:
+    """Write the weights of ``model`` and its ``model_args`` to ``path`` (a ``.safetensors`` file).
+
+    ``extra_metadata`` values are stored as strings (non-strings as JSON). The write is atomic.
+    """
+    model = unwrap_model(model)
+    model_args = getattr(model, "model_args", None)
+    if not isinstance(model_args, dict):
+        raise TypeError("save_model needs a model built by peanchor.create_model (it has no model_args)")
+    metadata = _metadata_strings(extra_metadata)
+    metadata.update({"format": FORMAT, "model_args": json.dumps(model_args)})
+    path = Path(path)
+    write_safetensors(path, state_tensors(model), metadata)
+    return path
+
+
+def resolve_model_path(path: str | os.PathLike[str]) -> Path:
+    """A run directory means its ``model.safetensors``; a file means itself."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / MODEL_FILE
+        if not p.is_file():
+            raise CheckpointError(f"{path} has no {MODEL_FILE}: not a finished peanchor run directory")
+    elif not p.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    return p
+
+
+def _check_safetensors_header(path: Path) -> None:
+    """Refuse pickles/zip archives and torn files by looking at the raw bytes only."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror or e}") from e
+    if head[:2] == b"PK" or head[:1] == b"\x80":
+        raise CheckpointError(
+            f"{path} is a pickle/torch.save file, not safetensors; peanchor never unpickles checkpoints "
+            "(for the paper's released checkpoints use `peanchor import`)"
+        )
+    if len(head) < 8:
+        raise CheckpointError(f"{path} is not a safetensors file (only {size} bytes: empty or truncated)")
+    (header_len,) = struct.unpack("<Q", head)
+    if header_len > _MAX_HEADER or 8 + header_len > size:
+        raise CheckpointError(f"{path} is not a safetensors file, or it is truncated (bad header length)")
+
+
+def read_checkpoint(
+    path: str | os.PathLike[str], device: str | torch.device = "cpu"
+) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Tensors and metadata of a safetensors file; any damage becomes a :class:`CheckpointError`."""
+    p = Path(path)
+    _check_safetensors_header(p)
+    try:
+        with safe_open(str(p), framework="pt", device=str(device)) as f:
+            metadata = dict(f.metadata() or {})
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not a dict)
+    except CheckpointError:
+        raise
+    except Exception as e:  # safetensors raises its own error types (and OSError) for torn files
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{p} is not a readable safetensors file (truncated or corrupt: {first})") from e
+    return tensors, metadata
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The metadata of a model file (or run directory), with ``model_args`` decoded from JSON."""
+    p = resolve_model_path(path)
+    _check_safetensors_header(p)
+    try:
+        with safe_open(str(p), framework="pt") as f:
+            metadata: dict[str, Any] = dict(f.metadata() or {})
+    except Exception as e:
+        raise CheckpointError(f"{p} is not a readable safetensors file ({e})") from e
+    if "model_args" in metadata:
+        metadata["model_args"] = _decode_model_args(p, metadata["model_args"])
+    return metadata
+
+
+def _decode_model_args(path: Path, raw: str) -> dict[str, Any]:
+    try:
+        args = json.loads(raw)
+    except json.JSONDecodeError:
+        args = None
+    if not isinstance(args, dict) or "name" not in args:
+        raise CheckpointError(
+            f"{path} has a damaged model_args entry in its metadata (expected a JSON object with 'name')"
+        )
+    return args
+
+
+def load_model(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> nn.Module:
+    """Rebuild a model from a run directory or a ``.safetensors`` file written by :func:`save_model`.
+
+    The model comes back in eval mode on ``map_location``. A missing, truncated or foreign file
+    (no ``model_args``, different parameter names or shapes) raises :class:`CheckpointError`.
+    """
+    from peanchor.models import create_model
+
+    p = resolve_model_path(path)
+    tensors, metadata = read_checkpoint(p)
+    if "model_args" not in metadata:
+        raise CheckpointError(
+            f"{p} is a safetensors file without peanchor model_args in its metadata (a foreign layout); "
+            "for the paper's checkpoints use `peanchor import`"
+        )
+    args = _decode_model_args(p, metadata["model_args"])
+    try:
+        model = create_model(**args)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{p}: cannot rebuild the model from its model_args: {e}") from e
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing {_few(missing)}")
+        if unexpected:
+            parts.append(f"unexpected {_few(unexpected)}")
+        raise CheckpointError(f"{p} does not match its model_args ({'; '.join(parts)})")
+    for k, v in expected.items():
+        if tuple(v.shape) != tuple(tensors[k].shape):
+            raise CheckpointError(
+                f"{p}: tensor {k} has shape {tuple(tensors[k].shape)}, the model expects {tuple(v.shape)}"
+            )
+    model.load_state_dict(tensors, strict=True)
+    return model.to(map_location).eval()
+
+
+def _few(names: list[str], n: int = 4) -> str:
+    shown = ", ".join(names[:n])
+    return shown + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+__all__ = [
+    "FORMAT",
+    "MODEL_FILE",
+    "load_model",
+    "read_checkpoint",
+    "read_metadata",
+    "safetensors_bytes",
+    "save_model",
+    "unwrap_model",
+    "write_safetensors",
+]

@@ -1,0 +1,87 @@
+"""``peanchor train``: train one ViT condition into a resumable run directory."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+PRESET_HELP = "smoke: seconds, a sanity check; cpu: 32 px scenes on a laptop; paper: ImageNet-100 as in the paper"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "train",
+        help="train a ViT with a positional encoding (resumable)",
+        description="Train one condition (PE × RPT × seed) into a run directory: config.yaml, metrics.csv, "
+        "model.safetensors, summary.json and resume state. Rerunning the same command resumes it; a finished "
+        "run is left alone; a different config into the same --out is refused.",
+    )
+    p.add_argument("--preset", choices=("smoke", "cpu", "paper"), default="cpu", help=PRESET_HELP + " (default: cpu)")
+    p.add_argument(
+        "--data", metavar="NAME", help="dataset (scenes, cifar10, cifar100, imagenet100, imagefolder, hf, prepared)"
+    )
+    p.add_argument("--data-root", metavar="PATH", help="where the dataset lives")
+    p.add_argument("--class-list", metavar="FILE", help="class subset, one WordNet id / class name per line")
+    p.add_argument("--model", metavar="NAME", help="model size (vit_micro, vit_tiny, vit_small, vit_paper)")
+    p.add_argument("--pe", metavar="NAME", help="positional encoding (none, ape, sincos, rope, rope_mixed, ...)")
+    p.add_argument(
+        "--rpt", action="store_true", default=None, help="random patch-token permutation on every training step"
+    )
+    p.add_argument("--img-size", type=int, metavar="N", help="input resolution in pixels")
+    p.add_argument("--patch-size", type=int, metavar="N", help="patch size in pixels")
+    p.add_argument("--epochs", type=int, metavar="N")
+    p.add_argument(
+        "--seed", type=int, metavar="N", help="training seed (init, order, dropout, RPT); the data stays fixed"
+    )
+    p.add_argument("--out", metavar="DIR", help="run directory (default: runs/train-<preset>-<pe>[-rpt]-s<seed>)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override any config key, e.g. --set optim.lr=3e-4 --set model.overrides.depth=6 (repeatable)",
+    )  # fmt: skip
+    p.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+    return p
+
+
+def default_out(preset: str, pe: str, rpt: bool, seed: int) -> Path:
+    """``runs/train-<preset>-<pe>[-rpt]-s<seed>``."""
+    return Path("runs") / f"train-{preset}-{pe}{'-rpt' if rpt else ''}-s{seed}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from peanchor.training.config import resolve_config
+
+    overrides = {
+        "data.name": args.data,
+        "data.root": args.data_root,
+        "data.class_list": args.class_list,
+        "data.img_size": args.img_size,
+        "model.name": args.model,
+        "model.pe": args.pe,
+        "model.patch_size": args.patch_size,
+        "train.rpt": args.rpt,
+        "train.epochs": args.epochs,
+        "train.seed": args.seed,
+        "train.device": args.device,
+        "train.compile": args.compile,
+    }
+    config = resolve_config(args.preset, overrides, args.set)
+    out = (
+        Path(args.out) if args.out else default_out(config.preset, config.model.pe, config.train.rpt, config.train.seed)
+    )
+
+    from peanchor.training.loop import train
+
+    summary = train(config, out, progress=not args.no_progress)
+    if os.environ.get("RANK", "0") != "0":
+        return 0  # under torchrun, rank 0 reports
+    acc = summary.get("val_acc")
+    acc_text = f"{acc:.4f}" if isinstance(acc, float) else "n/a"
+    note = " (already finished; nothing done)" if summary.get("status") == "already_finished" else ""
+    print(f"run: {out}{note}")
+    print(f"final val acc: {acc_text} ({summary.get('condition')}, {summary.get('epochs')} epochs, "
+          f"{summary.get('seconds', 0):.0f} s)")  # fmt: skip
+    return 0

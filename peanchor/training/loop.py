@@ -1,0 +1,574 @@
+"""The training loop: AdamW + warmup/cosine, label smoothing, optional RPT, resumable run directories.
+
+``train(config, out_dir)`` leaves a self-describing run directory::
+
+    config.yaml          the resolved TrainConfig
+    metrics.csv          one row per epoch: epoch, train_loss, train_acc, val_acc, lr, seconds
+    checkpoint/          resume state, replaced atomically after every epoch (see state.py)
+    model.safetensors    final weights + model_args (load with peanchor.load_model)
+    summary.json         written last: its presence marks the run as finished
+
+Rerunning the same config into the same directory resumes from the last completed epoch and ends
+with bit-identical weights on CPU, because every random stream (torch global RNG for dropout and
+augmentation, the shuffling generator, the RPT generator) is reseeded from ``(seed, epoch, rank)``
+at the start of each epoch. Under ``torchrun`` the model is wrapped in DDP, each process sees
+``batch_size / world_size`` images per step, metrics are all-reduced, and rank 0 alone writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import platform
+import random
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import nullcontext
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from tqdm.auto import tqdm
+
+from peanchor import fileio
+from peanchor.checkpoint import MODEL_FILE, save_model
+from peanchor.data import build_datasets, normalize
+from peanchor.errors import ConfigError, RunDirError, TrainingDiverged
+from peanchor.interventions import random_permutation
+from peanchor.models import create_model
+from peanchor.training.config import RUNTIME_KEYS, TrainConfig, diff_configs, to_dict, to_yaml, validate
+from peanchor.training.distributed import DistContext, main_first, setup_distributed
+from peanchor.training.state import STATE_FILE, TrainState, derive_seed, load_train_state, save_train_state
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.csv"
+SUMMARY_FILE = "summary.json"
+CHECKPOINT_DIR = "checkpoint"
+METRICS_COLUMNS = ("epoch", "train_loss", "train_acc", "val_acc", "lr", "seconds")
+
+# ----------------------------------------------------------------------------------------------
+# Pieces (each usable on its own)
+
+
+def lr_at(step: int, total_steps: int, warmup_steps: int, base_lr: float, min_lr: float) -> float:
+    """Linear warmup to ``base_lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at ``total_steps``.
+
+    >>> [round(lr_at(s, 10, 2, 1.0, 0.0), 3) for s in (0, 1, 2, 6, 9)]
+    [0.5, 1.0, 1.0, 0.5, 0.038]
+    """
+    if step < warmup_steps:
+        return base_lr * (step + 1) / warmup_steps
+    decay_steps = max(1, total_steps - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / decay_steps)
+    return min_lr + (base_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def param_groups(
+    model: nn.Module, weight_decay: float, pe_lr_mult: float, pe_weight_decay: float
+) -> list[dict[str, Any]]:
+    """AdamW groups: decayed weights; no decay on norms, biases and the CLS token; PE parameters apart.
+
+    PE parameters are everything under ``model.pe``; they get ``pe_lr_mult`` × lr and ``pe_weight_decay``.
+    Each group carries ``lr_mult`` and ``name`` for the scheduler and the logs.
+    """
+    decay, no_decay, pe = [], [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        if name.startswith("pe."):
+            pe.append(p)
+        elif p.ndim < 2 or name.endswith(".bias") or name == "cls_token" or ".norm" in name or name.startswith("norm"):
+            no_decay.append(p)
+        else:
+            decay.append(p)
+    groups = [
+        {"params": decay, "weight_decay": weight_decay, "lr_mult": 1.0, "name": "decay"},
+        {"params": no_decay, "weight_decay": 0.0, "lr_mult": 1.0, "name": "no_decay"},
+        {"params": pe, "weight_decay": pe_weight_decay, "lr_mult": pe_lr_mult, "name": "pe"},
+    ]
+    return [g for g in groups if g["params"]]
+
+
+def build_model(config: TrainConfig, num_classes: int, img_size: int) -> nn.Module:
+    """The configured ViT; a bad name or option is a :class:`ConfigError`."""
+    m = config.model
+    try:
+        return create_model(
+            m.name,
+            pe=m.pe,
+            num_classes=num_classes,
+            img_size=img_size,
+            patch_size=m.patch_size,
+            pe_kwargs=dict(m.pe_kwargs),
+            **m.overrides,
+        )
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"cannot build model {m.name!r} with pe {m.pe!r}: {e}") from e
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    loader: DataLoader,
+    *,
+    mean: tuple[float, ...],
+    std: tuple[float, ...],
+    device: torch.device,
+    amp: bool = False,
+    ctx: DistContext | None = None,
+) -> dict[str, float]:
+    """Clean top-1 accuracy and mean cross-entropy over ``loader`` (summed over DDP ranks)."""
+    was_training = model.training
+    model.eval()
+    totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss sum, count
+    for images, labels in loader:
+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        with _autocast(device, amp):
+            logits = model(normalize(images, mean, std))  # (B, C)
+        logits = logits.float()
+        totals[0] += (logits.argmax(-1) == labels).sum()
+        totals[1] += F.cross_entropy(logits, labels, reduction="sum")
+        totals[2] += labels.numel()
+    if ctx is not None:
+        ctx.all_reduce_sum(totals)
+    model.train(was_training)
+    correct, loss_sum, count = totals.tolist()
+    return {"acc": correct / max(count, 1), "loss": loss_sum / max(count, 1), "count": int(count)}
+
+
+def _autocast(device: torch.device, amp: bool) -> Any:
+    if amp and device.type == "cuda":
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def _seed_epoch(seed: int, epoch: int, rank: int, generators: dict[str, torch.Generator]) -> None:
+    """Reseed every random stream for ``epoch``: the run is a pure function of (config, epoch)."""
+    s = derive_seed(seed, "torch", epoch, rank)
+    torch.manual_seed(s)  # dropout, drop path, in-process augmentation (CUDA too)
+    random.seed(s)
+    np.random.seed(s % (1 << 32))
+    for name, gen in generators.items():
+        # Shuffling/worker seeds differ per rank; the RPT permutation is shared by all ranks.
+        gen.manual_seed(derive_seed(seed, name, epoch, rank if name == "loader" else 0))
+
+
+# ----------------------------------------------------------------------------------------------
+# The run directory
+
+
+def _run_files_present(out_dir: Path) -> list[str]:
+    names = (MODEL_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR)
+    return [n for n in names if (out_dir / n).exists()]
+
+
+def check_run_dir(config: TrainConfig, out_dir: Path) -> str:
+    """``"fresh"``, ``"resume"`` or ``"finished"``; a different config is a :class:`RunDirError`.
+
+    Read-only: a refused directory is left exactly as it was.
+    """
+    cfg_path = out_dir / CONFIG_FILE
+    if not cfg_path.exists():
+        present = _run_files_present(out_dir) if out_dir.is_dir() else []
+        if present:
+            raise RunDirError(
+                f"{out_dir} holds run files ({', '.join(present)}) but no {CONFIG_FILE}; "
+                "it is not a peanchor run directory I can resume: choose another --out"
+            )
+        return "fresh"
+    try:
+        old = yaml.safe_load(cfg_path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise RunDirError(f"cannot read {cfg_path} ({e}); choose another --out") from e
+    if not isinstance(old, dict):
+        raise RunDirError(f"{cfg_path} is not a peanchor config; choose another --out")
+    diff = {k: v for k, v in diff_configs(old, to_dict(config)).items() if k not in RUNTIME_KEYS}
+    if diff:
+        shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(diff.items())[:6])
+        more = f" (and {len(diff) - 6} more)" if len(diff) > 6 else ""
+        raise RunDirError(
+            f"{out_dir} holds a run with a different config ({shown}{more}); "
+            "use another --out, or the run's own settings to resume it"
+        )
+    if (out_dir / SUMMARY_FILE).exists() and (out_dir / MODEL_FILE).exists():
+        return "finished"
+    return "resume" if (out_dir / CHECKPOINT_DIR / STATE_FILE).exists() else "fresh"
+
+
+def _write_metrics(path: Path, history: list[dict[str, Any]]) -> None:
+    lines = [",".join(METRICS_COLUMNS)]
+    for row in history:
+        lines.append(
+            f"{row['epoch']},{row['train_loss']:.6f},{row['train_acc']:.6f},{row['val_acc']:.6f},"
+            f"{row['lr']:.6g},{row['seconds']:.2f}"
+        )
+    fileio.write_text(path, "\n".join(lines) + "\n")
+
+
+def _read_summary(out_dir: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        return json.loads((out_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError) as e:
+        raise RunDirError(f"{out_dir / SUMMARY_FILE} is unreadable ({e})") from e
+
+
+def _log(ctx: DistContext, message: str) -> None:
+    if ctx.is_main:
+        tqdm.write(f"peanchor: {message}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------------------------
+# Data loaders
+
+
+def _train_loader(
+    dataset: Dataset, config: TrainConfig, ctx: DistContext, generator: torch.Generator
+) -> tuple[DataLoader, DistributedSampler | None]:
+    t = config.train
+    if t.batch_size % ctx.world_size:
+        raise ConfigError(
+            f"train.batch_size={t.batch_size} must be divisible by the number of processes ({ctx.world_size})"
+        )
+    per_rank = t.batch_size // ctx.world_size
+    sampler = None
+    if ctx.enabled:
+        sampler = DistributedSampler(
+            dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=t.seed, drop_last=True
+        )
+    loader = DataLoader(
+        dataset,
+        batch_size=per_rank,
+        shuffle=sampler is None,
+        sampler=sampler,
+        drop_last=True,
+        num_workers=t.num_workers,
+        pin_memory=ctx.device.type == "cuda",
+        generator=generator,
+        # Fresh workers every epoch: their seeds then come from the per-epoch generator (exact resume).
+        persistent_workers=False,
+    )
+    if len(loader) == 0:
+        raise ConfigError(
+            f"the training set has {len(dataset)} images, fewer than one batch of {t.batch_size}: "
+            "lower train.batch_size or raise data.train_size"
+        )
+    return loader, sampler
+
+
+def _val_loader(dataset: Dataset, config: TrainConfig, ctx: DistContext) -> DataLoader:
+    if ctx.enabled:  # an exact shard per rank (no padding, unlike DistributedSampler)
+        dataset = Subset(dataset, range(ctx.rank, len(dataset), ctx.world_size))
+    return DataLoader(
+        dataset,
+        batch_size=config.train.eval_batch_size,
+        shuffle=False,
+        num_workers=config.train.num_workers,
+        pin_memory=ctx.device.type == "cuda",
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# One epoch
+
+
+def train_one_epoch(
+    model: nn.Module,
+    loader: DataLoader,
+    optimizer: torch.optim.Optimizer,
+    *,
+    config: TrainConfig,
+    epoch: int,
+    first_step: int,
+    total_steps: int,
+    warmup_steps: int,
+    num_patches: int,
+    mean: tuple[float, ...],
+    std: tuple[float, ...],
+    rpt_generator: torch.Generator,
+    ctx: DistContext,
+    progress: bool,
+) -> dict[str, float]:
+    """One pass over ``loader``; returns ``train_loss``, ``train_acc``, ``lr`` (last step), ``steps``.
+
+    Raises :class:`TrainingDiverged` at the first non-finite loss (before the optimizer steps on it).
+    """
+    o, device = config.optim, ctx.device
+    amp = config.train.amp and device.type == "cuda"
+    model.train()
+    totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    lr = o.lr
+    bar = tqdm(
+        total=len(loader), desc=f"epoch {epoch + 1}", leave=False, disable=None if progress and ctx.is_main else True
+    )
+    for i, (images, labels) in enumerate(loader):
+        step = first_step + i
+        lr = lr_at(step, total_steps, warmup_steps, o.lr, o.min_lr)
+        for g in optimizer.param_groups:
+            g["lr"] = lr * g["lr_mult"]
+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        x = normalize(images, mean, std)  # (B, 3, S, S) float
+        # RPT: one fresh permutation per step, shared by the batch; the PE stays on the slots.
+        perm = random_permutation(num_patches, generator=rpt_generator).to(device) if config.train.rpt else None
+        with _autocast(device, amp):
+            logits = model(x, token_perm=perm)  # (B, C)
+        loss = F.cross_entropy(logits.float(), labels, label_smoothing=o.label_smoothing)
+        check = loss.detach().clone()
+        if ctx.enabled:  # every rank must stop at the same step, so decide on the mean loss
+            ctx.all_reduce_sum(check)
+        if not torch.isfinite(check).item():
+            kind = "nan" if torch.isnan(check).item() else "inf"
+            bar.close()
+            raise TrainingDiverged(
+                f"loss became {kind} at epoch {epoch + 1} step {i + 1}; lower optim.lr (now {o.lr:g}) "
+                f"or set optim.clip_grad; the last good checkpoint (epoch {epoch}) is kept"
+            )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if o.clip_grad is not None:
+            torch.nn.utils.clip_grad_norm_(params, o.clip_grad)
+        optimizer.step()
+        n = labels.numel()
+        totals[0] += loss.detach().double() * n
+        totals[1] += (logits.detach().argmax(-1) == labels).sum()
+        totals[2] += n
+        bar.update(1)
+        if (i + 1) % config.train.log_every == 0 or i + 1 == len(loader):
+            bar.set_postfix(loss=f"{totals[0].item() / totals[2].item():.4f}", lr=f"{lr:.2e}")
+    bar.close()
+    ctx.all_reduce_sum(totals)
+    loss_sum, correct, count = totals.tolist()
+    return {"train_loss": loss_sum / count, "train_acc": correct / count, "lr": lr, "steps": len(loader)}
+
+
+# ----------------------------------------------------------------------------------------------
+# The run
+
+
+def train(
+    config: TrainConfig, out_dir: str | Path, *, progress: bool = True, max_epochs: int | None = None
+) -> dict[str, Any]:
+    """Train ``config`` into ``out_dir`` (resuming it if it holds the same config) and return the summary.
+
+    ``max_epochs`` stops after that many completed epochs without finishing the run (the returned
+    dict then has ``status == "stopped"``); rerunning continues it. Rerunning a finished run does
+    nothing and returns its summary with ``status == "already_finished"``.
+    """
+    validate(config)
+    out_dir = Path(out_dir)
+    ctx = setup_distributed(config.train.device)
+    try:
+        return _train(config, out_dir, ctx, progress=progress, max_epochs=max_epochs)
+    finally:
+        ctx.close()
+
+
+def _train(
+    config: TrainConfig, out_dir: Path, ctx: DistContext, *, progress: bool, max_epochs: int | None
+) -> dict[str, Any]:
+    # Refuse a conflicting directory before touching it (not even the lock file).
+    main_first(ctx, lambda: check_run_dir(config, out_dir), others=False)
+    created = not out_dir.exists()
+    lock = fileio.RunLock(out_dir)  # held by rank 0 only; a second process is refused
+    main_first(ctx, lock.acquire, others=False)
+    try:
+        return _train_locked(config, out_dir, ctx, progress=progress, max_epochs=max_epochs)
+    finally:
+        lock.release()
+        if created and ctx.is_main:
+            # A run that failed before writing anything (bad data root, ...) leaves no empty directory.
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+
+
+def _train_locked(
+    config: TrainConfig, out_dir: Path, ctx: DistContext, *, progress: bool, max_epochs: int | None
+) -> dict[str, Any]:
+    t = config.train
+
+    def prepare() -> int:
+        # Re-check under the lock: another process may have changed the directory meanwhile.
+        return {"fresh": 0, "resume": 1, "finished": 2}[check_run_dir(config, out_dir)]
+
+    code = main_first(ctx, prepare, others=False)
+    (code,) = ctx.broadcast_ints([code if code is not None else 0])
+    if code == 2:
+        summary = _read_summary(out_dir) if ctx.is_main else {}
+        _log(ctx, f"{out_dir} is already finished (val acc {summary.get('val_acc')}); nothing to do")
+        summary["status"] = "already_finished"
+        return summary
+
+    # Data: rank 0 first (it may generate a dataset cache), then the others read it.
+    built = main_first(ctx, lambda: build_datasets(config.data))
+    assert built is not None
+    train_ds, val_ds, info = built
+
+    torch.manual_seed(derive_seed(t.seed, "init"))  # the same initial weights on every rank
+    model = build_model(config, info.num_classes, info.img_size).to(ctx.device)
+    groups = param_groups(model, config.optim.weight_decay, config.optim.pe_lr_mult, config.optim.pe_weight_decay)
+    optimizer = torch.optim.AdamW(groups, lr=config.optim.lr, betas=config.optim.betas, eps=config.optim.eps)
+
+    state = TrainState(world_size=ctx.world_size)
+    state_path = out_dir / CHECKPOINT_DIR / STATE_FILE
+    if code == 1:
+        state = load_train_state(state_path, model, optimizer)
+        if state.world_size != ctx.world_size:
+            _log(ctx, f"resuming with {ctx.world_size} processes instead of {state.world_size}: not bit-identical")
+        state.world_size = ctx.world_size
+        _log(ctx, f"resuming {out_dir} after epoch {state.epoch}/{t.epochs}")
+
+    fwd: nn.Module = model
+    if ctx.enabled:
+        fwd = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None
+        )
+    if t.compile:
+        fwd = torch.compile(fwd)
+
+    generators = {"loader": torch.Generator(), "rpt": torch.Generator()}
+    train_loader, sampler = _train_loader(train_ds, config, ctx, generators["loader"])
+    val_loader = _val_loader(val_ds, config, ctx)
+    steps_per_epoch = len(train_loader)
+    total_steps = steps_per_epoch * t.epochs
+    warmup_steps = min(total_steps, round(config.optim.warmup_epochs * steps_per_epoch))
+    mean, std = tuple(info.mean), tuple(info.std)
+    amp = t.amp and ctx.device.type == "cuda"
+
+    if ctx.is_main and not (out_dir / CONFIG_FILE).exists():
+        # Written once data and model are known to build, so a typo never pins a directory to a bad config.
+        fileio.write_text(out_dir / CONFIG_FILE, to_yaml(config))
+
+    stop_at = t.epochs if max_epochs is None else min(t.epochs, max_epochs)
+    epochs_bar = tqdm(
+        total=t.epochs, initial=state.epoch, desc="epochs", disable=None if progress and ctx.is_main else True
+    )
+    for epoch in range(state.epoch, stop_at):
+        start = time.perf_counter()
+        _seed_epoch(t.seed, epoch, ctx.rank, generators)
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        stats = train_one_epoch(
+            fwd, train_loader, optimizer, config=config, epoch=epoch, first_step=epoch * steps_per_epoch,
+            total_steps=total_steps, warmup_steps=warmup_steps, num_patches=model.num_patches, mean=mean, std=std,
+            rpt_generator=generators["rpt"], ctx=ctx, progress=progress,
+        )  # fmt: skip
+        val = evaluate(model, val_loader, mean=mean, std=std, device=ctx.device, amp=amp, ctx=ctx)
+        row = {
+            "epoch": epoch + 1,
+            "train_loss": stats["train_loss"],
+            "train_acc": stats["train_acc"],
+            "val_acc": val["acc"],
+            "val_loss": val["loss"],
+            "lr": stats["lr"],
+            "seconds": time.perf_counter() - start,
+        }
+        state.epoch, state.global_step = epoch + 1, (epoch + 1) * steps_per_epoch
+        state.history.append(row)
+        if ctx.is_main:
+            # State first: metrics.csv is always rebuilt from the state's history.
+            save_train_state(state_path, model, optimizer, state, to_dict(config))
+            _write_metrics(out_dir / METRICS_FILE, state.history)
+        epochs_bar.update(1)
+        epochs_bar.set_postfix(loss=f"{row['train_loss']:.4f}", val_acc=f"{row['val_acc']:.4f}")
+    epochs_bar.close()
+
+    if state.epoch < t.epochs:
+        ctx.barrier()
+        _log(ctx, f"stopped after epoch {state.epoch}/{t.epochs}; rerun the same command to continue")
+        return {"status": "stopped", "epochs_done": state.epoch, "epochs": t.epochs, "run_dir": str(out_dir)}
+
+    summary = _summary(config, out_dir, model, info, state, ctx, len(train_ds), len(val_ds))
+    if ctx.is_main:
+        if state.history:
+            _write_metrics(out_dir / METRICS_FILE, state.history)
+        save_model(model, out_dir / MODEL_FILE, extra_metadata={
+            "config": to_dict(config), "condition": config.condition, "val_acc": summary["val_acc"],
+            "epochs": t.epochs,
+        })  # fmt: skip
+        fileio.write_json(out_dir / SUMMARY_FILE, summary)  # last: marks the run finished
+    ctx.barrier()
+    return summary
+
+
+def _summary(
+    config: TrainConfig,
+    out_dir: Path,
+    model: nn.Module,
+    info: Any,
+    state: TrainState,
+    ctx: DistContext,
+    n_train: int,
+    n_val: int,
+) -> dict[str, Any]:
+    from peanchor import __version__
+
+    last = state.history[-1] if state.history else {}
+    best = max(state.history, key=lambda r: r["val_acc"]) if state.history else {}
+    device = str(ctx.device)
+    if ctx.device.type == "cuda":
+        device += f" ({torch.cuda.get_device_name(ctx.device)})"
+    return {
+        "status": "finished",
+        "run_dir": str(out_dir),
+        "condition": config.condition,
+        "pe": config.model.pe,
+        "rpt": config.train.rpt,
+        "model": config.model.name,
+        "preset": config.preset,
+        "data": config.data.name,
+        "seed": config.train.seed,
+        "epochs": config.train.epochs,
+        "val_acc": last.get("val_acc"),
+        "val_loss": last.get("val_loss"),
+        "train_loss": last.get("train_loss"),
+        "train_acc": last.get("train_acc"),
+        "best_val_acc": best.get("val_acc"),
+        "best_epoch": best.get("epoch"),
+        "seconds": sum(r["seconds"] for r in state.history),
+        "num_params": sum(p.numel() for p in model.parameters()),
+        "num_classes": info.num_classes,
+        "img_size": info.img_size,
+        "num_patches": model.num_patches,
+        "train_images": n_train,
+        "val_images": n_val,
+        "device": device,
+        "world_size": ctx.world_size,
+        "amp_bf16": config.train.amp and ctx.device.type == "cuda",
+        "compile": config.train.compile,
+        "model_args": model.model_args,
+        "versions": {"peanchor": __version__, "torch": torch.__version__, "python": platform.python_version()},
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def iter_history(out_dir: str | Path) -> Iterator[dict[str, str]]:
+    """Rows of a run's ``metrics.csv`` as dicts of strings."""
+    import csv
+
+    with open(Path(out_dir) / METRICS_FILE, newline="") as f:
+        yield from csv.DictReader(f)
+
+
+__all__ = [
+    "CHECKPOINT_DIR",
+    "CONFIG_FILE",
+    "METRICS_COLUMNS",
+    "METRICS_FILE",
+    "SUMMARY_FILE",
+    "build_model",
+    "check_run_dir",
+    "evaluate",
+    "lr_at",
+    "param_groups",
+    "train",
+    "train_one_epoch",
+]

@@ -1,0 +1,481 @@
+"""Training: config resolution, the run directory contract, exact resume, divergence, RPT, DDP, checkpoints."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from peanchor.checkpoint import load_model, read_metadata, save_model, write_safetensors
+from peanchor.errors import CheckpointError, ConfigError, RunDirError, TrainingDiverged
+from peanchor.fileio import RunLock
+from peanchor.models import create_model
+from peanchor.training import loop
+from peanchor.training.config import (
+    PRESETS,
+    TrainConfig,
+    from_dict,
+    load_config,
+    preset_config,
+    resolve_config,
+    to_dict,
+    to_yaml,
+)
+from peanchor.training.loop import lr_at, param_groups, train
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One scenes cache for the whole session (the tiny splits are generated once)."""
+    return tmp_path_factory.mktemp("scenes-cache")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and a busy CI box then has no oversubscription."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_sets(cache: Path, epochs: int = 2, train_size: int = 128, extra: tuple[str, ...] = ()) -> list[str]:
+    return [
+        f"data.cache_dir={cache}",
+        f"data.train_size={train_size}",
+        "data.val_size=40",
+        "train.batch_size=32",
+        "train.eval_batch_size=40",
+        f"train.epochs={epochs}",
+        *extra,
+    ]
+
+
+def tiny(cache: Path, pe: str = "ape", epochs: int = 2, rpt: bool = False, extra: tuple[str, ...] = ()) -> TrainConfig:
+    """The smoke preset cut down to 4 steps per epoch."""
+    return resolve_config("smoke", {"model.pe": pe, "train.rpt": rpt}, tiny_sets(cache, epochs, extra=extra))
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, str]]:
+    """Every file under ``directory``: (mtime_ns, content hash)."""
+    return {
+        str(p.relative_to(directory)): (p.stat().st_mtime_ns, sha(p))
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def metrics_without_seconds(run: Path) -> list[list[str]]:
+    rows = [line.split(",") for line in (run / "metrics.csv").read_text().splitlines()]
+    return [row[:-1] for row in rows]  # the last column is wall time
+
+
+def subprocess_env(cache: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PEANCHOR_CACHE"] = str(cache)
+    env["OMP_NUM_THREADS"] = "1"  # the same kernels as the in-process runs (see one_thread)
+    return env
+
+
+# ----------------------------------------------------------------------------------------------
+# Config
+
+
+@pytest.mark.parametrize(
+    "item, key, expected",
+    [
+        ("optim.lr=3e-4", "optim.lr", 3e-4),  # YAML reads 3e-4 as a string; the float field parses it
+        ("optim.lr=1", "optim.lr", 1.0),
+        ("model.overrides.depth=6", "model.overrides", {"depth": 6}),
+        ("data.train_size=5000", "data.train_size", 5000),
+        ("data.train_size=null", "data.train_size", None),
+        ("optim.betas=[0.8, 0.95]", "optim.betas", (0.8, 0.95)),
+        ("optim.clip_grad=null", "optim.clip_grad", None),
+        ("train.rpt=true", "train.rpt", True),
+        ("data.root=123", "data.root", "123"),  # a str field keeps the text
+        ("model.pe_kwargs.init_std=0.02", "model.pe_kwargs", {"init_std": 0.02}),
+    ],
+)
+def test_set_parses_and_type_checks(item, key, expected):
+    cfg = resolve_config("smoke", {}, [item])
+    section, _, name = key.partition(".")
+    value = getattr(getattr(cfg, section), name)
+    if key == "model.overrides":
+        assert value["depth"] == expected["depth"]
+    else:
+        assert value == expected and type(value) is type(expected)
+
+
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("optim.lr=fast", "optim.lr=fast: expected float"),
+        ("train.epochs=1.5", "train.epochs=1.5: expected int"),
+        ("train.rpt=maybe", "expected bool"),
+        ("train.seed=true", "expected int"),
+        ("optim.betas=[0.9]", "optim.betas"),
+        ("model.overrides.depth=2.5", "model.overrides.depth"),
+        ("data.img_size=4", "expected an integer >= 8"),
+        ("optim.lr", "expected key=value"),
+        ("model.pe=nope", "unknown positional encoding"),
+    ],
+)
+def test_set_rejects_bad_values(item, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace(".", r"\.")):
+        resolve_config("smoke", {}, [item])
+
+
+def test_unknown_keys_list_the_valid_ones():
+    with pytest.raises(ConfigError) as e:
+        resolve_config("smoke", {}, ["optim.lrr=1"])
+    assert "'optim.lrr'" in str(e.value) and "optim.lr," in str(e.value) and "optim.weight_decay" in str(e.value)
+    with pytest.raises(ConfigError, match="model.overrides.depth"):
+        resolve_config("smoke", {}, ["model.overrides.depthh=3"])
+    with pytest.raises(ConfigError, match="valid keys here: preset, data, model, optim, train"):
+        resolve_config("smoke", {}, ["trian.epochs=3"])
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_presets_resolve_and_round_trip(preset, tmp_path):
+    cfg = resolve_config(preset, {}, [])
+    assert cfg.preset == preset
+    assert from_dict(to_dict(cfg)) == cfg
+    (tmp_path / "config.yaml").write_text(to_yaml(cfg))
+    assert load_config(tmp_path / "config.yaml") == cfg
+
+
+def test_paper_preset_follows_the_paper():
+    cfg = preset_config("paper")
+    assert (cfg.data.name, cfg.data.img_size, cfg.model.name, cfg.model.patch_size) == (
+        "imagenet100",
+        224,
+        "vit_paper",
+        16,
+    )
+    o = cfg.optim
+    assert (cfg.train.batch_size, o.lr, o.weight_decay, o.betas, cfg.train.epochs, o.label_smoothing) == (
+        128, 1e-3, 0.05, (0.9, 0.999), 60, 0.1,
+    )  # fmt: skip
+
+
+def test_cli_flags_then_set_win_over_the_preset():
+    cfg = resolve_config("cpu", {"model.pe": "rope", "train.epochs": 7, "train.seed": None}, ["train.epochs=9"])
+    assert (cfg.model.pe, cfg.train.epochs, cfg.train.seed) == ("rope", 9, 0)
+
+
+def test_lr_schedule_warmup_then_cosine():
+    lrs = [lr_at(s, 100, 10, 1e-3, 1e-5) for s in range(100)]
+    assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3)
+    assert all(a >= b for a, b in itertools.pairwise(lrs[10:]))  # monotone decay after warmup
+    assert lrs[-1] == pytest.approx(1e-5, abs=1e-6)
+
+
+def test_param_groups_keep_pe_norms_biases_and_cls_out_of_weight_decay():
+    model = create_model("vit_micro", pe="ape", num_classes=3)
+    groups = {g["name"]: g for g in param_groups(model, 0.05, 3.0, 0.0)}
+    names = {id(p): n for n, p in model.named_parameters()}
+    pe = {names[id(p)] for p in groups["pe"]["params"]}
+    no_decay = {names[id(p)] for p in groups["no_decay"]["params"]}
+    decay = {names[id(p)] for p in groups["decay"]["params"]}
+    assert pe == {"pe.table"} and groups["pe"]["lr_mult"] == 3.0 and groups["pe"]["weight_decay"] == 0.0
+    assert "cls_token" in no_decay and all(n.endswith(".weight") and "norm" not in n for n in decay)
+    assert any("norm1" in n for n in no_decay) and any(n.endswith(".bias") for n in no_decay)
+    assert len(pe) + len(no_decay) + len(decay) == len(names)
+
+
+# ----------------------------------------------------------------------------------------------
+# Runs
+
+
+class Recorder:
+    """Wraps create_model in the loop to keep the model and every training-time token_perm."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.models: list[torch.nn.Module] = []
+        self.perms: list[torch.Tensor | None] = []
+        real = loop.create_model
+
+        def create(*args, **kwargs):
+            model = real(*args, **kwargs)
+            forward = model.forward
+
+            def recording_forward(images, token_perm=None, pe_scale=1.0):
+                if model.training:
+                    self.perms.append(None if token_perm is None else token_perm.clone())
+                return forward(images, token_perm=token_perm, pe_scale=pe_scale)
+
+            model.forward = recording_forward
+            self.models.append(model)
+            return model
+
+        monkeypatch.setattr(loop, "create_model", create)
+
+
+def test_train_writes_a_self_describing_run_and_load_model_matches(tmp_path, cache_dir, monkeypatch):
+    rec = Recorder(monkeypatch)
+    run = tmp_path / "run"
+    summary = train(tiny(cache_dir, pe="rope"), run, progress=False)
+    assert {p.name for p in run.iterdir()} >= {
+        "config.yaml",
+        "model.safetensors",
+        "metrics.csv",
+        "summary.json",
+        "checkpoint",
+    }
+    assert not (run / ".lock").exists()
+    assert load_config(run / "config.yaml") == tiny(cache_dir, pe="rope")
+    header, *rows = (run / "metrics.csv").read_text().splitlines()
+    assert header == "epoch,train_loss,train_acc,val_acc,lr,seconds" and len(rows) == 2
+    for key in ("val_acc", "epochs", "seconds", "pe", "rpt", "condition", "model", "num_params", "device", "versions"):
+        assert key in summary
+    assert summary["status"] == "finished" and summary["condition"] == "rope" and summary["epochs"] == 2
+
+    loaded = load_model(run)
+    trained = rec.models[0].eval()
+    x = torch.randn(4, 3, 16, 16)
+    assert not loaded.training
+    assert torch.equal(loaded(x), trained(x))
+    meta = read_metadata(run / "model.safetensors")
+    assert meta["format"] == "peanchor-vit/1" and meta["model_args"]["pe"] == "rope"
+
+
+def test_same_seed_same_run_and_interrupted_resume_is_bit_identical(tmp_path, cache_dir):
+    extra = ("model.overrides.drop_rate=0.1", "model.overrides.drop_path_rate=0.1")  # RNG inside the model too
+    cfg = tiny(cache_dir, pe="ape", epochs=3, rpt=True, extra=extra)
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    train(cfg, a, progress=False)
+    train(cfg, b, progress=False)
+    assert sha(a / "model.safetensors") == sha(b / "model.safetensors")
+    assert metrics_without_seconds(a) == metrics_without_seconds(b)
+
+    stopped = train(cfg, c, progress=False, max_epochs=1)
+    assert stopped["status"] == "stopped" and not (c / "model.safetensors").exists()
+    assert len((c / "metrics.csv").read_text().splitlines()) == 2
+    train(cfg, c, progress=False)
+    assert sha(a / "model.safetensors") == sha(c / "model.safetensors")
+    assert metrics_without_seconds(a) == metrics_without_seconds(c)
+
+    other = tiny(cache_dir, pe="ape", epochs=3, rpt=True, extra=(*extra, "train.seed=1"))
+    train(other, tmp_path / "d", progress=False)
+    assert sha(a / "model.safetensors") != sha(tmp_path / "d" / "model.safetensors")
+
+
+def test_finished_rerun_is_a_noop(tmp_path, cache_dir):
+    cfg = tiny(cache_dir, epochs=1)
+    run = tmp_path / "run"
+    first = train(cfg, run, progress=False)
+    before = snapshot(run)
+    again = train(cfg, run, progress=False)
+    assert again["status"] == "already_finished" and again["val_acc"] == first["val_acc"]
+    assert snapshot(run) == before
+
+
+def test_different_config_is_refused_and_nothing_is_touched(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    train(tiny(cache_dir, epochs=1), run, progress=False)
+    before, dir_mtime = snapshot(run), run.stat().st_mtime_ns
+    changed = tiny(cache_dir, epochs=1, extra=("optim.lr=3e-4", "train.seed=5"))
+    with pytest.raises(RunDirError, match=r"optim\.lr: 0\.001 -> 0\.0003.*train\.seed: 0 -> 5"):
+        train(changed, run, progress=False)
+    assert snapshot(run) == before and run.stat().st_mtime_ns == dir_mtime
+
+
+def test_a_failed_start_leaves_no_directory_and_no_config(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    with pytest.raises(ConfigError, match="unknown dataset"):
+        train(tiny(cache_dir, extra=("data.name=nope",)), run, progress=False)
+    assert not run.exists()
+    train(tiny(cache_dir, epochs=1), run, progress=False)  # the corrected command is not refused
+    assert (run / "summary.json").exists()
+
+
+def test_a_locked_run_dir_is_refused(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    with RunLock(run), pytest.raises(RunDirError, match="in use"):  # held by this (live) process
+        train(tiny(cache_dir, epochs=1), run, progress=False)
+    assert not (run / "model.safetensors").exists()
+
+
+def test_nonfinite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, cache_dir, monkeypatch):
+    cfg = tiny(cache_dir, epochs=3)
+    run = tmp_path / "run"
+    train(cfg, run, progress=False, max_epochs=1)
+    before = snapshot(run)
+    real_lr = loop.lr_at
+    monkeypatch.setattr(loop, "lr_at", lambda step, *a: 1e12 if step >= 5 else real_lr(step, *a))  # blow up in epoch 2
+    with pytest.raises(TrainingDiverged, match=r"loss became (nan|inf) at epoch 2 step \d+; lower optim\.lr"):
+        train(cfg, run, progress=False)
+    assert snapshot(run) == before
+    assert not (run / ".lock").exists() and not (run / "model.safetensors").exists()
+
+
+def test_huge_lr_from_the_cli_is_one_line_exit_3(tmp_path, cache_dir, capsys):
+    from peanchor.cli import main
+
+    out = tmp_path / "run"
+    args = ["train", "--preset", "smoke", "--pe", "ape", "--out", str(out), "--no-progress"]
+    args += [
+        a for s in tiny_sets(cache_dir, epochs=1, extra=("optim.lr=1e12", "optim.clip_grad=null")) for a in ("--set", s)
+    ]
+    code = main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3 and err[-1].startswith("peanchor: error: loss became") and "Traceback" not in "".join(err)
+
+
+def test_unknown_pe_from_the_cli_is_a_config_error(capsys):
+    from peanchor.cli import main
+
+    assert main(["train", "--preset", "smoke", "--pe", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("peanchor: error: model.pe='nope'") and "valid: none, ape" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("rpt", [True, False])
+def test_rpt_gives_a_fresh_permutation_on_every_step(tmp_path, cache_dir, monkeypatch, rpt):
+    rec = Recorder(monkeypatch)
+    train(tiny(cache_dir, pe="ape", epochs=2, rpt=rpt), tmp_path / "run", progress=False)
+    n = rec.models[0].num_patches
+    assert len(rec.perms) == 8  # 2 epochs × 4 steps
+    if not rpt:
+        assert all(p is None for p in rec.perms)
+        return
+    assert all(p.shape == (n,) and torch.equal(p.sort().values, torch.arange(n)) for p in rec.perms)
+    distinct = {tuple(p.tolist()) for p in rec.perms}
+    assert len(distinct) == len(rec.perms)
+
+
+# ----------------------------------------------------------------------------------------------
+# Processes: kill -9 and resume, DDP
+
+
+def test_kill_9_mid_run_then_rerun_gives_identical_weights(tmp_path, cache_dir):
+    sets = tiny_sets(cache_dir, epochs=4, train_size=256)
+    reference = tmp_path / "reference"
+    train(resolve_config("smoke", {"model.pe": "sincos"}, sets), reference, progress=False)
+
+    run = tmp_path / "killed"
+    cmd = [
+        sys.executable,
+        "-m",
+        "peanchor",
+        "train",
+        "--preset",
+        "smoke",
+        "--pe",
+        "sincos",
+        "--out",
+        str(run),
+        "--no-progress",
+    ]
+    cmd += [a for s in sets for a in ("--set", s)]
+    env = subprocess_env(cache_dir)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    state = run / "checkpoint" / "state.safetensors"
+    deadline = time.monotonic() + 60
+    while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert state.exists(), "the run never wrote its first checkpoint"
+    assert not (run / "summary.json").exists(), "the run finished before it could be killed"
+
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "resuming" in done.stderr and "final val acc" in done.stdout
+    assert sha(run / "model.safetensors") == sha(reference / "model.safetensors")
+    assert metrics_without_seconds(run) == metrics_without_seconds(reference)
+
+
+@pytest.mark.slow
+def test_ddp_two_gloo_processes(tmp_path, cache_dir):
+    run = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "peanchor", "train", "--preset", "smoke", "--pe", "ape", "--rpt", "--out", str(run), "--no-progress",
+           "--device", "cpu"]  # fmt: skip
+    cmd += [a for s in tiny_sets(cache_dir, epochs=2) for a in ("--set", s)]
+    done = subprocess.run(
+        cmd, cwd=tmp_path, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("final val acc") == 1  # rank 0 alone reports
+    summary = yaml.safe_load((run / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["condition"] == "rpt"
+    assert len((run / "metrics.csv").read_text().splitlines()) == 3
+    assert load_model(run).pe_name == "ape"
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("name", ["evil.pt", "evil.safetensors"])
+def test_load_model_never_unpickles(tmp_path, name):
+    marker = tmp_path / "marker"
+    path = tmp_path / name
+    torch.save({"model": _Payload(marker)}, path)
+    with pytest.raises(CheckpointError, match="never unpickles"):
+        load_model(path)
+    assert not marker.exists()
+
+
+def test_load_model_rejects_damaged_and_foreign_files(tmp_path):
+    from safetensors.torch import save_file
+
+    model = create_model("vit_micro", pe="ape", num_classes=3)
+    good = tmp_path / "m.safetensors"
+    save_model(model, good)
+    cases = {
+        "missing.safetensors": None,
+        "truncated.safetensors": good.read_bytes()[:-100],
+        "empty.safetensors": b"",
+        "junk.safetensors": b"not a checkpoint at all" * 4,
+    }
+    for name, data in cases.items():
+        if data is not None:
+            (tmp_path / name).write_bytes(data)
+        with pytest.raises(CheckpointError) as e:
+            load_model(tmp_path / name)
+        assert "\n" not in str(e.value) and name in str(e.value)
+
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "foreign.safetensors"))
+    with pytest.raises(CheckpointError, match="without peanchor model_args"):
+        load_model(tmp_path / "foreign.safetensors")
+    other = create_model("vit_micro", pe="none", num_classes=3)  # no pe.table
+    tensors = {k: v.contiguous() for k, v in other.state_dict().items()}
+    write_safetensors(tmp_path / "mismatch.safetensors", tensors, {"model_args": json.dumps(model.model_args)})
+    with pytest.raises(CheckpointError, match="missing pe.table"):
+        load_model(tmp_path / "mismatch.safetensors")
+    with pytest.raises(CheckpointError, match="no model.safetensors"):
+        load_model(tmp_path)
+
+
+def test_save_model_is_byte_reproducible(tmp_path):
+    model = create_model("vit_micro", pe="sincos", num_classes=3)
+    save_model(model, tmp_path / "a.safetensors", {"x": 1, "y": "two", "z": [3]})
+    save_model(model, tmp_path / "b.safetensors", {"z": [3], "y": "two", "x": 1})
+    assert sha(tmp_path / "a.safetensors") == sha(tmp_path / "b.safetensors")
