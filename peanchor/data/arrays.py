@@ -1,0 +1,81 @@
+"""A dataset over a uint8 image array ``(N, 3, H, W)`` held in memory or memory-mapped from a ``.npy``.
+
+Used by scenes, CIFAR and prepared datasets. Items are resized to ``S`` (eval preprocessing) and
+augmented in batches: the DataLoader calls ``__getitems__`` with a whole batch of indices, so one
+fancy-index read and one vectorised augmentation serve the batch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+from torchvision.transforms.v2 import functional as TF
+
+from peanchor.data.transforms import batch_augment
+
+
+class ArrayDataset(Dataset):
+    """uint8 images ``(N, 3, H, W)`` and int labels; yields ``(uint8 (3, S, S), int)``.
+
+    ``path``: the ``.npy`` the images are memory-mapped from. When set, pickling (DataLoader workers
+    under spawn) sends the path, not the pixels, and each worker maps the file itself.
+    """
+
+    def __init__(
+        self,
+        images: np.ndarray,
+        labels: np.ndarray | Sequence[int],
+        *,
+        img_size: int,
+        policy: str = "none",
+        classes: Sequence[str] = (),
+        path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if images.ndim != 4 or images.shape[1] != 3 or images.dtype != np.uint8:
+            raise ValueError(f"expected uint8 images (N, 3, H, W), got {images.dtype} {images.shape}")
+        self.images = images
+        self.labels = np.asarray(labels, dtype=np.int64)
+        if len(self.labels) != len(images):
+            raise ValueError(f"{len(images)} images but {len(self.labels)} labels")
+        self.img_size = img_size
+        self.policy = policy
+        self.classes = list(classes)
+        self.path = None if path is None else str(path)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def fetch(self, indices: Sequence[int] | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch: uint8 ``(B, 3, S, S)`` (resized, augmented) and int64 labels ``(B,)``."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        batch = torch.from_numpy(self.images[idx])  # fancy indexing copies out of the memory map  # (B, 3, H, W)
+        if batch.shape[-2:] != (self.img_size, self.img_size):
+            batch = TF.resize(batch, [self.img_size, self.img_size], antialias=True)  # (B, 3, S, S)
+        batch = batch_augment(batch, self.policy)
+        return batch, torch.from_numpy(self.labels[idx])
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} images")
+        images, labels = self.fetch([index % len(self)])
+        return images[0], int(labels[0])
+
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[torch.Tensor, int]]:
+        images, labels = self.fetch(indices)
+        return [(img, int(lab)) for img, lab in zip(images, labels.tolist())]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if self.path is not None:
+            state["images"] = None  # re-mapped in __setstate__
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.images is None:
+            self.images = np.load(self.path, mmap_mode="r")

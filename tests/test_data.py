@@ -1,0 +1,606 @@
+"""Tests for peanchor.data: the scenes generator, the real-data loaders and their error messages."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as TF
+
+import peanchor.data as data
+from peanchor.data import DataSpec, build_datasets, build_eval_dataset, scenes
+from peanchor.data.transforms import batch_augment
+from peanchor.errors import ConfigError, DataError
+
+CLASS_LIST = Path("/work/shared/data/imagenet100_classes.txt")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    """Never touch the user's ~/.cache in tests."""
+    monkeypatch.setenv("PEANCHOR_CACHE", str(tmp_path / "cache"))
+
+
+# Test images are written with Pillow: torchvision's encoders are deprecated from 0.29 on.
+
+
+def _random_image(h: int, w: int, seed: int) -> Image.Image:
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8))
+
+
+def _write_jpeg(path: Path, h: int = 12, w: int = 10, seed: int = 0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _random_image(h, w, seed).save(path, format="JPEG", quality=90)
+
+
+def _write_png(path: Path, h: int = 9, w: int = 14, seed: int = 0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _random_image(h, w, seed).save(path, format="PNG")
+
+
+def _read(path: Path) -> torch.Tensor:
+    with Image.open(path) as img:
+        return TF.pil_to_tensor(img.convert("RGB"))
+
+
+def _all(dataset) -> tuple[torch.Tensor, list[int]]:
+    items = [dataset[i] for i in range(len(dataset))]
+    return torch.stack([x for x, _ in items]), [y for _, y in items]
+
+
+# ------------------------------------------------------------------------------------------------
+# scenes
+
+
+def test_scenes_deterministic_and_seeded():
+    a_img, a_lab = scenes.generate_scenes(120, seed=0, split="train")
+    b_img, b_lab = scenes.generate_scenes(120, seed=0, split="train")
+    assert a_img.tobytes() == b_img.tobytes() and np.array_equal(a_lab, b_lab)
+    c_img, _ = scenes.generate_scenes(120, seed=1, split="train")
+    v_img, _ = scenes.generate_scenes(120, seed=0, split="val")
+    assert a_img.tobytes() != c_img.tobytes()
+    assert a_img.tobytes() != v_img.tobytes()
+
+
+def test_scenes_prefix_stable_across_sizes():
+    # Chunks are seeded by their index, so whole chunks do not depend on n (or on who asks first).
+    big, big_lab = scenes.generate_scenes(scenes.CHUNK + 30)
+    small, small_lab = scenes.generate_scenes(scenes.CHUNK)
+    assert np.array_equal(big[: scenes.CHUNK], small) and np.array_equal(big_lab[: scenes.CHUNK], small_lab)
+
+
+def test_scenes_shape_dtype_balance():
+    images, labels = scenes.generate_scenes(200, img_size=32)
+    assert images.shape == (200, 3, 32, 32) and images.dtype == np.uint8
+    assert labels.dtype == np.int64
+    assert np.bincount(labels, minlength=10).tolist() == [20] * 10
+    assert 20 < images.mean() < 235 and images.std() > 20  # not blank, not saturated
+    bigger, _ = scenes.generate_scenes(20, img_size=48)
+    assert bigger.shape == (20, 3, 48, 48)
+
+
+def test_scenes_build_datasets_and_cache_reuse(tmp_path, monkeypatch):
+    spec = DataSpec(train_size=50, val_size=30, cache_dir=str(tmp_path / "c"))
+    train, val, info = build_datasets(spec)
+    assert (len(train), len(val)) == (50, 30)
+    assert info.num_classes == 10 and info.classes == list(data.SCENES_CLASSES) and info.img_size == 32
+    image, label = val[0]
+    assert image.shape == (3, 32, 32) and image.dtype == torch.uint8 and isinstance(label, int)
+    files = sorted((tmp_path / "c" / "scenes").iterdir())
+    assert len(files) == 4  # images + labels per split
+    mtimes = [f.stat().st_mtime_ns for f in files]
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("cache miss")
+
+    monkeypatch.setattr(scenes, "generate_scenes", no_generation)
+    train2, val2, _ = build_datasets(spec)
+    assert isinstance(val2.images, np.memmap)
+    assert torch.equal(val2[0][0], image)
+    assert [f.stat().st_mtime_ns for f in files] == mtimes
+    # a different parameter is a different entry
+    with pytest.raises(AssertionError, match="cache miss"):
+        build_datasets(DataSpec(train_size=50, val_size=30, seed=3, cache_dir=str(tmp_path / "c")))
+
+
+def test_scenes_eval_dataset_skips_train(tmp_path):
+    val, info = build_eval_dataset(DataSpec(val_size=20, cache_dir=str(tmp_path)))
+    assert len(val) == 20 and info.name == "scenes"
+    assert not any("train" in f.name for f in (tmp_path / "scenes").iterdir())
+
+
+def test_scenes_unwritable_cache_falls_back_to_memory(tmp_path):
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("x")
+    with pytest.warns(UserWarning, match="cache not written"):
+        _, val, _ = build_datasets(DataSpec(train_size=10, val_size=10, cache_dir=str(blocker)))
+    assert len(val) == 10
+
+
+def test_scenes_default_cache_dir_from_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("PEANCHOR_CACHE", str(tmp_path / "env"))
+    assert scenes.cache_dir() == tmp_path / "env"
+    monkeypatch.delenv("PEANCHOR_CACHE")
+    assert scenes.cache_dir() == Path.home() / ".cache" / "peanchor"
+
+
+def test_scenes_train_augmentation_is_a_small_translation(tmp_path):
+    train, _, _ = build_datasets(DataSpec(train_size=20, val_size=10, cache_dir=str(tmp_path)))
+    assert train.policy == "translate"
+    raw = torch.from_numpy(np.array(train.images[:20]))  # (20, 3, 32, 32)
+    torch.manual_seed(0)
+    shifted, labels = train.fetch(range(20))
+    assert labels.tolist() == train.labels[:20].tolist()
+    # each image is its original shifted by at most 2 px with edge padding, and never flipped
+    padded = torch.nn.functional.pad(raw.float(), (2, 2, 2, 2), mode="replicate").to(torch.uint8)
+    for out, pad in zip(shifted, padded):
+        assert any(torch.equal(out, pad[:, i : i + 32, j : j + 32]) for i in range(5) for j in range(5))
+
+
+def test_save_sample_grid(tmp_path):
+    path = data.save_sample_grid(tmp_path / "grid.png", per_class=4)
+    image = _read(path)
+    assert image.shape[1] > 10 * 32
+    assert path.stat().st_size < 200_000
+
+
+def test_array_dataset_pickles_path_not_pixels(tmp_path):
+    _, val, _ = build_datasets(DataSpec(train_size=10, val_size=200, cache_dir=str(tmp_path)))
+    blob = pickle.dumps(val)
+    assert len(blob) < 10_000
+    clone = pickle.loads(blob)
+    assert torch.equal(clone[5][0], val[5][0])
+
+
+def test_getitems_matches_getitem(tmp_path):
+    _, val, _ = build_datasets(DataSpec(train_size=10, val_size=10, cache_dir=str(tmp_path)))
+    batch = val.__getitems__([3, 1, 3])
+    for (image, label), i in zip(batch, [3, 1, 3]):
+        assert torch.equal(image, val[i][0]) and label == val[i][1]
+
+
+# ------------------------------------------------------------------------------------------------
+# transforms and normalisation
+
+
+def test_batch_augment_policies():
+    x = torch.randint(0, 256, (6, 3, 16, 16), dtype=torch.uint8)
+    assert batch_augment(x, "none") is x
+    flipped = batch_augment(x, "flip")
+    for a, b in zip(flipped, x):
+        assert torch.equal(a, b) or torch.equal(a, b.flip(-1))
+    torch.manual_seed(1)
+    out = batch_augment(x, "crop_flip")
+    padded = torch.nn.functional.pad(x, (2, 2, 2, 2))  # padding S/8 = 2, zeros
+    for o, p in zip(out, padded):
+        candidates = [p[:, i : i + 16, j : j + 16] for i in range(5) for j in range(5)]
+        assert any(torch.equal(o, c) or torch.equal(o, c.flip(-1)) for c in candidates)
+    rrc = batch_augment(x, "rrc_flip")
+    assert rrc.shape == x.shape and rrc.dtype == torch.uint8
+    with pytest.raises(ConfigError, match="rrc_flip"):
+        batch_augment(x, "bogus")
+
+
+def test_translate_uses_edge_padding():
+    x = torch.zeros(4, 3, 32, 32, dtype=torch.uint8)
+    x[:, :, :16] = 200  # sky
+    out = batch_augment(x, "translate")
+    assert (out[:, :, 0] == 200).all() and (out[:, :, -1] == 0).all()  # no black border rows
+
+
+def test_resolve_augment_defaults():
+    assert data.resolve_augment("scenes", "auto", 32) == "translate"
+    assert data.resolve_augment("cifar10", "auto", 32) == "crop_flip"
+    assert data.resolve_augment("imagenet100", "auto", 224) == "rrc_flip"
+    assert data.resolve_augment("imagefolder", "auto", 224) == "rrc_flip"
+    assert data.resolve_augment("imagefolder", "auto", 32) == "crop_flip"
+    assert data.resolve_augment("scenes", "none", 32) == "none"
+
+
+def test_normalize():
+    x = torch.tensor([0, 255], dtype=torch.uint8).view(1, 1, 1, 2).expand(1, 3, 1, 2)
+    out = data.normalize(x, data.IMAGENET_MEAN, data.IMAGENET_STD)
+    assert out.dtype == torch.float32 and out.shape == (1, 3, 1, 2)
+    expected = (torch.tensor([0.0, 1.0]) - torch.tensor(data.IMAGENET_MEAN)[:, None]) / torch.tensor(data.IMAGENET_STD)[
+        :, None
+    ]
+    assert torch.allclose(out[0, :, 0], expected)
+    with pytest.raises(ValueError):
+        data.normalize(x.float(), data.IMAGENET_MEAN, data.IMAGENET_STD)
+
+
+# ------------------------------------------------------------------------------------------------
+# registry and spec
+
+
+def test_unknown_dataset_lists_valid_names():
+    with pytest.raises(ConfigError, match="unknown dataset 'nope'.*scenes.*imagefolder.*cifar10.*prepared"):
+        build_datasets(DataSpec(name="nope"))
+
+
+def test_registry_names():
+    assert set(data.DATASETS) == {"scenes", "imagefolder", "cifar10", "cifar100", "imagenet100", "hf", "prepared"}
+
+
+def test_spec_from_dict_and_validation():
+    spec = DataSpec.from_dict({"name": "cifar10", "root": "/x", "img_size": 64})
+    assert spec.to_dict()["img_size"] == 64 and DataSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(ConfigError, match="unknown data key.*colour.*valid keys"):
+        DataSpec.from_dict({"colour": 1})
+    with pytest.raises(ConfigError, match="img_size"):
+        DataSpec(img_size=0).validate()
+    with pytest.raises(ConfigError, match="augment"):
+        DataSpec(augment="heavy").validate()
+
+
+# ------------------------------------------------------------------------------------------------
+# imagefolder
+
+
+def _make_folder_tree(root: Path, classes=("cat", "dog", "eel"), n_train=3, n_val=2) -> None:
+    seed = 0
+    for split, n in (("train", n_train), ("val", n_val)):
+        for c in classes:
+            for i in range(n):
+                seed += 1
+                if i % 2:
+                    _write_png(root / split / c / f"{i}.png", seed=seed)
+                else:
+                    _write_jpeg(root / split / c / f"{i}.JPG", h=10 + i, w=13, seed=seed)
+
+
+def test_imagefolder_builds(tmp_path):
+    _make_folder_tree(tmp_path)
+    spec = DataSpec(name="imagefolder", root=str(tmp_path), img_size=16)
+    train, val, info = build_datasets(spec)
+    assert info.classes == ["cat", "dog", "eel"] and info.num_classes == 3 and info.name == "imagefolder"
+    assert (len(train), len(val)) == (9, 6)
+    images, labels = _all(val)
+    assert images.shape == (6, 3, 16, 16) and images.dtype == torch.uint8
+    assert labels == [0, 0, 1, 1, 2, 2]
+    # eval preprocessing is exactly Resize((S, S)) of the decoded file
+    first = _read(tmp_path / "val" / "cat" / "0.JPG")
+    assert torch.equal(images[0], v2.Resize((16, 16), antialias=True)(first))
+    x, y = train[4]
+    assert x.shape == (3, 16, 16) and y == 1
+
+
+def test_imagefolder_subset(tmp_path):
+    _make_folder_tree(tmp_path)
+    train, val, _ = build_datasets(
+        DataSpec(name="imagefolder", root=str(tmp_path), img_size=16, train_size=4, val_size=2)
+    )
+    assert (len(train), len(val)) == (4, 2)
+    with pytest.raises(DataError, match="train_size=99 but the split holds only 9"):
+        build_datasets(DataSpec(name="imagefolder", root=str(tmp_path), img_size=16, train_size=99))
+
+
+def test_imagefolder_errors(tmp_path):
+    spec = DataSpec(name="imagefolder", root=str(tmp_path / "missing"), img_size=16)
+    with pytest.raises(DataError, match=r"missing does not exist.*train/<class>/<image>"):
+        build_datasets(spec)
+    with pytest.raises(DataError, match="needs data.root"):
+        build_datasets(DataSpec(name="imagefolder"))
+
+    root = tmp_path / "d"
+    _make_folder_tree(root)
+    ok = DataSpec(name="imagefolder", root=str(root), img_size=16)
+    (root / "train" / "fox").mkdir()
+    (root / "val" / "fox").mkdir()
+    (root / "train" / "fox" / "notes.txt").write_text("not an image")
+    with pytest.raises(DataError, match=r"train/fox holds no images"):
+        build_datasets(ok)
+    _write_jpeg(root / "train" / "fox" / "a.jpg")
+    with pytest.raises(DataError, match=r"val/fox holds no images"):
+        build_datasets(ok)
+    _write_jpeg(root / "val" / "fox" / "a.jpg")
+    (root / "val" / "gnu").mkdir()
+    with pytest.raises(DataError, match=r"same class folders.*not in train: gnu"):
+        build_datasets(ok)
+    (root / "val" / "gnu").rmdir()
+    build_datasets(ok)
+    os.rename(root / "val", root / "validation")
+    with pytest.raises(DataError, match=r"d/val does not exist"):
+        build_datasets(ok)
+
+    empty = tmp_path / "e"
+    (empty / "train").mkdir(parents=True)
+    (empty / "val").mkdir()
+    with pytest.raises(DataError, match="has no class folders"):
+        build_datasets(DataSpec(name="imagefolder", root=str(empty)))
+
+
+def test_corrupt_image_is_skipped_with_one_warning(tmp_path):
+    _make_folder_tree(tmp_path, classes=("a", "b"), n_train=2, n_val=2)
+    bad = tmp_path / "train" / "a" / "0.JPG"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a jpeg at all")
+    train, _, _ = build_datasets(DataSpec(name="imagefolder", root=str(tmp_path), img_size=8, augment="none"))
+    bad_index = [str(p) for p, _ in train.samples].index(str(bad))
+    with pytest.warns(UserWarning, match=r"skipping unreadable image .*a/0\.JPG"):
+        image, label = train[bad_index]
+    assert torch.equal(image, train[bad_index + 1][0]) and label == train.samples[bad_index + 1][1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train[bad_index]  # known bad: skipped silently
+    # a DataLoader over the whole split does not crash
+    loader = torch.utils.data.DataLoader(train, batch_size=4)
+    assert sum(len(x) for x, _ in loader) == len(train)
+
+
+def test_all_images_corrupt_is_a_data_error(tmp_path):
+    for split in ("train", "val"):
+        (tmp_path / split / "a").mkdir(parents=True)
+        (tmp_path / split / "a" / "x.png").write_bytes(b"garbage")
+    _, val, _ = build_datasets(DataSpec(name="imagefolder", root=str(tmp_path), img_size=8))
+    with pytest.warns(UserWarning), pytest.raises(DataError, match="could be decoded"):
+        val[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# CIFAR
+
+
+def _write_cifar10(root: Path, per_batch: int = 4) -> None:
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    for name in names:
+        batch = {
+            "batch_label": name,
+            "data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+            "labels": rng.integers(0, 10, per_batch).tolist(),
+            "filenames": [f"{i}.png" for i in range(per_batch)],
+        }
+        with open(folder / name, "wb") as f:
+            pickle.dump(batch, f, protocol=2)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": [f"class{i}" for i in range(10)], "num_vis": 3072}, f, protocol=2)
+
+
+def test_cifar10_fake(tmp_path):
+    _write_cifar10(tmp_path)
+    train, val, info = build_datasets(DataSpec(name="cifar10", root=str(tmp_path)))
+    assert (len(train), len(val)) == (20, 4) and info.classes[3] == "class3" and info.num_classes == 10
+    with open(tmp_path / "cifar-10-batches-py" / "test_batch", "rb") as f:
+        raw = pickle.load(f)
+    image, label = val[2]
+    assert torch.equal(image, torch.from_numpy(raw["data"][2].reshape(3, 32, 32))) and label == raw["labels"][2]
+    assert train.policy == "crop_flip"
+    # other resolutions are resized (eval: Resize((S, S)))
+    val64, _ = build_eval_dataset(DataSpec(name="cifar10", root=str(tmp_path / "cifar-10-batches-py"), img_size=64))
+    assert val64[0][0].shape == (3, 64, 64)
+
+
+def test_cifar100_fake(tmp_path):
+    folder = tmp_path / "cifar-100-python"
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    for name, n in (("train", 6), ("test", 3)):
+        with open(folder / name, "wb") as f:
+            pickle.dump(
+                {
+                    "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                    "fine_labels": [0, 99, 5, 1, 2, 3][:n],
+                    "coarse_labels": [0] * n,
+                },
+                f,
+            )
+    with open(folder / "meta", "wb") as f:
+        pickle.dump({"fine_label_names": [f"c{i}" for i in range(100)], "coarse_label_names": ["x"]}, f)
+    train, val, info = build_datasets(DataSpec(name="cifar100", root=str(tmp_path)))
+    assert (len(train), len(val), info.num_classes) == (6, 3, 100)
+
+
+def test_cifar_missing_says_where_and_never_downloads(tmp_path):
+    with pytest.raises(DataError, match=r"cifar-10-batches-py.*never downloads"):
+        build_datasets(DataSpec(name="cifar10", root=str(tmp_path)))
+    with pytest.raises(DataError, match=r"needs data.root.*cifar-100-python"):
+        build_datasets(DataSpec(name="cifar100"))
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_cifar_refuses_code_in_pickles(tmp_path):
+    _write_cifar10(tmp_path)
+    with open(tmp_path / "cifar-10-batches-py" / "test_batch", "wb") as f:
+        pickle.dump({"data": _Evil(), "labels": [0]}, f)
+    with pytest.raises(DataError, match="refusing to load"):
+        build_eval_dataset(DataSpec(name="cifar10", root=str(tmp_path)))
+
+
+# ------------------------------------------------------------------------------------------------
+# ImageNet-100
+
+
+@pytest.fixture(scope="module")
+def fake_imagenet(tmp_path_factory):
+    """A full-ImageNet-shaped tree: the 100 listed wnids plus 3 extra classes, 1-2 tiny JPEGs each."""
+    root = tmp_path_factory.mktemp("imagenet")
+    wnids = data.read_class_list(CLASS_LIST)
+    extra = ["n00000001", "n00000002", "n00000003"]
+    for k, wnid in enumerate(wnids + extra):
+        for split in ("train", "val"):
+            for i in range(1 + (k + (split == "val")) % 2):
+                _write_jpeg(root / split / wnid / f"{wnid}_{i}.JPEG", h=8, w=8, seed=k * 4 + i)
+    return root, wnids
+
+
+def test_imagenet100_subset_view_follows_list_order(fake_imagenet):
+    root, wnids = fake_imagenet
+    spec = DataSpec(name="imagenet100", root=str(root), class_list=str(CLASS_LIST), img_size=16)
+    train, val, info = build_datasets(spec)
+    assert info.classes == wnids and info.num_classes == 100
+    assert wnids != sorted(wnids)  # the list is not alphabetical, so the order is really the list's
+    for path, label in train.samples + val.samples:
+        assert Path(path).parent.name == wnids[label]
+    assert "n00000001" not in {Path(p).parent.name for p, _ in train.samples}
+    assert train[0][0].shape == (3, 16, 16)
+    assert train.transform is not None and val[0][0].shape == (3, 16, 16)
+
+
+def test_imagenet100_full_root_needs_class_list(fake_imagenet):
+    root, _ = fake_imagenet
+    with pytest.raises(DataError, match=r"has 103 class folders, imagenet100 expects 100.*class_list"):
+        build_datasets(DataSpec(name="imagenet100", root=str(root), img_size=16))
+
+
+def test_imagenet100_missing_wnid(fake_imagenet, tmp_path):
+    root, wnids = fake_imagenet
+    short = tmp_path / "list.txt"
+    short.write_text("\n".join(wnids[:3] + ["n09999999", "n09999998"]) + "\n")
+    with pytest.raises(
+        DataError, match=r"2 of the 5 classes in .*list\.txt are missing from .*train: n09999999, n09999998"
+    ):
+        build_datasets(DataSpec(name="imagenet100", root=str(root), class_list=str(short), img_size=16))
+
+
+def test_class_list_errors(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("# comment\nn01234567 extra column ok\n\nfoo\n")
+    with pytest.raises(DataError, match=r"bad\.txt:4: 'foo' is not a WordNet id"):
+        data.read_class_list(bad)
+    bad.write_text("n01234567\nn01234567\n")
+    with pytest.raises(DataError, match="repeats n01234567"):
+        data.read_class_list(bad)
+    with pytest.raises(DataError, match="does not exist"):
+        data.read_class_list(tmp_path / "none.txt")
+    bad.write_text("# nothing\n")
+    with pytest.raises(DataError, match="holds no WordNet ids"):
+        data.read_class_list(bad)
+
+
+def test_materialize_imagenet100(fake_imagenet, tmp_path):
+    root, wnids = fake_imagenet
+    out = data.materialize_imagenet100(root, CLASS_LIST, tmp_path / "in100")
+    for split in ("train", "val"):
+        links = sorted((out / split).iterdir())
+        assert len(links) == 100 and all(p.is_symlink() for p in links)
+        assert Path(os.readlink(out / split / wnids[0])) == (root / split / wnids[0]).resolve()
+    assert data.materialize_imagenet100(root, CLASS_LIST, out) == out  # idempotent
+    # the materialised root is layout (a): 100 classes, sorted
+    train, val, info = build_datasets(DataSpec(name="imagenet100", root=str(out), img_size=16))
+    assert info.classes == sorted(wnids) and len(val) == sum(len(list((root / "val" / w).iterdir())) for w in wnids)
+    # refuse to overwrite something else
+    other = tmp_path / "other"
+    (other / "val" / wnids[5]).mkdir(parents=True)
+    with pytest.raises(DataError, match=rf"{wnids[5]} already exists and is not a link.*refusing to overwrite"):
+        data.materialize_imagenet100(root, CLASS_LIST, other)
+    assert not (other / "train").exists()  # nothing was made before the conflict was found
+
+
+# ------------------------------------------------------------------------------------------------
+# prepared arrays
+
+
+def test_prepared_round_trip_equals_eval_pixels(tmp_path):
+    src = tmp_path / "src"
+    _make_folder_tree(src)
+    spec = DataSpec(name="imagefolder", root=str(src), img_size=16)
+    out = data.prepare_dataset(spec, tmp_path / "prep", 16)
+    assert {p.name for p in out.iterdir()} == {
+        "train.npy",
+        "train_labels.npy",
+        "val.npy",
+        "val_labels.npy",
+        "meta.json",
+    }
+    ptrain, pval, pinfo = build_datasets(DataSpec(name="prepared", root=str(out), img_size=16))
+    val, info = build_eval_dataset(spec)
+    assert pinfo.classes == info.classes and pinfo.mean == info.mean and pinfo.name == "imagefolder"
+    got, got_labels = _all(pval)
+    want, want_labels = _all(val)
+    assert torch.equal(got, want) and got_labels == want_labels
+    # the train split is stored with the eval resize too, in file order; augmentation comes later
+    plain_train, _, _ = build_datasets(DataSpec(name="imagefolder", root=str(src), img_size=16, augment="none"))
+    assert torch.equal(torch.from_numpy(np.array(ptrain.images)), _all(plain_train)[0])
+    assert ptrain.policy == "crop_flip" and isinstance(ptrain.images, np.memmap)
+    x, _ = ptrain.fetch([0, 1, 2])
+    assert x.shape == (3, 3, 16, 16)
+    # same request again: reused; a different one into the same folder: refused
+    assert data.prepare_dataset(spec, out, 16) == out
+    with pytest.raises(DataError, match="already holds a prepared dataset"):
+        data.prepare_dataset(spec, out, 24)
+
+
+def test_prepared_errors(tmp_path):
+    with pytest.raises(DataError, match=r"meta\.json is missing.*peanchor data prepare"):
+        build_datasets(DataSpec(name="prepared", root=str(tmp_path)))
+    out = data.prepare_dataset(DataSpec(train_size=20, val_size=10, cache_dir=str(tmp_path / "c")), tmp_path / "p")
+    with pytest.raises(DataError, match=r"prepared at 32 px but data.img_size is 64"):
+        build_datasets(DataSpec(name="prepared", root=str(out), img_size=64))
+    train, val, info = build_datasets(DataSpec(name="prepared", root=str(out)))
+    assert info.name == "scenes" and train.policy == "translate" and len(val) == 10
+
+
+def test_decode_throughput(tmp_path):
+    stats = data.decode_throughput(DataSpec(train_size=64, val_size=10, cache_dir=str(tmp_path)), n=64, batch_size=32)
+    assert stats["images"] == 64 and stats["images_per_s"] > 0
+
+
+# ------------------------------------------------------------------------------------------------
+# Hugging Face
+
+
+def test_hf_missing_package_hint(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "datasets", None)
+    with pytest.raises(DataError, match=r"pip install 'peanchor\[hf\]'"):
+        build_datasets(DataSpec(name="hf", root="/nowhere"))
+
+
+def test_hf_rows_adapter_without_datasets():
+    """The row adapter works on anything indexable that yields dicts (no `datasets` needed)."""
+    import io
+
+    from peanchor.data.hf import HFImageDataset
+
+    png = io.BytesIO()
+    Image.new("RGB", (5, 7), (10, 20, 30)).save(png, format="PNG")
+    rows = [
+        {"image": Image.new("L", (9, 6), 128), "label": 1},
+        {"image": {"bytes": b"not an image", "path": None}, "label": 0},
+        {"image": {"bytes": png.getvalue(), "path": None}, "label": 2},
+        {"image": np.zeros((4, 4, 3), dtype=np.uint8), "label": 0},
+    ]
+    dataset = HFImageDataset(rows, "image", "label", v2.Resize((8, 8), antialias=True))
+    image, label = dataset[0]
+    assert image.shape == (3, 8, 8) and label == 1 and (image == 128).all()
+    with pytest.warns(UserWarning, match="HF row 1"):
+        image, label = dataset[1]
+    assert label == 2 and image[:, 0, 0].tolist() == [10, 20, 30]
+    assert dataset[3][0].shape == (3, 8, 8)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("datasets") is None, reason="needs the optional 'datasets' package")
+def test_hf_save_to_disk(tmp_path):
+    import datasets
+
+    def split(n):
+        return datasets.Dataset.from_dict(
+            {
+                "image": [Image.new("RGB", (10, 12), (i * 20, 0, 0)) for i in range(n)],
+                "label": [i % 3 for i in range(n)],
+            },
+            features=datasets.Features(
+                {"image": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b", "c"])}
+            ),
+        )
+
+    datasets.DatasetDict({"train": split(6), "validation": split(3)}).save_to_disk(str(tmp_path / "hfds"))
+    train, val, info = build_datasets(DataSpec(name="hf", root=str(tmp_path / "hfds"), img_size=16))
+    assert info.classes == ["a", "b", "c"] and (len(train), len(val)) == (6, 3)
+    image, label = val[2]
+    assert image.shape == (3, 16, 16) and label == 2 and image[0, 0, 0] == 40
+    with pytest.raises(DataError, match="no split 'test'"):
+        build_datasets(DataSpec(name="hf", root=str(tmp_path / "hfds"), hf_val_split="test"))
