@@ -1,0 +1,193 @@
+"""``peanchor analyze``: SSDC per layer (normal and under RPI), ΔSSDC, accuracy and Fragility Score under
+the preset's shifts, and the α sweep, for one trained model.
+
+The model and its data come from a *subject*: today a run directory (``peanchor train`` or
+``peanchor import``). :func:`resolve_subject` is the one place that turns arguments into a model
+plus a :class:`~peanchor.data.DataSpec`; another source (e.g. ``--timm NAME [--weights FILE]``
+through :mod:`peanchor.adapters`) plugs in there and everything after it is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from peanchor.errors import ConfigError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "analyze",
+        help="measure SSDC (normal / RPI), ΔSSDC, Fragility Scores and the α sweep of a trained model",
+        description="Evaluate one model: SSDC per layer with and without random permutation at inference (RPI), "
+        "ΔSSDC = SSDC_RPI(layer 1) - SSDC_RPI(layer 0), top-1 accuracy clean and under the preset's JPEG and blur "
+        "shifts, the Fragility Score 1 - acc/clean, and for scalable PEs (ape, sincos, rope, ...) the PE-scale "
+        "(α) sweep. Writes analysis.json and analysis.csv (tidy, long format).",
+    )
+    p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run directory (from peanchor train or import)")
+    p.add_argument("--out", metavar="DIR", help="where to write analysis.json/.csv (default: RUN_DIR/analysis)")
+    data = p.add_argument_group("data (default: the run's config.yaml)")
+    data.add_argument("--data", metavar="NAME", help="evaluate on another dataset (scenes, cifar10, imagenet100, ...)")
+    data.add_argument("--data-root", metavar="PATH", help="where that dataset lives")
+    data.add_argument("--class-list", metavar="FILE", help="class subset, one WordNet id / class name per line")
+    data.add_argument("--images", type=int, metavar="N", help="a deterministic random subset of N evaluation images")
+    ev = p.add_argument_group("evaluation")
+    ev.add_argument("--rpi-draws", type=int, default=1, metavar="K", help="independent RPI permutation streams (mean ± std)")
+    ev.add_argument("--per-image", action="store_true", help="SSDC as the mean of per-image SSDCs (default: the paper's "
+                    "SSDC of the mean similarity matrix)")  # fmt: skip
+    ev.add_argument("--euclidean", action="store_true", help="Euclidean grid distance (default: Manhattan, the paper's)")
+    ev.add_argument("--bootstrap", type=int, default=0, metavar="R", help="bootstrap replicates for per-layer SSDC "
+                    "confidence intervals over images (default: 0, none)")  # fmt: skip
+    ev.add_argument("--severities", action="store_true", help="also the JPEG and blur severity 1-5 sweeps")
+    ev.add_argument("--alphas", metavar="LIST", help="PE scales for the α sweep, e.g. 1,0.5,0 (default: 1.0, 0.9, ..., 0.0)")
+    ev.add_argument("--no-alpha", action="store_true", help="skip the α sweep")
+    ev.add_argument("--batch-size", type=int, metavar="N", help="evaluation batch size (default: the run's eval batch size)")
+    ev.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N")
+    ev.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the RPI permutations and the bootstrap")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+    return p
+
+
+def parse_alphas(text: str) -> list[float]:
+    """``"1,0.5,0"`` → ``[1.0, 0.5, 0.0]``.
+
+    >>> parse_alphas("1, .5,0")
+    [1.0, 0.5, 0.0]
+    """
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"--alphas {text!r}: expected comma-separated numbers, e.g. 1,0.5,0") from None
+    if not values or any(not math.isfinite(v) or v < 0 for v in values):
+        raise ConfigError(f"--alphas {text!r}: expected numbers >= 0, e.g. 1,0.5,0")
+    return values
+
+
+@dataclass
+class Subject:
+    """What to analyse: a model with the probe interface, the data it was trained on, and where it came from."""
+
+    model: Any
+    spec: Any  # peanchor.data.DataSpec
+    name: str
+    default_out: Path | None
+    source: dict[str, Any] = field(default_factory=dict)  # recorded in analysis.json
+    eval_batch_size: int | None = None
+
+
+def subject_from_run_dir(run_dir: str | Path) -> Subject:
+    """The model and data spec of a run directory (``model.safetensors`` + ``config.yaml``)."""
+    import peanchor
+    from peanchor.analysis.evaluate import model_digest
+    from peanchor.errors import CheckpointError
+    from peanchor.training.config import load_config
+
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise CheckpointError(f"run directory {run} does not exist")
+    cfg_path = run / "config.yaml"
+    if not cfg_path.is_file():
+        raise CheckpointError(f"{run} has no config.yaml: not a peanchor run directory (pass --data to say what to evaluate on)")
+    config = load_config(cfg_path)
+    model = peanchor.load_model(run)
+    source = {
+        "kind": "run_dir",
+        "run_dir": str(run),
+        "model_digest": model_digest(run),
+        "model_args": getattr(model, "model_args", None),
+        "condition": config.condition,
+        "seed": config.train.seed,
+    }
+    return Subject(model, config.data, run.name, run / "analysis", source, config.train.eval_batch_size)
+
+
+def resolve_subject(args: argparse.Namespace) -> Subject:
+    """Arguments → :class:`Subject`. New model sources (``--timm``) add a branch here."""
+    if args.run_dir:
+        return subject_from_run_dir(args.run_dir)
+    raise ConfigError("analyze needs a RUN_DIR (a directory written by peanchor train or peanchor import)")
+
+
+def data_spec_for(subject: Subject, args: argparse.Namespace) -> Any:
+    """The subject's DataSpec with --data/--data-root/--class-list applied, at the model's resolution."""
+    from peanchor.data import DataSpec
+
+    values = subject.spec.to_dict() if subject.spec is not None else DataSpec().to_dict()
+    if args.data and args.data != values.get("name"):
+        # Another dataset: start from its defaults, keep only what describes the model's input.
+        values = {**DataSpec(name=args.data).to_dict(), "img_size": values.get("img_size", DataSpec().img_size)}
+    for key, value in (("root", args.data_root), ("class_list", args.class_list)):
+        if value is not None:
+            values[key] = value
+    img_size = (getattr(subject.model, "model_args", None) or {}).get("img_size")
+    if img_size:
+        values["img_size"] = int(img_size)
+    return DataSpec.from_dict(values)
+
+
+def run(args: argparse.Namespace) -> int:
+    from peanchor.analysis.evaluate import DEFAULT_ALPHAS, EvalSet, evaluate_model, write_analysis
+
+    if args.rpi_draws < 1:
+        raise ConfigError(f"--rpi-draws {args.rpi_draws}: expected >= 1")
+    if args.bootstrap < 0:
+        raise ConfigError(f"--bootstrap {args.bootstrap}: expected >= 0")
+    if args.images is not None and args.images < 1:
+        raise ConfigError(f"--images {args.images}: expected >= 1")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ConfigError(f"--batch-size {args.batch_size}: expected >= 1")
+    alphas = [] if args.no_alpha else (parse_alphas(args.alphas) if args.alphas else list(DEFAULT_ALPHAS))
+    subject = resolve_subject(args)
+    out = Path(args.out) if args.out else subject.default_out
+    if out is None:
+        raise ConfigError("say where to write the analysis with --out DIR")
+    spec = data_spec_for(subject, args)
+    progress = None if not args.no_progress else False
+    evalset = EvalSet.from_spec(spec, args.images, progress=progress)
+    result = evaluate_model(
+        subject.model, evalset, evalset.info, alphas=alphas, rpi_draws=args.rpi_draws, seed=args.seed,
+        ssdc_mode="per_image" if args.per_image else "mean_similarity",
+        metric="euclidean" if args.euclidean else "manhattan", bootstrap=args.bootstrap, severities=args.severities,
+        batch_size=args.batch_size or subject.eval_batch_size or 256, device=args.device, progress=progress,
+    )  # fmt: skip
+    source = {**subject.source, "data": spec.to_dict()}
+    path = write_analysis(result, out, source)
+    print(summary_text(result, subject.name))
+    print(f"wrote {path} and {path.with_suffix('.csv')}")
+    return 0
+
+
+def _f(v: Any, digits: int = 3) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def summary_text(result: dict[str, Any], name: str = "") -> str:
+    """A few lines for the terminal: accuracies, FS, SSDC per layer, ΔSSDC and the α sweep."""
+    lines = [f"{name}: {result['num_images']} images, {result['forward_passes']} passes, {result['seconds']:.1f} s"]
+    shifts = ", ".join(
+        f"{k} {_f(result['acc'][k])} (FS {_f(result['fragility'][k])})" for k in result["acc"]
+    )
+    lines.append(f"  top-1 clean {_f(result['clean_acc'])}, RPI {_f(result['rpi_acc'])}, {shifts}")
+    ssdc = result["ssdc"]
+    lines.append("  SSDC normal " + " ".join(_f(v, 2) for v in ssdc["normal"]))
+    lines.append("  SSDC RPI    " + " ".join(_f(v, 2) for v in ssdc["rpi"]))
+    lines.append(f"  ΔSSDC (RPI, layer 1 - layer 0) {_f(result['delta_ssdc'])}")
+    for kind, values in result.get("severity_fragility", {}).items():
+        lines.append(f"  {kind} severities 1-5: FS " + " ".join(_f(v, 2) for v in values))
+    if result["alpha_sweep"]:
+        lines.append("  alpha   ΔSSDC  clean  " + "  ".join(f"FS {k}" for k in result["acc"]))
+        for e in result["alpha_sweep"]:
+            fs = "  ".join(f"{_f(e['fragility'][k]):>{len(k) + 3}}" for k in result["acc"])
+            lines.append(f"  {e['alpha']:5.2f}  {_f(e['delta_ssdc']):>6}  {_f(e['clean_acc']):>5}  {fs}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from peanchor.cli import main
+
+    sys.exit(main(["analyze", *sys.argv[1:]]))

@@ -1,0 +1,122 @@
+"""``peanchor reproduce``: train and analyse a grid of conditions × seeds, then write results.json and the report.
+
+With no arguments: the ``cpu`` preset (32 px scenes, embedded) into ``runs/reproduce-cpu``. Rerunning
+continues where an interrupted run stopped and does only what is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "reproduce",
+        help="train + analyse every condition and seed, then write results.json and the report (resumable)",
+        description="Reproduce the study on a grid of conditions × seeds: each cell is trained into "
+        "OUT/runs/<condition>-s<seed> and analysed (SSDC normal/RPI, ΔSSDC, FS under JPEG and blur, the α sweep for "
+        "ape/sincos/rope/rope_mixed), then OUT/results.json and OUT/report.md/.html are written. Incremental: "
+        "finished cells are reused. A failed cell is reported and the others go on (exit code 1 at the end).",
+    )
+    p.add_argument("--preset", choices=("smoke", "cpu", "paper"), default="cpu",
+                   help="smoke: < 2 min; cpu (default): 32 px scenes on 2 CPU cores; paper: ImageNet-100 as in the paper")
+    p.add_argument("--data", metavar="NAME", help="dataset (default: the preset's)")
+    p.add_argument("--data-root", metavar="PATH", help="where the dataset lives")
+    p.add_argument("--class-list", metavar="FILE", help="class subset, one WordNet id / class name per line")
+    p.add_argument("--seeds", type=int, metavar="N", help="seeds 0..N-1 per condition (default: 1; paper: 4)")
+    p.add_argument("--conditions", metavar="LIST", default="none,ape,sincos,rope,rpt",
+                   help="comma-separated: any PE name (none, ape, sincos, rope, rope_mixed, ...), 'rpt' (APE trained "
+                   "with RPT) or '<pe>-rpt' (default: none,ape,sincos,rope,rpt)")
+    p.add_argument("--out", metavar="DIR", help="output directory (default: runs/reproduce-<preset>)")
+    p.add_argument("--list", action="store_true", help="print the peanchor train command of every cell and the "
+                   "final steps, then exit")
+    p.add_argument("--shard", metavar="I/N", help="run only shard I of N (1-based, round-robin over cells); the "
+                   "report is written by `peanchor report OUT` once every shard is done")
+    p.add_argument("--severities", action="store_true", help="also measure the JPEG and blur severity 1-5 sweeps")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a training config key for every cell (e.g. optim.lr=3e-4), or for one condition "
+                   "with a prefix (e.g. ape:optim.pe_lr_mult=10); repeatable")
+    p.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N: for training and analysis")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+    return p
+
+
+def options_from_args(args: argparse.Namespace):  # -> ReproduceOptions
+    from peanchor.reproduce import ReproduceOptions, parse_conditions, parse_shard
+
+    return ReproduceOptions(
+        preset=args.preset,
+        out=Path(args.out) if args.out else None,
+        conditions=parse_conditions(args.conditions),
+        seeds=args.seeds,
+        data=args.data,
+        data_root=args.data_root,
+        class_list=args.class_list,
+        set_items=list(args.set),
+        severities=args.severities,
+        shard=parse_shard(args.shard) if args.shard else (1, 1),
+        device=args.device,
+        progress=not args.no_progress,
+        debug=bool(getattr(args, "debug", False)),
+    )
+
+
+def _echo_args(args: argparse.Namespace) -> list[str]:
+    """The reproduce arguments that define the grid (for the final line of --list)."""
+    out: list[str] = ["--preset", args.preset]
+    for flag, value in (("--data", args.data), ("--data-root", args.data_root), ("--class-list", args.class_list),
+                        ("--seeds", args.seeds), ("--conditions", args.conditions), ("--out", args.out),
+                        ("--device", args.device)):  # fmt: skip
+        if value is not None:
+            out += [flag, str(value)]
+    if args.severities:
+        out.append("--severities")
+    for item in args.set:
+        out += ["--set", item]
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from peanchor.reproduce import list_commands, reproduce
+
+    options = options_from_args(args)
+    if args.list:
+        if args.shard:
+            from peanchor.reproduce import shard_cells
+
+            index, count = options.shard
+            wanted = {c.index for c in shard_cells(options.cells(), index, count)}
+            lines = list_commands(options, _echo_args(args))
+            cells = options.cells()
+            lines = [line for i, line in enumerate(lines) if i >= len(cells) or i in wanted]
+        else:
+            lines = list_commands(options, _echo_args(args))
+        print("\n".join(lines))
+        return 0
+    outcome = reproduce(options)
+    out = options.out_dir
+    if outcome.results is not None:
+        r = outcome.results
+        note = "" if outcome.wrote_report else " (unchanged: nothing to do)"
+        print(f"{out}: {len(r['models'])} models, {len(r['alpha_sweep'])} α-sweep points, "
+              f"{len(r['failed'])} failed, {len(r.get('missing', []))} missing{note}")  # fmt: skip
+        print(f"results: {out / 'results.json'}\nreport: {out / 'report.md'} and {out / 'report.html'}")
+    else:
+        index, count = options.shard
+        print(f"{out}: shard {index}/{count} done ({len(outcome.cells)} cells, {len(outcome.failed)} failed); "
+              f"when every shard is done: peanchor report {out}")  # fmt: skip
+    if outcome.failed:
+        names = ", ".join(f["name"] for f in outcome.failed)
+        print(f"peanchor: error: {len(outcome.failed)} cell(s) failed: {names}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover
+    from peanchor.cli import main as cli_main
+
+    return cli_main(["reproduce", *(argv or [])])

@@ -1,0 +1,320 @@
+"""The evaluation suite: exact FS / ΔSSDC arithmetic, SSDC equal to the accumulator run by hand, the α sweep
+(only for scalable PEs, α = 1 equal to the main numbers), the pass count, the tidy CSV and `peanchor analyze`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+
+from peanchor.analysis.corruptions import CorruptedCache, Shift, paper_shifts
+from peanchor.analysis.evaluate import (
+    DEFAULT_ALPHAS,
+    RESULT_KEYS,
+    EvalSet,
+    evaluate_model,
+    is_scalable,
+    read_analysis,
+    subset_indices,
+    tidy_rows,
+    write_analysis,
+)
+from peanchor.cli import main
+from peanchor.data import DataInfo, normalize
+from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from peanchor.metrics import SSDCAccumulator
+from peanchor.models import create_model
+from peanchor.pe import PE_NAMES, PE_REGISTRY
+
+INFO = DataInfo(4, 16, IMAGENET_MEAN, IMAGENET_STD, ["tl", "tr", "bl", "br"], "quadrants")
+ALPHAS = (1.0, 0.5, 0.0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models are dominated by per-op overhead, which extra threads only add to (badly so on a busy machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def quadrant_images(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """16 px images: dark noise with a bright 8×8 square in the quadrant named by the label (a spatial task)."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 4, (n,), generator=g)
+    images = (torch.rand(n, 3, 16, 16, generator=g) * 90).to(torch.uint8)  # (n, 3, 16, 16)
+    for q in range(4):
+        r, c = divmod(q, 2)
+        images[labels == q, :, r * 8 : (r + 1) * 8, c * 8 : (c + 1) * 8] += 140
+    return images, labels
+
+
+def micro(pe: str, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return create_model("vit_micro", pe=pe, num_classes=4).eval()
+
+
+@pytest.fixture(scope="module")
+def evalset() -> EvalSet:
+    images, labels = quadrant_images(96, seed=1)
+    return EvalSet.from_tensors(images, labels, INFO)
+
+
+@pytest.fixture(scope="module")
+def trained_ape() -> torch.nn.Module:
+    """A vit_micro with APE trained for a few dozen steps (well above chance on the quadrant task)."""
+    images, labels = quadrant_images(512, seed=0)
+    model = micro("ape").train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(40):
+        idx = torch.randint(0, len(labels), (64,), generator=g)
+        loss = torch.nn.functional.cross_entropy(model(normalize(images[idx], INFO.mean, INFO.std)), labels[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def trained_result(trained_ape, evalset) -> dict:
+    return evaluate_model(trained_ape, evalset, INFO, alphas=ALPHAS, batch_size=32, device="cpu", progress=False)
+
+
+def test_result_schema_and_exact_arithmetic(trained_result):
+    r = json.loads(json.dumps(trained_result))  # what a reader of analysis.json sees
+    assert set(RESULT_KEYS) <= set(r)
+    assert r["clean_acc"] > 0.5  # trained: far above chance (0.25)
+    assert r["num_images"] == 96
+    assert r["delta_ssdc"] == r["ssdc"]["rpi"][1] - r["ssdc"]["rpi"][0]
+    assert set(r["acc"]) == set(r["fragility"]) == {"jpeg", "blur"}
+    for k, acc in r["acc"].items():
+        assert r["fragility"][k] == 1 - acc / r["clean_acc"]
+    assert r["shifts"] == {k: s.describe() for k, s in paper_shifts(16).items()}
+    for entry in r["alpha_sweep"]:
+        assert entry["delta_ssdc"] == entry["ssdc_rpi"][1] - entry["ssdc_rpi"][0]
+        for k, acc in entry["acc"].items():
+            assert entry["fragility"][k] == 1 - acc / entry["clean_acc"]
+    assert len(r["ssdc"]["normal"]) == len(r["ssdc"]["rpi"]) == len(r["ssdc"]["rpi_std"]) == 2  # vit_micro: 2 blocks
+
+
+def test_alpha_one_is_the_main_result_and_alpha_changes_things(trained_result):
+    sweep = {e["alpha"]: e for e in trained_result["alpha_sweep"]}
+    assert list(sweep) == list(ALPHAS)
+    one = sweep[1.0]
+    assert one["delta_ssdc"] == trained_result["delta_ssdc"]
+    assert one["clean_acc"] == trained_result["clean_acc"]
+    assert one["acc"] == trained_result["acc"] and one["fragility"] == trained_result["fragility"]
+    assert sweep[0.0]["clean_acc"] != one["clean_acc"] or sweep[0.0]["delta_ssdc"] != one["delta_ssdc"]
+
+
+def test_sweep_entries_match_a_separate_evaluation_at_that_alpha(trained_ape, evalset, trained_result):
+    """The α = 0.5 point equals the accuracy and ΔSSDC measured by hand at α = 0.5."""
+    x = normalize(evalset.images, INFO.mean, INFO.std)
+    with torch.inference_mode():
+        acc = (trained_ape(x, pe_scale=0.5).argmax(-1) == evalset.labels).sum().item() / len(evalset)
+        g = torch.Generator().manual_seed(0)  # the evaluation's RPI stream: seed + draw 0, one permutation per batch
+        accumulator = SSDCAccumulator(trained_ape.grid)
+        for start in range(0, len(evalset), 32):
+            perm = torch.randperm(trained_ape.num_patches, generator=g)
+            accumulator.update(trained_ape.spatial_tokens(x[start : start + 32], token_perm=perm, pe_scale=0.5))
+    rpi = accumulator.compute().tolist()
+    entry = next(e for e in trained_result["alpha_sweep"] if e["alpha"] == 0.5)
+    assert entry["clean_acc"] == pytest.approx(acc, abs=1e-12)
+    assert entry["delta_ssdc"] == pytest.approx(rpi[1] - rpi[0], abs=1e-9)
+
+
+@pytest.mark.parametrize("pe", PE_NAMES)
+def test_ssdc_normal_equals_the_accumulator_on_spatial_tokens(pe, evalset):
+    model = micro(pe)
+    r = evaluate_model(model, evalset, INFO, alphas=ALPHAS, batch_size=40, device="cpu", progress=False)
+    accumulator = SSDCAccumulator(model.grid)
+    with torch.inference_mode():
+        for start in range(0, len(evalset), 40):
+            accumulator.update(model.spatial_tokens(normalize(evalset.images[start : start + 40], INFO.mean, INFO.std)))
+    torch.testing.assert_close(torch.tensor(r["ssdc"]["normal"], dtype=torch.float64), accumulator.compute(),
+                               rtol=0, atol=1e-9)  # fmt: skip
+    # The α sweep exists exactly for PEs whose class is scalable.
+    assert is_scalable(model) == PE_REGISTRY[pe].scalable
+    assert [e["alpha"] for e in r["alpha_sweep"]] == (list(ALPHAS) if PE_REGISTRY[pe].scalable else [])
+    assert r["model"]["scalable"] == PE_REGISTRY[pe].scalable
+
+
+def test_untrained_none_model_has_no_structure_under_rpi():
+    """Without a PE the model is permutation-equivariant: under RPI the index grid carries no information."""
+    images, labels = quadrant_images(256, seed=3)
+    evalset = EvalSet.from_tensors(images, labels, INFO)
+    shifts = {"blur": Shift("blur", sigma=1.0)}
+    r = evaluate_model(micro("none"), evalset, INFO, shifts=shifts, alphas=(), batch_size=8, device="cpu", progress=False)
+    assert max(abs(v) for v in r["ssdc"]["rpi"]) < 0.1, r["ssdc"]["rpi"]
+    assert min(r["ssdc"]["normal"]) > 0.2  # while content alone gives spatial structure without RPI
+    assert r["alpha_sweep"] == []
+
+
+def _count_calls(model: torch.nn.Module) -> dict[str, int]:
+    """Wrap the three entry points of ``model`` (instance attributes) and count their calls."""
+    counts = {"forward": 0, "forward_with_tokens": 0, "spatial_tokens": 0}
+    for name in counts:
+        original = getattr(model, name)
+
+        def wrapper(*args, _name=name, _original=original, **kwargs):
+            counts[_name] += 1
+            return _original(*args, **kwargs)
+
+        setattr(model, name, wrapper)
+    return counts
+
+
+@pytest.mark.parametrize("pe", ["ape", "none"])
+def test_forward_pass_count_is_what_was_done(pe, evalset):
+    model = micro(pe)
+    counts = _count_calls(model)
+    # model(x) goes through nn.Module.__call__ → forward; the wrapper on the instance catches it.
+    batches = math.ceil(len(evalset) / 40)
+    r = evaluate_model(model, evalset, INFO, alphas=ALPHAS, rpi_draws=2, batch_size=40, device="cpu", progress=False)
+    calls = sum(counts.values())
+    assert calls == r["forward_passes"] * batches
+    shifts, alphas, draws = 2, len(ALPHAS), 2
+    if pe == "none":
+        # clean (+probes), 2 RPI draws (+probes), 2 shifts
+        assert r["forward_passes"] == 1 + draws + shifts and counts["spatial_tokens"] == 0
+    else:
+        # ... plus, at each α ≠ 1: clean, 2 shifts (full) and 2 two-block RPI passes
+        assert r["forward_passes"] == 1 + draws + shifts + (alphas - 1) * (1 + shifts + draws)
+        assert counts["spatial_tokens"] == (alphas - 1) * draws * batches
+    assert counts["forward_with_tokens"] == (1 + draws) * batches
+    assert r["passes"]["full"] + r["passes"]["truncated"] == r["forward_passes"]
+
+
+def test_rpi_draws_give_mean_and_std(evalset):
+    r = evaluate_model(micro("sincos"), evalset, INFO, alphas=(), rpi_draws=3, batch_size=32, device="cpu",
+                       progress=False)  # fmt: skip
+    draws = torch.tensor(r["ssdc"]["rpi_draws"], dtype=torch.float64)  # (3, L)
+    assert draws.shape == (3, 2) and not torch.allclose(draws[0], draws[1])
+    torch.testing.assert_close(torch.tensor(r["ssdc"]["rpi"], dtype=torch.float64), draws.mean(0), rtol=0, atol=1e-12)
+    torch.testing.assert_close(torch.tensor(r["ssdc"]["rpi_std"], dtype=torch.float64), draws.std(0), rtol=0, atol=1e-12)
+    assert r["delta_ssdc"] == r["ssdc"]["rpi"][1] - r["ssdc"]["rpi"][0]
+
+
+def test_bootstrap_intervals_bracket_the_estimate(evalset):
+    r = evaluate_model(micro("sincos"), evalset, INFO, alphas=(), bootstrap=50, batch_size=48, device="cpu",
+                       progress=False)  # fmt: skip
+    for key, estimate in (("normal_ci", r["ssdc"]["normal"]), ("rpi_ci", r["ssdc"]["rpi"])):
+        low, high = r["ssdc"][key]
+        assert len(low) == len(high) == 2
+        assert all(lo <= e <= hi for lo, e, hi in zip(low, estimate, high))
+
+
+def test_severities_and_shared_passes(trained_ape, evalset):
+    cache = CorruptedCache()
+    r = evaluate_model(trained_ape, evalset, INFO, alphas=(), severities=True, batch_size=48, device="cpu",
+                       progress=False, cache=cache)  # fmt: skip
+    assert set(r["severities"]) == {"jpeg", "blur"} and r["severity_table"] == "cifar-10-c"
+    for kind, accs in r["severities"].items():
+        assert len(accs) == 5
+        assert r["severity_fragility"][kind] == [1 - a / r["clean_acc"] for a in accs]
+        # At <= 48 px the main shifts are CIFAR-10-C severity 3: the same pass, the same number.
+        assert r["severity_shifts"][kind][2] == r["shifts"][kind] and accs[2] == r["acc"][kind]
+    # 2 main shifts + 10 severities, 2 of them identical: 10 corrupted sets; clean, RPI, 2 shifts + 8 severities.
+    assert len(cache) == 10 and r["forward_passes"] == 4 + 8
+    # A second model reuses the corrupted sets.
+    evaluate_model(micro("none"), evalset, INFO, alphas=(), severities=True, batch_size=48, device="cpu",
+                   progress=False, cache=cache)  # fmt: skip
+    assert len(cache) == 10
+
+
+def test_custom_shifts_are_recorded(evalset):
+    shifts = {"jpeg": Shift("jpeg", quality=10), "noise": Shift("gaussian_noise", sigma=0.2, seed=0)}
+    r = evaluate_model(micro("none"), evalset, INFO, shifts=shifts, alphas=(), batch_size=96, device="cpu",
+                       progress=False)  # fmt: skip
+    assert r["shifts"] == {"jpeg": {"kind": "jpeg", "quality": 10}, "noise": {"kind": "gaussian_noise", "sigma": 0.2, "seed": 0}}
+    assert set(r["fragility"]) == {"jpeg", "noise"}
+
+
+def test_tidy_csv_and_analysis_files(trained_result, tmp_path):
+    rows = list(tidy_rows(trained_result))
+    layers = len(trained_result["ssdc"]["normal"])
+    sweep = len(trained_result["alpha_sweep"])
+    assert len(rows) == 2 + 3 * layers + 1 + 2 * 2 + sweep * (2 + 2 * 2)
+    write_analysis(trained_result, tmp_path, {"kind": "test"})
+    with open(tmp_path / "analysis.csv", newline="") as f:
+        read = list(csv.DictReader(f))
+    assert len(read) == len(rows) and read[0].keys() >= {"metric", "layer", "alpha", "shift", "value"}
+    delta = [r for r in read if r["metric"] == "delta_ssdc"]
+    assert float(delta[0]["value"]) == trained_result["delta_ssdc"]
+    doc = read_analysis(tmp_path)
+    assert doc["source"] == {"kind": "test"} and doc["delta_ssdc"] == trained_result["delta_ssdc"]
+
+
+def test_subset_is_deterministic_and_sorted():
+    a, b = subset_indices(1000, 100), subset_indices(1000, 100)
+    assert torch.equal(a, b) and len(a) == 100 and bool((a[1:] > a[:-1]).all())
+    assert len(subset_indices(10, 100)) == 10
+    images, labels = quadrant_images(20)
+    es = EvalSet.from_tensors(images, labels, INFO, max_images=5)
+    assert len(es) == 5 and es.fingerprint.startswith("quadrants-16px-n5-")
+
+
+def test_bad_arguments_are_user_errors(evalset):
+    from peanchor.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        evaluate_model(micro("ape"), evalset, INFO, alphas=(1.0, -0.5), device="cpu", progress=False)
+    with pytest.raises(ConfigError):
+        evaluate_model(micro("ape"), evalset, INFO, rpi_draws=0, device="cpu", progress=False)
+
+
+def test_default_alpha_grid():
+    assert DEFAULT_ALPHAS == (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
+
+
+# ---- peanchor analyze -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A run directory as `peanchor train --preset smoke --pe rope` leaves it (weights untrained)."""
+    from peanchor.checkpoint import save_model
+    from peanchor.training.config import resolve_config
+
+    run = tmp_path_factory.mktemp("run")
+    config = resolve_config("smoke", {"model.pe": "rope"})
+    (run / "config.yaml").write_text(config.to_yaml())
+    torch.manual_seed(0)
+    model = create_model("vit_micro", pe="rope", num_classes=10, img_size=16, patch_size=4)
+    save_model(model, run / "model.safetensors")
+    return run
+
+
+def test_analyze_command_writes_json_and_csv(run_dir, tmp_path, capsys):
+    out = tmp_path / "analysis"
+    code = main(["analyze", str(run_dir), "--out", str(out), "--images", "64", "--alphas", "1,0", "--batch-size", "16",
+                 "--device", "cpu", "--no-progress"])  # fmt: skip
+    assert code == 0
+    doc = json.loads((out / "analysis.json").read_text())
+    assert doc["num_images"] == 64 and [e["alpha"] for e in doc["alpha_sweep"]] == [1.0, 0.0]
+    assert doc["source"]["run_dir"] == str(run_dir) and doc["source"]["data"]["name"] == "scenes"
+    assert doc["source"]["model_digest"] and doc["settings"]["batch_size"] == 16
+    assert (out / "analysis.csv").exists()
+    printed = capsys.readouterr().out
+    assert "SSDC RPI" in printed and "ΔSSDC" in printed
+
+
+def test_analyze_defaults_and_options(run_dir, capsys):
+    code = main(["analyze", str(run_dir), "--images", "32", "--no-alpha", "--per-image", "--euclidean",
+                 "--rpi-draws", "2", "--device", "cpu", "--no-progress"])  # fmt: skip
+    assert code == 0
+    doc = json.loads((run_dir / "analysis" / "analysis.json").read_text())  # default --out: RUN_DIR/analysis
+    assert doc["alpha_sweep"] == [] and doc["settings"]["ssdc_mode"] == "per_image"
+    assert doc["settings"]["metric"] == "euclidean" and len(doc["ssdc"]["rpi_draws"]) == 2
+
+
+def test_analyze_user_errors(tmp_path, capsys):
+    assert main(["analyze", str(tmp_path / "nope")]) != 0
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["analyze"]) != 0
+    assert "RUN_DIR" in capsys.readouterr().err

@@ -1,0 +1,251 @@
+"""`peanchor reproduce` end to end on the smoke preset: the results.json schema and its arithmetic, the report,
+reuse on rerun, sharding, --list, failed cells, and `peanchor report` from result files only."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from peanchor.cli import build_parser, main
+from peanchor.errors import ConfigError
+from peanchor.reproduce import (
+    DEFAULT_CONDITIONS,
+    ReproduceOptions,
+    grid_cells,
+    list_commands,
+    parse_condition,
+    parse_conditions,
+    parse_shard,
+    shard_cells,
+    split_set_items,
+)
+
+TOP_KEYS = {"preset", "dataset", "img_size", "shifts", "conditions", "seeds", "models", "alpha_sweep", "failed",
+            "wall_seconds", "versions"}  # fmt: skip
+MODEL_KEYS = {"name", "condition", "pe", "rpt", "seed", "clean_acc", "ssdc", "delta_ssdc", "acc", "fragility", "train",
+              "run_dir"}  # fmt: skip
+SWEEP_KEYS = {"model", "condition", "seed", "alpha", "delta_ssdc", "clean_acc", "acc", "fragility"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models are dominated by per-op overhead, which extra threads only add to (badly so on a busy machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> tuple[Path, int, float]:
+    """One `peanchor reproduce --preset smoke` into a fresh directory: (OUT, exit code, seconds)."""
+    out = tmp_path_factory.mktemp("smoke") / "out"
+    start = time.perf_counter()
+    code = main(["reproduce", "--preset", "smoke", "--out", str(out), "--no-progress"])
+    return out, code, time.perf_counter() - start
+
+
+def _copy_runs(src: Path, dst: Path, names: list[str] | None = None) -> None:
+    for run in sorted((src / "runs").iterdir()):
+        if names is None or run.name in names:
+            shutil.copytree(run, dst / "runs" / run.name)
+
+
+def test_smoke_results_schema_and_arithmetic(smoke):
+    out, code, _ = smoke
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert TOP_KEYS <= set(results)
+    assert results["preset"] == "smoke" and results["dataset"] == "scenes" and results["img_size"] == 16
+    assert results["conditions"] == list(DEFAULT_CONDITIONS) and results["seeds"] == [0]
+    assert set(results["shifts"]) == {"jpeg", "blur"} and results["failed"] == []
+    assert {"peanchor", "torch", "python"} <= set(results["versions"])
+    models = {m["name"]: m for m in results["models"]}
+    assert sorted(models) == sorted(f"{c}-s0" for c in DEFAULT_CONDITIONS)
+    for m in models.values():
+        assert MODEL_KEYS <= set(m), m["name"]
+        assert m["delta_ssdc"] == m["ssdc"]["rpi"][1] - m["ssdc"]["rpi"][0]
+        assert set(m["acc"]) == set(m["fragility"]) == {"jpeg", "blur"}
+        for k, acc in m["acc"].items():
+            assert m["fragility"][k] == 1 - acc / m["clean_acc"]
+        assert {"val_acc", "seconds", "epochs"} <= set(m["train"]) and m["train"]["epochs"] == 2
+        assert Path(m["run_dir"]).is_dir() and len(m["ssdc"]["normal"]) == len(m["ssdc"]["rpi"]) == 2
+    assert models["rpt-s0"]["pe"] == "ape" and models["rpt-s0"]["rpt"] is True
+    # The α sweep: ape, sincos and rope (every α of the smoke plan), not none, not rpt.
+    swept = {}
+    for p in results["alpha_sweep"]:
+        assert SWEEP_KEYS <= set(p)
+        assert p["delta_ssdc"] is not None
+        for k, acc in p["acc"].items():
+            assert p["fragility"][k] == 1 - acc / p["clean_acc"]
+        swept.setdefault(p["condition"], []).append(p["alpha"])
+    assert swept == {"ape": [1.0, 0.5, 0.0], "sincos": [1.0, 0.5, 0.0], "rope": [1.0, 0.5, 0.0]}
+    at_one = {p["model"]: p for p in results["alpha_sweep"] if p["alpha"] == 1.0}
+    for name, p in at_one.items():
+        assert p["delta_ssdc"] == models[name]["delta_ssdc"] and p["fragility"] == models[name]["fragility"]
+
+
+def test_smoke_report_files(smoke):
+    out, _, seconds = smoke
+    report = (out / "report.md").read_text()
+    figures = re.findall(r"\]\(([^)]+\.(?:png|pdf))\)", report)
+    assert figures, "the report references no figure"
+    for f in figures:
+        assert (out / f).is_file(), f
+    html = (out / "report.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and "data:image/png;base64" in html
+    # Per-cell analyses are where `peanchor report` reads them.
+    for c in DEFAULT_CONDITIONS:
+        assert (out / "runs" / f"{c}-s0" / "analysis" / "analysis.json").is_file()
+        assert (out / "runs" / f"{c}-s0" / "analysis" / "analysis.csv").is_file()
+    assert seconds < 120, f"smoke reproduce took {seconds:.0f} s"
+
+
+def test_rerun_reuses_everything(smoke, capsys):
+    out, _, _ = smoke
+    watched = [out / "results.json", out / "report.md", out / "report.html"]
+    watched += sorted(out.glob("runs/*/analysis/analysis.json")) + sorted(out.glob("runs/*/model.safetensors"))
+    before = {p: p.stat().st_mtime_ns for p in watched}
+    capsys.readouterr()
+    start = time.perf_counter()
+    assert main(["reproduce", "--preset", "smoke", "--out", str(out), "--no-progress"]) == 0
+    elapsed = time.perf_counter() - start
+    assert {p: p.stat().st_mtime_ns for p in watched} == before
+    captured = capsys.readouterr()
+    assert "nothing to do" in captured.out and captured.err.count("reused") == len(DEFAULT_CONDITIONS)
+    assert elapsed < 20, f"a no-op rerun took {elapsed:.1f} s"
+
+
+def test_conflicting_rerun_is_refused_before_touching_out(smoke, capsys):
+    out, _, _ = smoke
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    code = main(["reproduce", "--preset", "smoke", "--out", str(out), "--set", "optim.lr=3e-4", "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "different config" in err[0] and "optim.lr" in err[0]
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_shards_cover_the_grid_exactly_once():
+    names = ["none", "ape", "sincos", "rope", "rpt", "rope_mixed"]
+    for k in range(1, len(names) + 1):
+        conditions = parse_conditions(names[:k])
+        for seeds in (1, 2, 3, 5):
+            cells = grid_cells(conditions, seeds)
+            assert [c.index for c in cells] == list(range(k * seeds))
+            assert len({(c.condition, c.seed) for c in cells}) == k * seeds
+            for n in range(1, 9):
+                shards = [shard_cells(cells, i, n) for i in range(1, n + 1)]
+                flat = sorted(c.index for s in shards for c in s)
+                assert flat == list(range(len(cells)))
+                sizes = [len(s) for s in shards]
+                assert max(sizes) - min(sizes) <= 1  # round-robin: balanced
+    with pytest.raises(ConfigError):
+        parse_shard("0/2")
+    with pytest.raises(ConfigError):
+        parse_shard("3/2")
+    with pytest.raises(ConfigError):
+        parse_shard("x")
+
+
+def test_list_prints_one_train_command_per_cell(tmp_path, capsys):
+    out = tmp_path / "grid"
+    args = ["reproduce", "--preset", "smoke", "--seeds", "2", "--conditions", "none,rope,rpt", "--out", str(out),
+            "--set", "optim.lr=2e-3", "--set", "rope:optim.pe_lr_mult=5", "--list"]  # fmt: skip
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    train_lines = [line for line in lines if line.startswith("peanchor train ")]
+    assert len(train_lines) == 6
+    options = ReproduceOptions(preset="smoke", out=out, conditions=parse_conditions("none,rope,rpt"), seeds=2,
+                               set_items=["optim.lr=2e-3", "rope:optim.pe_lr_mult=5"])  # fmt: skip
+    parser = build_parser()
+    for line, cell in zip(train_lines, options.cells()):
+        parsed = parser.parse_args(shlex.split(line)[1:])
+        assert Path(parsed.out) == out / "runs" / cell.name
+        assert (parsed.pe, parsed.seed, bool(parsed.rpt)) == (cell.condition.pe, cell.seed, cell.condition.rpt)
+        # Exactly the config reproduce would train: same preset, flags and --set items.
+        from peanchor.training.config import resolve_config
+
+        overrides = {"model.pe": parsed.pe, "train.seed": parsed.seed, "train.rpt": parsed.rpt}
+        assert resolve_config(parsed.preset, overrides, parsed.set).to_dict() == options.cell_config(cell).to_dict()
+    assert any(line.startswith("peanchor reproduce ") for line in lines)
+    assert f"peanchor report {out}" in lines
+    assert not out.exists()  # --list does nothing else
+    # A shard lists only its own cells.
+    assert main([*args, "--shard", "2/4"]) == 0
+    shard_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("peanchor train ")]
+    assert shard_lines == [train_lines[1], train_lines[5]]
+
+
+def test_shards_then_report_from_result_files_only(smoke, tmp_path, capsys):
+    src, _, _ = smoke
+    out = tmp_path / "sharded"
+    _copy_runs(src, out)
+    for shard in ("1/2", "2/2"):
+        assert main(["reproduce", "--preset", "smoke", "--out", str(out), "--shard", shard, "--no-progress"]) == 0
+        assert not (out / "results.json").exists()  # shards leave assembly to `peanchor report`
+    for model_file in out.glob("runs/*/model.safetensors"):
+        model_file.unlink()  # the report must not need any model
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    expected = json.loads((src / "results.json").read_text())
+    assert [m["name"] for m in results["models"]] == [m["name"] for m in expected["models"]]
+    assert results["alpha_sweep"] == expected["alpha_sweep"] and results["failed"] == []
+    assert (out / "report.md").is_file() and (out / "report.html").is_file()
+    # A results.json file on its own renders too.
+    assert main(["report", str(out / "results.json"), "--report-dir", str(tmp_path / "r2")]) == 0
+    assert (tmp_path / "r2" / "report.html").is_file()
+
+
+def test_a_failed_cell_is_reported_and_the_others_complete(smoke, tmp_path, capsys):
+    src, _, _ = smoke
+    out = tmp_path / "failing"
+    _copy_runs(src, out, ["none-s0"])  # reused: only the failing cell trains
+    code = main(["reproduce", "--preset", "smoke", "--out", str(out), "--conditions", "none,rpt,ape",
+                 "--set", "rpt:optim.lr=1e9", "--no-progress"])  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "rpt-s0" in err and "failed" in err
+    results = json.loads((out / "results.json").read_text())
+    assert [m["name"] for m in results["models"]] == ["none-s0", "ape-s0"]
+    (failure,) = results["failed"]
+    assert failure["name"] == "rpt-s0" and failure["stage"] == "train" and "TrainingDiverged" in failure["error"]
+    assert "rpt-s0" in (out / "report.md").read_text()
+    status = json.loads((out / "status" / "rpt-s0.json").read_text())
+    assert status["status"] == "failed"
+
+
+def test_conditions_and_set_prefixes():
+    assert parse_condition("rpt") == parse_condition("ape-rpt")
+    assert (parse_condition("rpt").pe, parse_condition("rpt").rpt) == ("ape", True)
+    assert parse_condition("rpt-rope").name == parse_condition("rope-rpt").name == "rope-rpt"
+    assert parse_condition("ROPE_MIXED").name == "rope_mixed"
+    with pytest.raises(ConfigError, match="unknown condition"):
+        parse_condition("alibi2")
+    with pytest.raises(ConfigError):
+        parse_conditions(" , ")
+    assert [c.name for c in parse_conditions("none,ape,none")] == ["none", "ape"]
+    with pytest.raises(ConfigError, match="not a condition"):
+        split_set_items(["sincos:optim.lr=1"], parse_conditions("none,ape"))
+
+
+def test_bad_set_fails_before_any_training(tmp_path, capsys):
+    out = tmp_path / "bad"
+    assert main(["reproduce", "--preset", "smoke", "--out", str(out), "--set", "optim.nope=1"]) == 2
+    assert "optim.nope" in capsys.readouterr().err and not (out / "runs").exists()
+
+
+def test_default_options():
+    options = ReproduceOptions()
+    assert options.preset == "cpu" and options.out_dir == Path("runs") / "reproduce-cpu"
+    assert [c.name for c in options.conditions] == list(DEFAULT_CONDITIONS) and options.seeds == 1
+    assert len(list_commands(options)) == len(DEFAULT_CONDITIONS) + 4
