@@ -227,6 +227,11 @@ class TimmViT(nn.Module):
         name = "_".join(p for p in (rope_name, "ape" if has_ape else None) if p) or "none"
         self._pe = TimmPE(name=f"timm:{name}", scalable=has_ape or rope is not None, has_ape=has_ape, rope=rope_name)
         self._model_args = dict(model_args) if model_args is not None else _describe(model, timm.__version__)
+        self.logit_subset: Tensor | None = None  # see restrict_to_classes
+
+    def restrict_to_classes(self, indices: list[int]) -> None:
+        """Keep only these output classes, in this order (e.g. ImageNet-100 inside an ImageNet-1k head)."""
+        self.logit_subset = torch.as_tensor(indices, dtype=torch.long)
 
     # ---- what the analysis reads ------------------------------------------------------------
 
@@ -397,6 +402,8 @@ class TimmViT(nn.Module):
                     raise RuntimeError(f"block {i} ran its probe norm {len(probes) - i} times; expected once")
         tokens = torch.stack(probes, dim=1) if collect else None  # (B, L, N, D)
         logits = m.forward_head(m.norm(x)) if head else None  # (B, C)
+        if logits is not None and self.logit_subset is not None:
+            logits = logits[:, self.logit_subset.to(logits.device)]  # (B, C_subset)
         return logits, tokens
 
     def forward(self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0) -> Tensor:

@@ -10,6 +10,7 @@ through :mod:`peanchor.adapters`) plugs in there and everything after it is shar
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
@@ -29,7 +30,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "(α) sweep. Writes analysis.json and analysis.csv (tidy, long format).",
     )
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run directory (from peanchor train or import)")
-    p.add_argument("--out", metavar="DIR", help="where to write analysis.json/.csv (default: RUN_DIR/analysis)")
+    p.add_argument("--out", metavar="DIR", help="where to write analysis.json/.csv (default: RUN_DIR/analysis, "
+                   "or runs/analyze-timm-NAME with --timm)")  # fmt: skip
+    timm = p.add_argument_group("a timm model instead of a run directory (pip install 'peanchor[timm]')")
+    timm.add_argument("--timm", metavar="NAME", help="a timm ViT or EVA-family RoPE ViT, e.g. vit_small_patch16_224")
+    timm.add_argument("--weights", metavar="FILE", help="its weights: .safetensors, or .pt/.pth read with weights_only")
+    timm.add_argument("--num-classes", type=int, metavar="N", help="output classes (default: from the weights' head)")
+    timm.add_argument("--timm-arg", action="append", default=[], metavar="KEY=VALUE",
+                      help="extra timm.create_model argument, e.g. img_size=384 (repeatable; values parsed as YAML)")  # fmt: skip
     data = p.add_argument_group("data (default: the run's config.yaml)")
     data.add_argument("--data", metavar="NAME", help="evaluate on another dataset (scenes, cifar10, imagenet100, ...)")
     data.add_argument("--data-root", metavar="PATH", help="where that dataset lives")
@@ -78,6 +86,7 @@ class Subject:
     default_out: Path | None
     source: dict[str, Any] = field(default_factory=dict)  # recorded in analysis.json
     eval_batch_size: int | None = None
+    normalization: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # (mean, std) if not the dataset's
 
 
 def subject_from_run_dir(run_dir: str | Path) -> Subject:
@@ -106,11 +115,73 @@ def subject_from_run_dir(run_dir: str | Path) -> Subject:
     return Subject(model, config.data, run.name, run / "analysis", source, config.train.eval_batch_size)
 
 
+def subject_from_timm(args: argparse.Namespace) -> Subject:
+    """A timm model (random init unless ``--weights``; never downloaded) evaluated on ``--data``."""
+    from peanchor.adapters import load_timm_model
+
+    if not args.data:
+        raise ConfigError("--timm needs --data NAME (and --data-root PATH) to say what to evaluate on")
+    model = load_timm_model(args.timm, weights=args.weights, num_classes=args.num_classes, **parse_timm_args(args.timm_arg))
+    source = {"kind": "timm", "model_args": model.model_args, "pe": model.pe_name}
+    safe = args.timm.replace("/", "_")
+    return Subject(model, None, args.timm, Path("runs") / f"analyze-timm-{safe}", source, None, (model.mean, model.std))
+
+
+def parse_timm_args(items: list[str]) -> dict[str, Any]:
+    """``["img_size=64", "depth=2"]`` → ``{"img_size": 64, "depth": 2}``.
+
+    >>> parse_timm_args(["img_size=64", "class_token=false"])
+    {'img_size': 64, 'class_token': False}
+    """
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--timm-arg {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise ConfigError(f"--timm-arg {item!r}: the value is not valid YAML") from None
+    return out
+
+
 def resolve_subject(args: argparse.Namespace) -> Subject:
-    """Arguments → :class:`Subject`. New model sources (``--timm``) add a branch here."""
+    """Arguments → :class:`Subject`: a run directory, or a timm model."""
+    if args.run_dir and args.timm:
+        raise ConfigError("give either RUN_DIR or --timm NAME, not both")
+    if args.timm:
+        return subject_from_timm(args)
+    if args.weights or args.num_classes or args.timm_arg:
+        raise ConfigError("--weights, --num-classes and --timm-arg go with --timm NAME")
     if args.run_dir:
         return subject_from_run_dir(args.run_dir)
-    raise ConfigError("analyze needs a RUN_DIR (a directory written by peanchor train or peanchor import)")
+    raise ConfigError("analyze needs a RUN_DIR (from peanchor train or peanchor import) or --timm NAME")
+
+
+def match_classes(model: Any, classes: list[str]) -> None:
+    """Make the model's outputs line up with the dataset's classes, or refuse.
+
+    A timm ImageNet-1k head evaluated on an ImageNet subset (classes named by WordNet id, e.g.
+    ImageNet-100) keeps the logits of those classes, in the dataset's order.
+    """
+    head = getattr(getattr(model, "model", None), "num_classes", None)
+    if head is None or head == len(classes):
+        return
+    if head == 1000 and classes and all(c.startswith("n") and c[1:].isdigit() for c in classes):
+        from timm.data import ImageNetInfo
+
+        synsets = {w: i for i, w in enumerate(ImageNetInfo().label_names())}
+        missing = [c for c in classes if c not in synsets]
+        if not missing:
+            model.restrict_to_classes([synsets[c] for c in classes])
+            return
+        raise ConfigError(f"classes {', '.join(missing[:3])} are not ImageNet-1k WordNet ids")
+    raise ConfigError(
+        f"the model has {head} outputs but the dataset has {len(classes)} classes; "
+        "accuracy and FS need matching classes (pass --num-classes to match a fine-tuned head)"
+    )
 
 
 def data_spec_for(subject: Subject, args: argparse.Namespace) -> Any:
@@ -125,6 +196,8 @@ def data_spec_for(subject: Subject, args: argparse.Namespace) -> Any:
         if value is not None:
             values[key] = value
     img_size = (getattr(subject.model, "model_args", None) or {}).get("img_size")
+    if isinstance(getattr(subject.model, "img_size", None), tuple):  # timm adapter: (rows, cols) in pixels
+        img_size = subject.model.img_size[0]
     if img_size:
         values["img_size"] = int(img_size)
     return DataSpec.from_dict(values)
@@ -149,8 +222,12 @@ def run(args: argparse.Namespace) -> int:
     spec = data_spec_for(subject, args)
     progress = None if not args.no_progress else False
     evalset = EvalSet.from_spec(spec, args.images, progress=progress)
+    info = evalset.info
+    if subject.normalization is not None:
+        info = dataclasses.replace(info, mean=tuple(subject.normalization[0]), std=tuple(subject.normalization[1]))
+        match_classes(subject.model, list(info.classes))
     result = evaluate_model(
-        subject.model, evalset, evalset.info, alphas=alphas, rpi_draws=args.rpi_draws, seed=args.seed,
+        subject.model, evalset, info, alphas=alphas, rpi_draws=args.rpi_draws, seed=args.seed,
         ssdc_mode="per_image" if args.per_image else "mean_similarity",
         metric="euclidean" if args.euclidean else "manhattan", bootstrap=args.bootstrap, severities=args.severities,
         batch_size=args.batch_size or subject.eval_batch_size or 256, device=args.device, progress=progress,
