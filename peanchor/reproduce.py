@@ -21,13 +21,14 @@ run has compared every condition early. ``--shard i/n`` takes cells ``i-1, i-1+n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import platform
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,7 @@ class ReproduceOptions:
     device: str | None = None
     progress: bool = True
     debug: bool = False  # re-raise a cell's error instead of recording it
+    jobs: int = 1  # cells run at once, each in its own single-threaded process (CPU)
 
     def __post_init__(self) -> None:
         from peanchor.training.config import PRESETS
@@ -245,6 +247,8 @@ class ReproduceOptions:
             self.seeds = DEFAULT_SEEDS[self.preset]
         if self.seeds < 1:
             raise ConfigError(f"--seeds {self.seeds}: expected >= 1")
+        if self.jobs < 1:
+            raise ConfigError(f"--jobs {self.jobs}: expected >= 1")
         self.out = Path(self.out) if self.out is not None else Path("runs") / f"reproduce-{self.preset}"
 
     @property
@@ -638,6 +642,61 @@ def _preflight(options: ReproduceOptions, cells: Sequence[Cell]) -> None:
             build_eval_dataset(config.data)  # DataError for a missing root / an empty split
 
 
+def _attempt(
+    options: ReproduceOptions, cell: Cell, evaluation: _Evaluation, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Run one cell; a failure becomes ``status="failed"`` with the error instead of an exception."""
+    status: dict[str, Any] = {"name": cell.name, "condition": cell.condition.name, "seed": cell.seed}
+    try:
+        _run_cell(options, cell, evaluation, log, status)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # one failed cell must not stop the others
+        if options.debug:
+            raise
+        status.update(status="failed", error=f"{type(e).__name__}: {e}")
+    return status
+
+
+_WORKER_EVALUATION: _Evaluation | None = None
+
+
+def _worker_init() -> None:
+    import torch
+
+    # Small models on a few cores: one thread per process beats intra-op threads by a wide margin.
+    torch.set_num_threads(1)
+
+
+def _worker_attempt(options: ReproduceOptions, cell: Cell) -> dict[str, Any]:
+    global _WORKER_EVALUATION
+    if _WORKER_EVALUATION is None:  # evaluation sets and corrupted copies are shared within a worker
+        _WORKER_EVALUATION = _Evaluation(False)
+    return _attempt(options, cell, _WORKER_EVALUATION, _stderr)
+
+
+def _attempt_cells(
+    options: ReproduceOptions, cells: Sequence[Cell], log: Callable[[str], None]
+) -> Iterator[tuple[Cell, dict[str, Any]]]:
+    """Yield ``(cell, status)`` as cells finish: in order in this process, or from ``options.jobs``
+    worker processes (spawned, one thread each; progress bars off, one log line per cell)."""
+    if options.jobs == 1 or len(cells) <= 1:
+        evaluation = _Evaluation(None if options.progress else False)
+        for cell in cells:
+            yield cell, _attempt(options, cell, evaluation, log)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    quiet = dataclasses.replace(options, progress=False, debug=False)
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process that already runs torch threads
+    log(f"running {len(cells)} cells in {min(options.jobs, len(cells))} processes")
+    with ProcessPoolExecutor(min(options.jobs, len(cells)), mp_context=ctx, initializer=_worker_init) as pool:
+        futures = {pool.submit(_worker_attempt, quiet, cell): cell for cell in cells}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
 def reproduce(options: ReproduceOptions, log: Callable[[str], None] = _stderr) -> ReproduceOutcome:
     """Run this shard's cells (train + analyse), then (unsharded) assemble results.json and the report."""
     start = time.perf_counter()
@@ -655,18 +714,9 @@ def reproduce(options: ReproduceOptions, log: Callable[[str], None] = _stderr) -
         manifest = _manifest(options)
         if _read_json(out / MANIFEST) != manifest:
             fileio.write_json(out / MANIFEST, manifest)
-        evaluation = _Evaluation(None if options.progress else False)
-        for n, cell in enumerate(mine, 1):
+        for n, (cell, status) in enumerate(_attempt_cells(options, mine, log), 1):
             prefix = f"[{n}/{len(mine)}] {cell.name}"
-            status: dict[str, Any] = {"name": cell.name, "condition": cell.condition.name, "seed": cell.seed}
-            try:
-                _run_cell(options, cell, evaluation, log, status)
-            except KeyboardInterrupt:
-                raise
-            except Exception as e:  # one failed cell must not stop the others
-                if options.debug:
-                    raise
-                status.update(status="failed", error=f"{type(e).__name__}: {e}")
+            if status["status"] == "failed":
                 failed.append(status)
                 log(f"{prefix}: FAILED ({status['error']})")
                 did_work = True

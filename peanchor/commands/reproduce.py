@@ -40,6 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="override a training config key for every cell (e.g. optim.lr=3e-4), or for one condition "
                    "with a prefix (e.g. ape:optim.pe_lr_mult=10); repeatable")
     p.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N: for training and analysis")
+    p.add_argument("--jobs", default="auto", metavar="N",
+                   help="cells trained and analysed at once, each in a single-threaded process (default auto: one per "
+                   "CPU core on CPU, 1 on a GPU or for the smoke preset)")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
     return p
@@ -62,7 +65,38 @@ def options_from_args(args: argparse.Namespace):  # -> ReproduceOptions
         device=args.device,
         progress=not args.no_progress,
         debug=bool(getattr(args, "debug", False)),
+        jobs=resolve_jobs(args.jobs, args.preset, args.device),
     )
+
+
+def resolve_jobs(jobs: str, preset: str, device: str | None) -> int:
+    """``--jobs``: a number, or ``auto``: one process per CPU core for CPU runs, one process on a GPU.
+
+    >>> resolve_jobs("3", "cpu", None)
+    3
+    >>> resolve_jobs("auto", "cpu", "cuda")
+    1
+    """
+    import os
+
+    from peanchor.errors import ConfigError
+
+    if jobs != "auto":
+        try:
+            n = int(jobs)
+        except ValueError:
+            raise ConfigError(f"--jobs {jobs!r}: expected a number or auto") from None
+        if n < 1:
+            raise ConfigError(f"--jobs {jobs}: expected >= 1")
+        return n
+    if preset == "smoke" or (device or "auto").startswith("cuda"):
+        return 1
+    if device in (None, "auto"):
+        import torch
+
+        if torch.cuda.is_available():
+            return 1
+    return max(1, os.cpu_count() or 1)
 
 
 def _echo_args(args: argparse.Namespace) -> list[str]:
