@@ -87,6 +87,41 @@ def test_scenes_shape_dtype_balance():
     assert bigger.shape == (20, 3, 48, 48)
 
 
+def test_scenes_class_design():
+    # 6 glyph classes, then 4 disc-vs-square relation classes; the cache key carries the version.
+    assert len(scenes.SCENES_CLASSES) == 10 and scenes.NUM_GLYPHS == 6
+    assert scenes.SCENES_CLASSES[6:] == ("disc_above", "disc_below", "disc_left", "disc_right")
+    assert scenes.GENERATOR_VERSION >= 2 and f"-v{scenes.GENERATOR_VERSION}-" in scenes.cache_key(10, 32, 0, "val")
+    labels = np.arange(1000) % 10
+    for size in (32, 64):
+        lay = scenes._layout(np.random.default_rng(0), labels, size)
+        # every object, shadow included, lies inside the image with a margin
+        assert lay["box"].min() >= 0.99 and lay["box"].max() <= size - 0.99
+        glyph = labels < 6
+        span = lay["box"][:, 1] - lay["box"][:, 0]  # (m, 2) with outline and shadow
+        assert (span[glyph] * 32 / size).max() < 25 and (span[glyph] * 32 / size).min() > 15
+        # glyph texture is drawn per image: both kinds in every glyph class, so it is not a class cue
+        for c in range(6):
+            assert set(lay["texture"][labels == c, 0].tolist()) == {0, 1}
+        # relation classes: a checkered square (slot 0) and a striped disc (slot 1) where the label says
+        rel = ~glyph
+        assert (lay["texture"][rel, 0] == 1).all() and (lay["texture"][rel, 1] == 0).all()
+        assert lay["round"][rel, 1].all() and not lay["round"][glyph].any()
+        offset = lay["a"][:, 1] - lay["a"][:, 0]  # disc centre minus square centre, (x, y) with y down
+        assert (offset[labels == 6, 1] < 0).all() and (offset[labels == 7, 1] > 0).all()
+        assert (offset[labels == 8, 0] < 0).all() and (offset[labels == 9, 0] > 0).all()
+        assert (np.abs(offset[labels == 6, 0]) < np.abs(offset[labels == 6, 1])).all()
+
+
+def test_scenes_glyph_bars():
+    # T, L, plus, H, ring, X: bars per glyph; the X's are diagonal, every other bar is axis-aligned.
+    lay = scenes._layout(np.random.default_rng(0), np.arange(10), 32)
+    assert [int(lay["active"][c].sum()) for c in range(10)] == [2, 2, 2, 3, 4, 2] + [2] * 4
+    seg = (lay["b"] - lay["a"])[:6]  # (6, SLOTS, 2)
+    diagonal = (np.abs(seg[..., 0]) > 1) & (np.abs(seg[..., 1]) > 1)
+    assert diagonal[5, :2].all() and not diagonal[:5].any()
+
+
 def test_scenes_build_datasets_and_cache_reuse(tmp_path, monkeypatch):
     spec = DataSpec(train_size=50, val_size=30, cache_dir=str(tmp_path / "c"))
     train, val, info = build_datasets(spec)
