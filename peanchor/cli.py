@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import NoReturn
 
 from peanchor import __version__
 from peanchor.errors import PeanchorError
@@ -19,8 +21,19 @@ from peanchor.errors import PeanchorError
 COMMANDS = ("train", "analyze", "reproduce", "report", "data", "import_")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, like every other peanchor error (sub-parsers inherit this class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"peanchor: error: {message} (see '{self.prog} --help')\n")
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> str:
+    return f"peanchor: warning: {message}\n"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="peanchor",
         description="Train ViTs with different positional encodings, intervene on them, and measure spatial "
         "structure (SSDC) and robustness (Fragility Score).",
@@ -45,6 +58,8 @@ class _UsageError(PeanchorError):
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" not in argv:
+        warnings.formatwarning = _one_line_warning  # e.g. a skipped unreadable image: one line naming it
     parser = build_parser()
     # argparse exits 2 with its own one-line message for bad flags; keep that behaviour.
     args = parser.parse_args(argv)

@@ -113,7 +113,10 @@ class RunLock:
         self._held = False
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise PeanchorError(f"cannot use {self.path.parent} as a run directory: {e.strerror or e}") from e
         me = f"{os.getpid()} {socket.gethostname()}\n"
         for _ in range(3):
             try:

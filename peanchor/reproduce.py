@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import platform
 import shlex
 import sys
@@ -661,11 +662,24 @@ def _attempt(
 _WORKER_EVALUATION: _Evaluation | None = None
 
 
-def _worker_init() -> None:
+def _worker_init(parent: int) -> None:
+    import os
+    import signal
+
     import torch
 
     # Small models on a few cores: one thread per process beats intra-op threads by a wide margin.
     torch.set_num_threads(1)
+    # A worker must not outlive a killed parent (it would keep training into OUT, holding cell locks).
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def _worker_attempt(options: ReproduceOptions, cell: Cell) -> dict[str, Any]:
@@ -691,7 +705,10 @@ def _attempt_cells(
     quiet = dataclasses.replace(options, progress=False, debug=False)
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that already runs torch threads
     log(f"running {len(cells)} cells in {min(options.jobs, len(cells))} processes")
-    with ProcessPoolExecutor(min(options.jobs, len(cells)), mp_context=ctx, initializer=_worker_init) as pool:
+    pool = ProcessPoolExecutor(
+        min(options.jobs, len(cells)), mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),)
+    )
+    with pool:
         futures = {pool.submit(_worker_attempt, quiet, cell): cell for cell in cells}
         for future in as_completed(futures):
             yield futures[future], future.result()
