@@ -20,7 +20,8 @@ from peanchor.data import DataSpec, build_datasets, build_eval_dataset, scenes
 from peanchor.data.transforms import batch_augment
 from peanchor.errors import ConfigError, DataError
 
-CLASS_LIST = Path("/work/shared/data/imagenet100_classes.txt")
+# The standard ImageNet-100 list (CMC) lives in the shared/ folder beside the checkout; it is not committed.
+CLASS_LIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "imagenet100_classes.txt"
 
 
 @pytest.fixture(autouse=True)
@@ -462,6 +463,8 @@ def test_cifar_refuses_code_in_pickles(tmp_path):
 @pytest.fixture(scope="module")
 def fake_imagenet(tmp_path_factory):
     """A full-ImageNet-shaped tree: the 100 listed wnids plus 3 extra classes, 1-2 tiny JPEGs each."""
+    if not CLASS_LIST.is_file():
+        pytest.skip(f"the ImageNet-100 class list is not at {CLASS_LIST}")
     root = tmp_path_factory.mktemp("imagenet")
     wnids = data.read_class_list(CLASS_LIST)
     extra = ["n00000001", "n00000002", "n00000003"]
