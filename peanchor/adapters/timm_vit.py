@@ -49,6 +49,7 @@ from torch import Tensor, nn
 
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
 from peanchor.interventions import permute_tokens
+from peanchor.models.probe import ProbedModel
 
 SUPPORTED_FAMILIES = (
     "timm.models.vision_transformer.VisionTransformer (learned pos_embed or pos_embed='none'; CLS/register tokens)",
@@ -178,7 +179,7 @@ class TimmPE:
     rope: str | None  # "rope", "rope_mixed", "rope_dinov3" or None
 
 
-class TimmViT(nn.Module):
+class TimmViT(ProbedModel, nn.Module):
     """A timm ViT behind peanchor's analysis interface. ``self.model`` is the unchanged timm model.
 
     Build it with :func:`load_timm_model`, or wrap a model you already have: ``TimmViT(timm_model)``.
@@ -404,30 +405,6 @@ class TimmViT(nn.Module):
         logits = m.forward_head(m.norm(x)) if head else None  # (B, C)
         if logits is not None and self.logit_subset is not None:
             logits = logits[:, self.logit_subset.to(logits.device)]  # (B, C_subset)
-        return logits, tokens
-
-    def forward(self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0) -> Tensor:
-        """Logits ``(B, C)`` for normalised images ``(B, 3, H, W)``; timm's own at identity/α = 1."""
-        logits, _ = self._run(images, token_perm, pe_scale, collect=False, head=True)
-        return logits
-
-    def spatial_tokens(
-        self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0, num_layers: int | None = None
-    ) -> Tensor:
-        """Each block's first-norm output, prefix tokens dropped: ``(B, L, N, D)``.
-
-        ``num_layers`` stops the pass after that many probes (ΔSSDC needs only layers 0 and 1).
-        """
-        if num_layers is not None and not 1 <= num_layers <= self.depth:
-            raise ValueError(f"num_layers must be in 1..{self.depth}, got {num_layers}")
-        _, tokens = self._run(images, token_perm, pe_scale, collect=True, head=False, num_layers=num_layers)
-        return tokens
-
-    def forward_with_tokens(
-        self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0
-    ) -> tuple[Tensor, Tensor]:
-        """Logits ``(B, C)`` and the SSDC probe tokens ``(B, L, N, D)`` from one pass."""
-        logits, tokens = self._run(images, token_perm, pe_scale, collect=True, head=True)
         return logits, tokens
 
 

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torchvision.ops import StochasticDepth
 
 from peanchor.interventions import permute_tokens
+from peanchor.models.probe import ProbedModel
 from peanchor.pe import PEContext, RotaryTables, create_pe
 
 
@@ -97,7 +98,7 @@ class PatchEmbed(nn.Module):
         return self.proj(x).flatten(2).transpose(1, 2)  # (B, N, D), row-major slots
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(ProbedModel, nn.Module):
     """ViT with a CLS token and a pluggable positional encoding (``self.pe``)."""
 
     num_prefix = 1
@@ -193,28 +194,4 @@ class VisionTransformer(nn.Module):
             x = self.pe.after_block(i, x, pe_scale)
         tokens = torch.stack(probes, dim=1) if collect else None  # (B, L, N, D)
         logits = self.head(self.head_drop(self.norm(x)[:, 0])) if head else None  # (B, C)
-        return logits, tokens
-
-    def forward(self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0) -> Tensor:
-        """Logits ``(B, C)`` for normalised images ``(B, 3, H, W)``."""
-        logits, _ = self._run(images, token_perm, pe_scale, collect=False, head=True)
-        return logits
-
-    def spatial_tokens(
-        self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0, num_layers: int | None = None
-    ) -> Tensor:
-        """The patch tokens each block's attention sees (LN1 output, CLS dropped): ``(B, L, N, D)``.
-
-        ``num_layers`` stops the pass after that many probes (ΔSSDC needs only layers 0 and 1).
-        """
-        if num_layers is not None and not 1 <= num_layers <= len(self.blocks):
-            raise ValueError(f"num_layers must be in 1..{len(self.blocks)}, got {num_layers}")
-        _, tokens = self._run(images, token_perm, pe_scale, collect=True, head=False, num_layers=num_layers)
-        return tokens
-
-    def forward_with_tokens(
-        self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0
-    ) -> tuple[Tensor, Tensor]:
-        """Logits ``(B, C)`` and the SSDC probe tokens ``(B, L, N, D)`` from one pass."""
-        logits, tokens = self._run(images, token_perm, pe_scale, collect=True, head=True)
         return logits, tokens
