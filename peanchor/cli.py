@@ -52,14 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _UsageError(PeanchorError):
-    pass
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    previous_format = warnings.formatwarning
     if "--debug" not in argv:
         warnings.formatwarning = _one_line_warning  # e.g. a skipped unreadable image: one line naming it
+    try:
+        return _main(argv)
+    finally:
+        warnings.formatwarning = previous_format  # in-process callers (tests, notebooks) get theirs back
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     # argparse exits 2 with its own one-line message for bad flags; keep that behaviour.
     args = parser.parse_args(argv)
