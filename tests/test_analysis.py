@@ -33,15 +33,6 @@ INFO = DataInfo(4, 16, IMAGENET_MEAN, IMAGENET_STD, ["tl", "tr", "bl", "br"], "q
 ALPHAS = (1.0, 0.5, 0.0)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models are dominated by per-op overhead, which extra threads only add to (badly so on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def quadrant_images(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """16 px images: dark noise with a bright 8×8 square in the quadrant named by the label (a spatial task)."""
     g = torch.Generator().manual_seed(seed)

@@ -26,14 +26,6 @@ def _image_folder(root, classes, per_class=4):
                 write_png(torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=g), str(d / f"{i}.png"))
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _save_weights(path, name, num_classes, **kw):
     from safetensors.torch import save_file
 

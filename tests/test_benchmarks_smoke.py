@@ -22,14 +22,6 @@ def load(name: str) -> ModuleType:
     return module
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_ssdc_probe_matches_the_paper_style_hooks():
     bench = load("bench_ssdc_probe")
     record = bench.main(["--model", "vit_micro", "--img-size", "16", "--batch", "3", "--reps", "1", "--no-write"])

@@ -34,15 +34,6 @@ MODEL_KEYS = {"name", "condition", "pe", "rpt", "seed", "clean_acc", "ssdc", "de
 SWEEP_KEYS = {"model", "condition", "seed", "alpha", "delta_ssdc", "clean_acc", "acc", "fragility"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models are dominated by per-op overhead, which extra threads only add to (badly so on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory) -> tuple[Path, int, float]:
     """One `peanchor reproduce --preset smoke` into a fresh directory: (OUT, exit code, seconds)."""

@@ -67,16 +67,6 @@ def build(name: str, extra: dict, *, lively: bool = False, seed: int = 0) -> Tim
     return model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy machine thread hand-offs make every
-    op ~100x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def images(n: int = 3, seed: int = 1) -> torch.Tensor:
     return torch.randn(n, 3, 32, 32, generator=torch.Generator().manual_seed(seed))
 

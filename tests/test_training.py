@@ -42,15 +42,6 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("scenes-cache")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and a busy CI box then has no oversubscription."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny_sets(cache: Path, epochs: int = 2, train_size: int = 128, extra: tuple[str, ...] = ()) -> list[str]:
     return [
         f"data.cache_dir={cache}",
