@@ -209,6 +209,7 @@ def test_ssdc_chunking_and_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     s = torch.randn(7, 2, N, N, generator=g)
     full = ssdc(s, GRID)
     monkeypatch.setattr(ssdc_module, "_RANK_CHUNK_ELEMENTS", 100)  # 1 row (66 pairs) per chunk
+    monkeypatch.setattr(ssdc_module, "_CPU_RANK_CHUNK_ELEMENTS", 100)  # the same on the CPU (numpy) path
     torch.testing.assert_close(ssdc(s, GRID), full, atol=1e-14, rtol=0)
     hits = _pair_reference.cache_info().hits
     ssdc(s, GRID)
