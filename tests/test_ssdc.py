@@ -16,6 +16,7 @@ from scipy import stats as sps
 from peanchor.metrics import SSDCAccumulator, grid_distances, ssdc
 
 ssdc_module = importlib.import_module("peanchor.metrics.ssdc")
+spearman_module = importlib.import_module("peanchor.metrics.spearman")
 
 GRIDS = [(3, 4), (1, 7), (5, 2), (4, 4), (6, 9)]
 
@@ -185,3 +186,17 @@ def test_per_image_ssdc_is_the_same_in_any_chunks(monkeypatch: pytest.MonkeyPatc
     chunked = SSDCAccumulator(grid, mode="per_image")
     chunked.update(tokens)
     torch.testing.assert_close(chunked.compute(), whole.compute(), atol=0, rtol=0)
+
+
+def test_torch_kernel_end_to_end_equals_numpy_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path GPUs take (torch ranking, torch.cat of the pair blocks, its chunk sizes), run on the CPU."""
+    grid = (5, 2)
+    tokens = _tokens(6, 3, grid, dim=6, seed=5)
+    tokens[2, 1] = tokens[2, 1, :1]  # a constant layer: skipped in the mean
+    sims = torch.randn(3, 10, 10, generator=torch.Generator().manual_seed(0))
+    numpy_values, numpy_matrices = _per_image(tokens, grid), ssdc(sims, grid)
+    for module in (ssdc_module, spearman_module):
+        monkeypatch.setattr(module, "_uses_numpy", lambda device: False)
+    monkeypatch.setattr(ssdc_module, "_RANK_CHUNK_ELEMENTS", 50)  # several chunks of 45 pairs
+    np.testing.assert_allclose(_per_image(tokens, grid), numpy_values, atol=1e-12, rtol=0)
+    torch.testing.assert_close(ssdc(sims, grid), numpy_matrices, atol=1e-12, rtol=0)

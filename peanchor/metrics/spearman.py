@@ -44,6 +44,11 @@ _PAYLOAD_MASK = (1 << _PAYLOAD_BITS) - 1
 _FLOAT32_EXACT = {np.dtype(t) for t in (np.float32, np.float16, np.bool_, np.int8, np.uint8, np.int16, np.uint16)}
 
 
+def _uses_numpy(device: torch.device) -> bool:
+    """Whether tensors on ``device`` are ranked with numpy (the CPU) rather than torch."""
+    return device.type == "cpu"
+
+
 def _rank_rows(x: Tensor) -> Tensor:
     """Tie-averaged 1-based ranks of each row of a 2-D tensor, as float64 (torch, any device)."""
     m, p = x.shape
@@ -189,7 +194,7 @@ def _rank_flat(x: Tensor) -> Tensor:
     m, p = x.shape
     if m == 0 or p == 0:
         return torch.empty(m, p, dtype=torch.float64, device=x.device)
-    if x.device.type == "cpu":
+    if _uses_numpy(x.device):
         rows = max(1, min(_CHUNK_ELEMENTS, _CPU_CHUNK_ELEMENTS) // p)
         out = np.empty((m, p))
         for i in range(0, m, rows):

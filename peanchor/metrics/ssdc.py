@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from peanchor.metrics.spearman import _rank_flat, sort_rows_with_payload, tie_runs, to_numpy_rows
+from peanchor.metrics.spearman import _rank_flat, _uses_numpy, sort_rows_with_payload, tie_runs, to_numpy_rows
 
 __all__ = ["Metric", "Mode", "SSDCAccumulator", "grid_distances", "ssdc"]
 
@@ -159,7 +159,7 @@ def _ssdc_rows_numpy(pairs: list[np.ndarray], twice_ranks: np.ndarray, reference
 
 def _rank_chunk(device: torch.device, p: int) -> int:
     """Rows of ``P`` pairs ranked at a time on ``device``."""
-    elements = _CPU_RANK_CHUNK_ELEMENTS if device.type == "cpu" else _RANK_CHUNK_ELEMENTS
+    elements = _CPU_RANK_CHUNK_ELEMENTS if _uses_numpy(device) else _RANK_CHUNK_ELEMENTS
     return max(1, elements // max(p, 1))
 
 
@@ -172,7 +172,7 @@ def _ssdc_of_pairs(pairs: Sequence[Tensor], grid: tuple[int, int], metric: str) 
     """
     m, device = pairs[0].shape[0], pairs[0].device
     chunk = _rank_chunk(device, sum(block.shape[-1] for block in pairs))
-    if device.type == "cpu":
+    if _uses_numpy(device):
         twice_ranks, reference_spread = _pair_twice_ranks(grid, metric)  # (P,), scalar
         values = np.empty(m)  # (M,)
         for start in range(0, m, chunk):
