@@ -7,10 +7,11 @@ implementations of that one ranking, with the same results:
 
 * CPU tensors are ranked with numpy (:func:`sort_rows_with_payload`, :func:`tie_runs`). Values that
   float32 holds exactly (float32, float16, bfloat16, bool, 8- and 16-bit integers) are sorted as
-  float64 keys that carry the value in their high bits and a 29-bit integer payload (the element's
+  float64 keys that carry the value in their high bits and a 28-bit integer payload (the element's
   index) in the low mantissa bits, which converting a float32 to float64 leaves zero: one plain
   ``np.sort`` of those keys gives the order and the payload together, several times faster than a
-  stable argsort. Other dtypes (float64, 32/64-bit integers) use ``np.argsort``.
+  stable argsort; rounding the sorted keys back to float32 gives the sorted values, whose equal
+  neighbours are the ties. Other dtypes (float64, 32/64-bit integers) use ``np.argsort``.
 * Other devices use torch: ``torch.sort``, then run boundaries by running max/min.
 
 Ties and special values, on every device: ``-0.0`` and ``+0.0`` are equal (they tie), ``+-inf``
@@ -35,10 +36,11 @@ __all__ = ["rankdata", "spearman"]
 _CHUNK_ELEMENTS = 1 << 22
 _CPU_CHUNK_ELEMENTS = 1 << 18
 
-# float32 -> float64 leaves the 29 low mantissa bits zero. A payload below 2**29 written there keeps
-# the key strictly between the float32 value and the next float32 above it in magnitude, so keys of
-# different values keep their order and keys of equal values differ only in these bits.
-_PAYLOAD_BITS = 29
+# float32 -> float64 leaves the 29 low mantissa bits zero. A payload below 2**28 written there keeps
+# the key within half a float32 step above the value in magnitude: keys of different values keep
+# their order, keys of equal values differ only in these bits, and rounding a key back to float32
+# gives the value again.
+_PAYLOAD_BITS = 28
 _PAYLOAD_MASK = (1 << _PAYLOAD_BITS) - 1
 # numpy dtypes whose every value float32 represents exactly (bfloat16 is made float32 before numpy).
 _FLOAT32_EXACT = {np.dtype(t) for t in (np.float32, np.float16, np.bool_, np.int8, np.uint8, np.int16, np.uint16)}
@@ -118,9 +120,10 @@ def sort_rows_with_payload(values: np.ndarray | Sequence[np.ndarray], payload: n
         # A payload turns +-inf into NaN, and np.sort puts NaN last: a row whose last key is NaN had
         # an inf or a NaN. Those rows (rare) are sorted again by value below.
         redo = np.isnan(keys[:, -1])  # (M,)
-        sorted_payload = bits & _PAYLOAD_MASK  # (M, P)
-        bits >>= _PAYLOAD_BITS  # (M, P) in place: what is left identifies the float32 value
-        tied = bits[:, 1:] == bits[:, :-1]  # (M, P-1)
+        values32 = keys.astype(np.float32)  # (M, P) each sorted key rounded back to its value
+        tied = values32[:, 1:] == values32[:, :-1]  # (M, P-1)
+        sorted_payload = bits  # (M, P) the keys' memory, reused
+        sorted_payload &= _PAYLOAD_MASK
         nan = np.zeros(keys.shape[0], dtype=bool)  # (M,)
         if redo.any():
             again = _argsort_with_payload(np.concatenate(blocks, axis=1)[redo], payload)
