@@ -104,7 +104,8 @@ def test_rankdata_large_int64_ties_are_exact() -> None:
 def test_rankdata_chunked_rows_match_scipy(monkeypatch: pytest.MonkeyPatch) -> None:
     # The package re-exports the function under the module's name, so fetch the module itself.
     sp = importlib.import_module("peanchor.metrics.spearman")
-    monkeypatch.setattr(sp, "_CHUNK_ELEMENTS", 64)  # force many row chunks
+    monkeypatch.setattr(sp, "_CHUNK_ELEMENTS", 64)  # force many row chunks (torch path)
+    monkeypatch.setattr(sp, "_CPU_CHUNK_ELEMENTS", 64)  # and on the CPU (numpy) path
     x = _inputs("tied", (37, 20), seed=3)
     np.testing.assert_array_equal(rankdata(x).numpy(), sps.rankdata(x.numpy(), axis=-1))
 

@@ -153,8 +153,8 @@ class TieRuns(NamedTuple):
 def tie_runs(tied: np.ndarray) -> TieRuns:
     """Group the tie flags ``(M, P-1)`` of :func:`sort_rows_with_payload` into runs.
 
-    Ties between float values are rare but not absent (float32 similarities of one image collide
-    about ten times in 19,110), so the work here is proportional to the ties, not to ``M * P``.
+    Ties between float values are rare but not absent (the 19,110 float32 pair similarities of one
+    image collide 10-20 times), so the work here is proportional to the ties, not to ``M * P``.
 
     >>> runs = tie_runs(np.array([[False, True, True], [True, False, False]]))
     >>> runs.first.tolist(), runs.length.tolist(), runs.average.tolist()
@@ -198,7 +198,7 @@ def _rank_flat(x: Tensor) -> Tensor:
     if m == 0 or p == 0:
         return torch.empty(m, p, dtype=torch.float64, device=x.device)
     if _uses_numpy(x.device):
-        rows = max(1, min(_CHUNK_ELEMENTS, _CPU_CHUNK_ELEMENTS) // p)
+        rows = max(1, _CPU_CHUNK_ELEMENTS // p)
         out = np.empty((m, p))
         for i in range(0, m, rows):
             out[i : i + rows] = _rank_rows_numpy(to_numpy_rows(x[i : i + rows]))
