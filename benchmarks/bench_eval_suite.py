@@ -33,7 +33,7 @@ from peanchor.analysis.corruptions import CorruptedCache
 from peanchor.analysis.evaluate import EvalSet, evaluate_model
 from peanchor.data import DataSpec, normalize
 from peanchor.models import create_model
-from peanchor.training.config import preset_config
+from peanchor.presets import preset_config
 
 NAME = "eval_suite"
 GOAL = 1.3

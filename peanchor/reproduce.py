@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from peanchor import fileio
+from peanchor.conditions import DEFAULT_CONDITIONS, Condition, parse_condition, parse_conditions
 from peanchor.errors import ConfigError, PeanchorError
+from peanchor.presets import AnalysisPlan, get_preset, preset_shifts, resolve_config
 
 __all__ = [
-    "ANALYSIS_PLANS",
     "DEFAULT_CONDITIONS",
-    "DEFAULT_SEEDS",
     "AnalysisPlan",
     "Cell",
     "Condition",
@@ -57,67 +57,12 @@ __all__ = [
     "write_results_and_report",
 ]
 
-DEFAULT_CONDITIONS: tuple[str, ...] = ("none", "ape", "sincos", "rope", "rpt")
-DEFAULT_SEEDS: dict[str, int] = {"smoke": 1, "cpu": 1, "paper": 4}
 MANIFEST = "reproduce.json"
 RESULTS = "results.json"
 
 
 # ----------------------------------------------------------------------------------------------
 # The grid
-
-
-@dataclass(frozen=True)
-class Condition:
-    """A trained condition: a positional encoding, with or without RPT.
-
-    ``name`` follows :func:`peanchor.training.config.condition_name`: ``rpt`` is APE trained with
-    RPT (the paper's), any other PE trained with RPT is ``<pe>-rpt``.
-    """
-
-    name: str
-    pe: str
-    rpt: bool
-
-
-def parse_condition(text: str) -> Condition:
-    """``"ape"`` → APE; ``"rpt"`` → APE with RPT; ``"rope-rpt"`` (or ``"rpt-rope"``) → RoPE with RPT.
-
-    >>> parse_condition("rpt"), parse_condition("rpt-sincos").name
-    (Condition(name='rpt', pe='ape', rpt=True), 'sincos-rpt')
-    """
-    from peanchor.pe import PE_NAMES
-    from peanchor.training.config import condition_name
-
-    name = text.strip().lower()
-    if name == "rpt":
-        pe, rpt = "ape", True
-    elif name.startswith("rpt-"):
-        pe, rpt = name[4:], True
-    elif name.endswith("-rpt"):
-        pe, rpt = name[:-4], True
-    else:
-        pe, rpt = name, False
-    if pe not in PE_NAMES:
-        raise ConfigError(
-            f"unknown condition {text!r}; expected a positional encoding ({', '.join(PE_NAMES)}), "
-            "'rpt' (APE trained with RPT) or '<pe>-rpt'"
-        )
-    return Condition(condition_name(pe, rpt), pe, rpt)
-
-
-def parse_conditions(text: str | Sequence[str]) -> list[Condition]:
-    """A comma-separated list (or a sequence) of conditions, duplicates dropped, order kept."""
-    items = text.split(",") if isinstance(text, str) else list(text)
-    out: list[Condition] = []
-    for item in items:
-        if item.strip():
-            c = parse_condition(item)
-            if c not in out:
-                out.append(c)
-    if not out:
-        raise ConfigError(f"--conditions {text!r}: expected at least one condition, e.g. none,ape,rope")
-    return out
 
 
 @dataclass(frozen=True)
@@ -200,28 +145,6 @@ def split_set_items(items: Sequence[str], conditions: Sequence[Condition]) -> tu
 # Options
 
 
-@dataclass(frozen=True)
-class AnalysisPlan:
-    """How each cell is analysed (see :func:`peanchor.analysis.evaluate.evaluate_model`)."""
-
-    alphas: tuple[float, ...]
-    max_images: int | None = None  # None: the preset's whole validation split
-    rpi_draws: int = 1
-    seed: int = 0
-    batch_size: int | None = None  # None: the run's train.eval_batch_size
-
-
-# The α grid is the cost driver: each α ≠ 1 costs 1 + (number of shifts) full passes and one
-# two-block pass. cpu keeps 5 values so that analysing 5 models stays well under the training time.
-# RPI draws one permutation per forward call, so the batch size sets how many permutations SSDC
-# under RPI averages over: about 20 for cpu (2000 / 100) and paper (5000 / 256), 8 for smoke.
-ANALYSIS_PLANS: dict[str, AnalysisPlan] = {
-    "smoke": AnalysisPlan(alphas=(1.0, 0.5, 0.0), batch_size=25),
-    "cpu": AnalysisPlan(alphas=(1.0, 0.75, 0.5, 0.25, 0.0), batch_size=100),
-    "paper": AnalysisPlan(alphas=(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)),
-}
-
-
 @dataclass
 class ReproduceOptions:
     preset: str = "cpu"
@@ -240,12 +163,8 @@ class ReproduceOptions:
     jobs: int = 1  # cells run at once, each in its own single-threaded process (CPU)
 
     def __post_init__(self) -> None:
-        from peanchor.training.config import PRESETS
-
-        if self.preset not in PRESETS:
-            raise ConfigError(f"unknown preset {self.preset!r}; valid: {', '.join(PRESETS)}")
         if self.seeds is None:
-            self.seeds = DEFAULT_SEEDS[self.preset]
+            self.seeds = get_preset(self.preset).seeds
         if self.seeds < 1:
             raise ConfigError(f"--seeds {self.seeds}: expected >= 1")
         if self.jobs < 1:
@@ -259,7 +178,7 @@ class ReproduceOptions:
 
     @property
     def plan(self) -> AnalysisPlan:
-        return ANALYSIS_PLANS[self.preset]
+        return get_preset(self.preset).analysis
 
     def cells(self) -> list[Cell]:
         assert self.seeds is not None
@@ -284,8 +203,6 @@ class ReproduceOptions:
         return common + per.get(cell.condition.name, [])
 
     def cell_config(self, cell: Cell) -> Any:
-        from peanchor.training.config import resolve_config
-
         return resolve_config(self.preset, self.cli_overrides(cell), self.cell_set_items(cell))
 
     def analysis_settings(self, eval_batch_size: int) -> dict[str, Any]:
@@ -379,6 +296,7 @@ def _run_cell(
         read_analysis,
         write_analysis,
     )
+    from peanchor.analysis.corruptions import evaluation_shifts
     from peanchor.checkpoint import load_model
     from peanchor.training.loop import train
 
@@ -413,8 +331,9 @@ def _run_cell(
     else:
         evalset: EvalSet = evaluation.evalset(config.data, plan.max_images)
         model = load_model(run_dir)
+        shifts = evaluation_shifts(preset_shifts(config.preset, evalset.img_size), evalset.img_size)
         result = evaluate_model(
-            model, evalset, evalset.info, alphas=alphas, rpi_draws=plan.rpi_draws, seed=plan.seed,
+            model, evalset, evalset.info, shifts=shifts, alphas=alphas, rpi_draws=plan.rpi_draws, seed=plan.seed,
             severities=options.severities, batch_size=batch_size, device=options.device,
             progress=None if options.progress else False, cache=evaluation.cache,
         )  # fmt: skip

@@ -270,7 +270,7 @@ def test_default_alpha_grid():
 def run_dir(tmp_path_factory):
     """A run directory as `peanchor train --preset smoke --pe rope` leaves it (weights untrained)."""
     from peanchor.checkpoint import save_model
-    from peanchor.training.config import resolve_config
+    from peanchor.presets import resolve_config
 
     run = tmp_path_factory.mktemp("run")
     config = resolve_config("smoke", {"model.pe": "rope"})

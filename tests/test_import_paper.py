@@ -477,5 +477,4 @@ def test_cli_imports_and_reports(tmp_path, capsys, images):
 
 
 def test_cli_choices_mirror_the_converter():
-    assert import_command.PAPER_CONDITIONS == paper.CONDITIONS
     assert import_command.SPE_TABLE_MODES == paper.SPE_TABLE_MODES

@@ -604,7 +604,7 @@ def test_unwritable_directory_is_a_clear_error(tmp_path: Path, monkeypatch: pyte
 def test_checkpoint_write_failing_stops_training_and_the_previous_checkpoint_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from peanchor.training.config import resolve_config
+    from peanchor.presets import resolve_config
     from peanchor.training.loop import build_model, param_groups, train
     from peanchor.training.state import load_train_state
 

@@ -11,7 +11,6 @@ import pytest
 
 from peanchor.errors import PeanchorError
 from peanchor.report import load_results, write_report
-from peanchor.report import reference as R
 from peanchor.report.figures import correlation_points, delta_fs_correlation
 from peanchor.report.render import build_report, render_markdown
 
@@ -190,27 +189,3 @@ def test_load_results_round_trip_and_errors(tmp_path):
     del broken["models"][1]["name"]
     with pytest.raises(PeanchorError, match=r"models\[1\] is missing required key 'name'"):
         write_report(broken, tmp_path / "out")
-
-
-def test_reference_numbers_equal_paper_md():
-    t = R.REFERENCE_TABLE
-    expected = {
-        "ape": ((0.6406, 0.0018), (0.4347, 0.0132), (0.1842, 0.0141)),
-        "sincos": ((0.6568, 0.0069), (0.4351, 0.0086), (0.2082, 0.0054)),
-        "rope": ((0.6901, 0.0042), (0.2988, 0.0065), (0.1474, 0.0131)),
-        "none": ((0.5682, 0.0056), (0.6458, 0.0119), (0.2984, 0.0085)),
-        "rpt": ((0.5595, 0.0054), (0.6297, 0.0038), (0.2427, 0.0123)),
-    }
-    assert set(t) == set(expected)
-    for cond, values in expected.items():
-        got = tuple((t[cond][k].mean, t[cond][k].std) for k in ("clean_acc", "fs_jpeg", "fs_blur"))
-        assert got == values, cond
-    ape = R.APE_ALPHA_SWEEP
-    assert ape["alpha"] == [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
-    assert ape["delta_ssdc"] == [0.47, 0.39, 0.31, 0.18, 0.10, 0.05, 0, 0, 0, 0]
-    assert ape["fs_jpeg"] == [0.434, 0.452, 0.478, 0.515, 0.560, 0.598, 0.627, 0.643, 0.648, 0.652]
-    assert ape["seeds"] == 4
-    assert R.SPE_ALPHA_SWEEP["delta_ssdc"] == [0.29, 0.02] and R.SPE_ALPHA_SWEEP["fs_jpeg"] == [0.44, 0.64]
-    assert R.PAPER_SHIFTS == {"jpeg": {"kind": "jpeg", "quality": 5}, "blur": {"kind": "blur", "kernel_size": 5, "sigma": 2.5}}
-    assert R.PRETRAINED_VIT_B_SSDC_RPI["ape"]["peak"] == 0.66 and R.PRETRAINED_VIT_B_SSDC_RPI["rope"]["last"] == 0.23
-    assert R.PAPER_LABEL == "paper, ImageNet-100"

@@ -15,17 +15,8 @@ import torch
 
 from peanchor.cli import build_parser, main
 from peanchor.errors import ConfigError
-from peanchor.reproduce import (
-    DEFAULT_CONDITIONS,
-    ReproduceOptions,
-    grid_cells,
-    list_commands,
-    parse_condition,
-    parse_conditions,
-    parse_shard,
-    shard_cells,
-    split_set_items,
-)
+from peanchor.conditions import DEFAULT_CONDITIONS, parse_condition, parse_conditions
+from peanchor.reproduce import ReproduceOptions, grid_cells, list_commands, parse_shard, shard_cells, split_set_items
 
 TOP_KEYS = {"preset", "dataset", "img_size", "shifts", "conditions", "seeds", "models", "alpha_sweep", "failed",
             "wall_seconds", "versions"}  # fmt: skip
@@ -163,7 +154,7 @@ def test_list_prints_one_train_command_per_cell(tmp_path, capsys):
         assert Path(parsed.out) == out / "runs" / cell.name
         assert (parsed.pe, parsed.seed, bool(parsed.rpt)) == (cell.condition.pe, cell.seed, cell.condition.rpt)
         # Exactly the config reproduce would train: same preset, flags and --set items.
-        from peanchor.training.config import resolve_config
+        from peanchor.presets import resolve_config
 
         overrides = {"model.pe": parsed.pe, "train.seed": parsed.seed, "train.rpt": parsed.rpt}
         assert resolve_config(parsed.preset, overrides, parsed.set).to_dict() == options.cell_config(cell).to_dict()

@@ -21,16 +21,8 @@ from peanchor.errors import CheckpointError, ConfigError, RunDirError, TrainingD
 from peanchor.fileio import RunLock
 from peanchor.models import create_model
 from peanchor.training import loop
-from peanchor.training.config import (
-    PRESETS,
-    TrainConfig,
-    from_dict,
-    load_config,
-    preset_config,
-    resolve_config,
-    to_dict,
-    to_yaml,
-)
+from peanchor.presets import PRESETS, preset_config, resolve_config
+from peanchor.training.config import TrainConfig, from_dict, load_config, to_dict, to_yaml
 from peanchor.training.loop import lr_at, param_groups, train
 
 REPO = Path(__file__).resolve().parents[1]

@@ -46,7 +46,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
@@ -71,6 +71,7 @@ __all__ = [
     "ShiftKind",
     "corrupt",
     "default_blur_kernel_size",
+    "evaluation_shifts",
     "fingerprint",
     "paper_shifts",
     "paper_shifts_source",
@@ -372,6 +373,18 @@ def paper_shifts(img_size: int) -> dict[str, Shift]:
         "jpeg": Shift("jpeg", quality=int(table["jpeg"][2])),
         "blur": Shift("blur", sigma=float(table["blur"][2])).resolved(img_size),
     }
+
+
+def evaluation_shifts(specs: Mapping[str, Mapping[str, Any]] | None, img_size: int) -> dict[str, Shift]:
+    """The shifts a model is measured under: ``specs`` (a preset's descriptions, see
+    :func:`peanchor.presets.preset_shifts`) or, without them, the resolution rule :func:`paper_shifts`.
+
+    >>> evaluation_shifts({"jpeg": {"kind": "jpeg", "quality": 30}}, 32)["jpeg"].quality, list(evaluation_shifts(None, 32))
+    (30, ['jpeg', 'blur'])
+    """
+    if specs is None:
+        return paper_shifts(img_size)
+    return {name: Shift.from_dict(dict(spec)) for name, spec in specs.items()}
 
 
 def severity_table(img_size: int, kinds: Iterable[str] | None = None) -> dict[str, list[Shift]]:

@@ -1,5 +1,6 @@
 """``peanchor analyze``: SSDC per layer (normal and under RPI), ΔSSDC, accuracy and Fragility Score under
-the preset's shifts, and the α sweep, for one trained model.
+the shifts of the run's preset (a model without one: the resolution rule of ``paper_shifts``), and the α sweep,
+for one trained model.
 
 The model and its data come from a *subject*: today a run directory (``peanchor train`` or
 ``peanchor import``). :func:`resolve_subject` is the one place that turns arguments into a model
@@ -87,6 +88,7 @@ class Subject:
     source: dict[str, Any] = field(default_factory=dict)  # recorded in analysis.json
     eval_batch_size: int | None = None
     normalization: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # (mean, std) if not the dataset's
+    preset: str | None = None  # the run's preset: its shifts are the ones the model is measured under
 
 
 def subject_from_run_dir(run_dir: str | Path) -> Subject:
@@ -112,7 +114,8 @@ def subject_from_run_dir(run_dir: str | Path) -> Subject:
         "condition": config.condition,
         "seed": config.train.seed,
     }
-    return Subject(model, config.data, run.name, run / "analysis", source, config.train.eval_batch_size)
+    return Subject(model, config.data, run.name, run / "analysis", source, config.train.eval_batch_size,
+                   preset=config.preset)  # fmt: skip
 
 
 def subject_from_timm(args: argparse.Namespace) -> Subject:
@@ -204,7 +207,9 @@ def data_spec_for(subject: Subject, args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from peanchor.analysis.corruptions import evaluation_shifts
     from peanchor.analysis.evaluate import DEFAULT_ALPHAS, EvalSet, evaluate_model, write_analysis
+    from peanchor.presets import preset_shifts
 
     if args.rpi_draws < 1:
         raise ConfigError(f"--rpi-draws {args.rpi_draws}: expected >= 1")
@@ -226,8 +231,9 @@ def run(args: argparse.Namespace) -> int:
     if subject.normalization is not None:
         info = dataclasses.replace(info, mean=tuple(subject.normalization[0]), std=tuple(subject.normalization[1]))
         match_classes(subject.model, list(info.classes))
+    shifts = evaluation_shifts(preset_shifts(subject.preset, evalset.img_size), evalset.img_size)
     result = evaluate_model(
-        subject.model, evalset, info, alphas=alphas, rpi_draws=args.rpi_draws, seed=args.seed,
+        subject.model, evalset, info, shifts=shifts, alphas=alphas, rpi_draws=args.rpi_draws, seed=args.seed,
         ssdc_mode="per_image" if args.per_image else "mean_similarity",
         metric="euclidean" if args.euclidean else "manhattan", bootstrap=args.bootstrap, severities=args.severities,
         batch_size=args.batch_size or subject.eval_batch_size or 256, device=args.device, progress=progress,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from peanchor.conditions import PAPER_CHECKPOINTS
+
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
@@ -28,9 +30,8 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-# Mirrors of peanchor.convert.paper.CONDITIONS / SPE_TABLE_MODES (a test keeps them equal), so that
-# building the parser does not import torch.
-PAPER_CONDITIONS = ("ape", "spe", "rope", "ablated", "rpt")
+# A mirror of peanchor.convert.paper.SPE_TABLE_MODES (a test keeps them equal), so that building the parser does
+# not import torch.
 SPE_TABLE_MODES = ("check", "as-ape")
 
 
@@ -45,10 +46,10 @@ def _add_paper(sources: argparse._SubParsersAction) -> None:
         "anything else is refused.",
     )
     p.add_argument("checkpoint", metavar="CKPT", help="the checkpoint file")
+    mapping = ", ".join(f"{k}→{c.pe}{' trained with RPT' if c.rpt else ''}" for k, c in PAPER_CHECKPOINTS.items())
     p.add_argument(
-        "--condition", choices=PAPER_CONDITIONS, type=str.lower,
-        help="the paper's condition (default: from the file name, e.g. ape3_imagenet_100_60 → ape); "
-        "ape→ape, rpt→ape trained with RPT, spe→sincos, rope→rope, ablated→none",
+        "--condition", choices=tuple(PAPER_CHECKPOINTS), type=str.lower,
+        help=f"the paper's condition (default: from the file name, e.g. ape3_imagenet_100_60 → ape); {mapping}",
     )  # fmt: skip
     p.add_argument("--out", metavar="RUN_DIR", help="run directory to write (default: runs/paper-<file name>)")
     p.add_argument("--num-heads", type=int, metavar="N", help="attention heads (default: 8, the paper's)")

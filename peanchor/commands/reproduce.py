@@ -11,6 +11,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from peanchor.conditions import DEFAULT_CONDITIONS
+from peanchor.presets import PRESET_NAMES, PRESETS, preset_help
+
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
@@ -21,15 +24,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "ape/sincos/rope/rope_mixed), then OUT/results.json and OUT/report.md/.html are written. Incremental: "
         "finished cells are reused. A failed cell is reported and the others go on (exit code 1 at the end).",
     )
-    p.add_argument("--preset", choices=("smoke", "cpu", "paper"), default="cpu",
-                   help="smoke: < 2 min; cpu (default): 32 px scenes on 2 CPU cores; paper: ImageNet-100 as in the paper")
+    p.add_argument("--preset", choices=PRESET_NAMES, default="cpu", help=preset_help())
     p.add_argument("--data", metavar="NAME", help="dataset (default: the preset's)")
     p.add_argument("--data-root", metavar="PATH", help="where the dataset lives")
     p.add_argument("--class-list", metavar="FILE", help="class subset, one WordNet id / class name per line")
-    p.add_argument("--seeds", type=int, metavar="N", help="seeds 0..N-1 per condition (default: 1; paper: 4)")
-    p.add_argument("--conditions", metavar="LIST", default="none,ape,sincos,rope,rpt",
+    seeds = ", ".join(f"{p.name}: {p.seeds}" for p in PRESETS.values())
+    p.add_argument("--seeds", type=int, metavar="N", help=f"seeds 0..N-1 per condition (default: the preset's; {seeds})")
+    default_conditions = ",".join(DEFAULT_CONDITIONS)
+    p.add_argument("--conditions", metavar="LIST", default=default_conditions,
                    help="comma-separated: any PE name (none, ape, sincos, rope, rope_mixed, ...), 'rpt' (APE trained "
-                   "with RPT) or '<pe>-rpt' (default: none,ape,sincos,rope,rpt)")
+                   f"with RPT) or '<pe>-rpt' (default: the paper's, {default_conditions})")
     p.add_argument("--out", metavar="DIR", help="output directory (default: runs/reproduce-<preset>)")
     p.add_argument("--list", action="store_true", help="print the peanchor train command of every cell and the "
                    "final steps, then exit")
@@ -42,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N: for training and analysis")
     p.add_argument("--jobs", default="auto", metavar="N",
                    help="cells trained and analysed at once, each in a single-threaded process (default auto: one per "
-                   "CPU core on CPU, 1 on a GPU or for the smoke preset)")  # fmt: skip
+                   "CPU core on CPU, 1 on a GPU or for a preset whose cells take seconds, e.g. smoke)")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
     return p
@@ -89,7 +93,7 @@ def resolve_jobs(jobs: str, preset: str, device: str | None) -> int:
         if n < 1:
             raise ConfigError(f"--jobs {jobs}: expected >= 1")
         return n
-    if preset == "smoke" or (device or "auto").startswith("cuda"):
+    if not PRESETS[preset].parallel_cells or (device or "auto").startswith("cuda"):
         return 1
     if device in (None, "auto"):
         import torch

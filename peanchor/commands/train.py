@@ -6,8 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-PRESET_HELP = "smoke: seconds, a sanity check; cpu: 32 px scenes on a laptop; paper: ImageNet-100 as in the paper"
-
+from peanchor.presets import PRESET_NAMES, preset_help
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
@@ -17,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "model.safetensors, summary.json and resume state. Rerunning the same command resumes it; a finished "
         "run is left alone; a different config into the same --out is refused.",
     )
-    p.add_argument("--preset", choices=("smoke", "cpu", "paper"), default="cpu", help=PRESET_HELP + " (default: cpu)")
+    p.add_argument("--preset", choices=PRESET_NAMES, default="cpu", help=preset_help())
     p.add_argument(
         "--data", metavar="NAME", help="dataset (scenes, cifar10, cifar100, imagenet100, imagefolder, hf, prepared)"
     )
@@ -52,7 +51,7 @@ def default_out(preset: str, pe: str, rpt: bool, seed: int) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from peanchor.training.config import resolve_config
+    from peanchor.presets import resolve_config
 
     overrides = {
         "data.name": args.data,

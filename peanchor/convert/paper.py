@@ -63,12 +63,14 @@ from torch import Tensor
 
 from peanchor import fileio
 from peanchor.checkpoint import MODEL_FILE, read_metadata, save_model
+from peanchor.conditions import PAPER_CHECKPOINTS
 from peanchor.errors import CheckpointError, RunDirError
 from peanchor.models import MODEL_SIZES, VisionTransformer, create_model
 from peanchor.pe.absolute import sincos_2d
 
-CONDITIONS: tuple[str, ...] = ("ape", "spe", "rope", "ablated", "rpt")
-CONDITION_PE: dict[str, str] = {"ape": "ape", "rpt": "ape", "spe": "sincos", "rope": "rope", "ablated": "none"}
+# The paper's condition names (the prefix of its checkpoint files) and the PE each one is.
+CONDITIONS: tuple[str, ...] = tuple(PAPER_CHECKPOINTS)
+CONDITION_PE: dict[str, str] = {name: c.pe for name, c in PAPER_CHECKPOINTS.items()}
 SPE_TABLE_MODES: tuple[str, ...] = ("check", "as-ape")
 DEFAULT_NUM_HEADS = 8  # the paper: 8 heads of 48 at width 384
 SINCOS_ATOL = 1e-5
@@ -83,7 +85,7 @@ CLS_POS_KEYS: tuple[str, ...] = ("cls_pos", "cls_pos_embedding", "cls_pos_embed"
 _NESTED_KEYS = ("model", "state_dict", "model_state_dict")
 # Prefixes that wrappers add to every key (DataParallel / DDP, torch.compile).
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
-_NAME_RE = re.compile(r"^(ape|spe|rope|ablated|rpt)(\d+)(?:_|$)", re.IGNORECASE)
+_NAME_RE = re.compile(rf"^({'|'.join(CONDITIONS)})(\d+)(?:_|$)", re.IGNORECASE)
 
 SpeTableMode = Literal["check", "as-ape"]
 
@@ -261,7 +263,7 @@ def key_map(arch: PaperArch, condition: str) -> dict[str, str]:
             m[f"feed_forward.{i}.0.{p}"] = f"blocks.{i}.norm2.{p}"
             m[f"feed_forward.{i}.1.0.{p}"] = f"blocks.{i}.mlp.fc1.{p}"
             m[f"feed_forward.{i}.1.3.{p}"] = f"blocks.{i}.mlp.fc2.{p}"
-    if condition in ("ape", "rpt"):
+    if CONDITION_PE[condition] == "ape":
         m["pos_embedding.weight"] = "pe.table"
     if condition == "spe" and arch.cls_pos_key is not None:
         m[arch.cls_pos_key] = "pe.cls_pe"
@@ -281,7 +283,7 @@ def map_tensors(sd: dict[str, Tensor], arch: PaperArch, condition: str) -> dict[
 def _ignored_keys(condition: str) -> set[str]:
     """Keys of the layout that this condition does not use (the author registers them everywhere)."""
     ignored = {"sincos_pe"}  # spe: checked, then recomputed by our sincos PE (or loaded as-ape)
-    if condition not in ("ape", "rpt"):
+    if CONDITION_PE[condition] != "ape":
         ignored.add("pos_embedding.weight")
     return ignored
 
@@ -415,7 +417,8 @@ def _few(names: list[str], n: int = 4) -> str:
 
 def _train_config(conv: Conversion, seed: int) -> Any:
     """The paper preset, with this model's PE, RPT flag, sizes and resolution."""
-    from peanchor.training.config import ModelConfig, preset_config, validate
+    from peanchor.presets import preset_config
+    from peanchor.training.config import ModelConfig, validate
 
     config = preset_config("paper")
     size = MODEL_SIZES["vit_paper"]
@@ -429,7 +432,7 @@ def _train_config(conv: Conversion, seed: int) -> Any:
         overrides={k: v for k, v in arch_values.items() if size.get(k) != v},
     )
     config.data.img_size = a.img_size
-    config.train.rpt = conv.condition == "rpt"
+    config.train.rpt = PAPER_CHECKPOINTS[conv.condition].rpt
     config.train.seed = seed
     validate(config)
     return config

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from peanchor import fileio
 from peanchor.metrics.stats import permutation_test_spearman
-from peanchor.report.reference import APE_ALPHA_SWEEP, CONDITION_ORDER, PAPER_LABEL, PAPER_SHIFTS, display_name
+from peanchor.conditions import CONDITIONS, PAPER, label as display_name, ordered
 
 __all__ = [
     "FigureFile",
@@ -40,17 +40,6 @@ __all__ = [
 DPI = 150
 N_PERM = 10000  # permutations for the ΔSSDC–FS Spearman test (seeded: the same numbers every time)
 
-# condition -> (marker, line style, colour)
-_STYLES: dict[str, tuple[str, Any, str]] = {
-    "none": ("o", "-", "#000000"),
-    "ape": ("s", "--", "#0072B2"),
-    "sincos": ("^", "-.", "#D55E00"),
-    "rope": ("D", ":", "#009E73"),
-    "rope_mixed": ("v", (0, (6, 2)), "#CC79A7"),
-    "rpt": ("X", (0, (3, 1, 1, 1, 1, 1)), "#E69F00"),
-    "peg": ("P", (0, (1, 1)), "#56B4E9"),
-    "relbias": ("*", (0, (6, 2, 1, 2)), "#7F7F7F"),
-}
 _SPARE_MARKERS = ("h", "<", ">", "p", "d", "8", "H", "1")
 _SPARE_LINES: tuple[Any, ...] = ((0, (2, 2)), (0, (8, 2, 2, 2)), (0, (4, 1, 1, 1)), (0, (1, 2)))
 _SPARE_COLOURS = ("#444444", "#882255", "#117733", "#332288")
@@ -75,9 +64,7 @@ def finite(value: Any) -> bool:
 
 def conditions(names: Iterable[str]) -> list[str]:
     """Distinct condition names in the report order: the known ones first, then the rest sorted."""
-    present = set(names)
-    known = [c for c in CONDITION_ORDER if c in present]
-    return known + sorted(present - set(known))
+    return ordered(names)
 
 
 def models_by_condition(results: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -112,8 +99,9 @@ def primary_shift(results: dict[str, Any]) -> str | None:
 
 def condition_style(condition: str, index: int = 0) -> dict[str, Any]:
     """matplotlib keyword arguments (marker, linestyle, color) for a condition."""
-    if condition in _STYLES:
-        marker, line, colour = _STYLES[condition]
+    style = CONDITIONS[condition].style if condition in CONDITIONS else None
+    if style is not None:
+        marker, line, colour = style.marker, style.linestyle, style.colour
     else:
         marker = _SPARE_MARKERS[index % len(_SPARE_MARKERS)]
         line = _SPARE_LINES[index % len(_SPARE_LINES)]
@@ -126,7 +114,7 @@ def _styles(names: Sequence[str]) -> dict[str, dict[str, Any]]:
     out = {}
     for c in names:
         out[c] = condition_style(c, spare)
-        spare += c not in _STYLES
+        spare += c not in CONDITIONS
     return out
 
 
@@ -228,7 +216,7 @@ def _finish(fig: Figure, axes: Sequence[Axes]) -> None:
                 handles.append(h)
                 labels.append(lab)
     # Our conditions first, the paper's reference lines last.
-    order = sorted(range(len(labels)), key=lambda i: PAPER_LABEL in labels[i])
+    order = sorted(range(len(labels)), key=lambda i: PAPER.label in labels[i])
     handles, labels = [handles[i] for i in order], [labels[i] for i in order]
     width, height = fig.get_size_inches()
     ncols = max(1, min(len(labels), int(width // 2.4)))
@@ -299,7 +287,7 @@ def _plot_alpha_sweep(results: dict[str, Any], directory: Path) -> FigureFile | 
     styles = _styles(conds)
     keys = [k for k in shift_keys(results) if any(finite((p.get("fragility") or {}).get(k)) for p in sweep)]
     fig, axes = _new_figure(1 + len(keys), width_per_panel=4.0)
-    same_shifts = (results.get("shifts") or {}).get("jpeg") == PAPER_SHIFTS["jpeg"]
+    same_shifts = (results.get("shifts") or {}).get("jpeg") == PAPER.shifts["jpeg"]
     panels: list[tuple[Axes, str, Any]] = [(axes[0], "ΔSSDC (under RPI)", lambda p: p.get("delta_ssdc"))]
     panels += [(ax, f"FS ({k})", (lambda p, k=k: (p.get("fragility") or {}).get(k))) for ax, k in zip(axes[1:], keys)]
     for ax, label, get in panels:
@@ -312,8 +300,10 @@ def _plot_alpha_sweep(results: dict[str, Any], directory: Path) -> FigureFile | 
                         markersize=5, linewidth=1.4, capsize=2, elinewidth=0.8, **styles[c])
         ref_key = "delta_ssdc" if label.startswith("ΔSSDC") else ("fs_jpeg" if label == "FS (jpeg)" and same_shifts else None)
         if ref_key is not None:
-            ax.plot(APE_ALPHA_SWEEP["alpha"], APE_ALPHA_SWEEP[ref_key], color="0.55", linestyle=(0, (1, 1.5)),
-                    marker=".", linewidth=1.0, label=f"APE, {PAPER_LABEL}")
+            ape = CONDITIONS["ape"].alpha_sweep
+            assert ape is not None
+            ax.plot(ape.alpha, getattr(ape, ref_key), color="0.55", linestyle=(0, (1, 1.5)),
+                    marker=".", linewidth=1.0, label=f"APE, {PAPER.label}")
         ax.set_xlabel("α (PE scale at inference)")
         ax.set_ylabel(label)
         ax.set_title(f"{label} vs α", fontsize=10)
@@ -322,7 +312,7 @@ def _plot_alpha_sweep(results: dict[str, Any], directory: Path) -> FigureFile | 
     png, pdf = _save(fig, directory, "alpha_sweep")
     caption = ("ΔSSDC (RPI on) and Fragility Scores (clean and shifted accuracy both at that α, RPI off) as the PE is scaled "
                "by α at inference; means over seeds, bars ±1 std; the dotted grey line is the paper's APE sweep "
-               f"({PAPER_LABEL}), shown for FS only when our shifts are the paper's.")
+               f"({PAPER.label}), shown for FS only when our shifts are the paper's.")
     return FigureFile("alpha_sweep", "α sweep", caption, png, pdf)
 
 

@@ -27,18 +27,12 @@ from peanchor import fileio
 from peanchor.errors import DataError
 from peanchor.metrics.stats import bootstrap_ci, mean_std, paired_bootstrap_diff
 from peanchor.report import figures as F
-from peanchor.report.reference import (
-    APE_ALPHA_SWEEP,
-    PAPER_DATASET,
-    PAPER_IMG_SIZE,
-    PAPER_LABEL,
-    PAPER_SEEDS,
-    PAPER_SHIFTS,
-    REFERENCE_TABLE,
-    SPE_ALPHA_SWEEP,
-    SSDC_LAYER_NOTES,
-    display_name,
-)
+from peanchor.conditions import CONDITIONS, PAPER, label as display_name
+
+PAPER_DATASET, PAPER_IMG_SIZE, PAPER_LABEL, PAPER_SEEDS, PAPER_SHIFTS = (
+    PAPER.dataset, PAPER.img_size, PAPER.label, PAPER.seeds, PAPER.shifts)
+REFERENCE_TABLE = {n: c.reference for n, c in CONDITIONS.items() if c.reference}
+SSDC_LAYER_NOTES = {n: c.ssdc_note for n, c in CONDITIONS.items() if c.ssdc_note}
 
 __all__ = ["build_report", "load_results", "render_html", "render_markdown", "validate_results", "write_report"]
 
@@ -412,7 +406,7 @@ class _Builder:
             row = [display_name(c), str(self.seeds(c))]
             for key, _ in metrics:
                 ours = self.summaries.get(c, {}).get(key)
-                ref = REFERENCE_TABLE.get(c, {}).get(key)
+                ref = REFERENCE_TABLE[c].get(key) if c in REFERENCE_TABLE else None
                 row += [ours.cell() if ours else "—", f"{ref.mean:.4f} ± {ref.std:.4f}" if ref else "—"]
             rows.append(row)
         self.doc.add(Heading(2, f"Ours beside the paper ({PAPER_LABEL})"), Table(
@@ -447,9 +441,9 @@ class _Builder:
         if len(shared) < 2:
             return None
         ours = sorted(shared, key=lambda c: self.mean(c, key))
-        paper = sorted(shared, key=lambda c: REFERENCE_TABLE[c][key].mean)
+        paper = sorted(shared, key=lambda c: REFERENCE_TABLE[c].get(key).mean)
         pairs = [(a, b) for i, a in enumerate(shared) for b in shared[i + 1:]]
-        agree = sum((self.mean(a, key) - self.mean(b, key)) * (REFERENCE_TABLE[a][key].mean - REFERENCE_TABLE[b][key].mean) > 0
+        agree = sum((self.mean(a, key) - self.mean(b, key)) * (REFERENCE_TABLE[a].get(key).mean - REFERENCE_TABLE[b].get(key).mean) > 0
                     for a, b in pairs)
         return (f"{label}, lowest to highest: ours {' < '.join(_c(c) for c in ours)}; paper {' < '.join(_c(c) for c in paper)}. "
                 f"{agree} of {len(pairs)} pairs of conditions are ordered as in the paper.")
@@ -535,7 +529,7 @@ class _Builder:
         sweep = [p for p in self.r.get("alpha_sweep") or [] if F.finite(p.get("alpha"))]
         if not sweep:
             return
-        refs = {"ape": APE_ALPHA_SWEEP, "sincos": SPE_ALPHA_SWEEP}
+        refs = {n: c.alpha_sweep for n, c in CONDITIONS.items() if c.alpha_sweep}
         header = ["condition", "α", "n", "ΔSSDC", "clean acc"] + [f"FS {k}" for k in self.shifts]
         header += [f"ΔSSDC ({PAPER_LABEL})", f"FS jpeg ({PAPER_LABEL})"]
         rows = []
@@ -546,16 +540,15 @@ class _Builder:
                 row = [display_name(c), f"{alpha:g}", str(len(at)), summarise([p.get("delta_ssdc") for p in at]).cell(),
                        summarise([p.get("clean_acc") for p in at]).cell()]
                 row += [summarise([(p.get("fragility") or {}).get(k) for p in at]).cell() for k in self.shifts]
-                ref = refs.get(c)
-                idx = next((i for i, a in enumerate(ref["alpha"]) if abs(a - alpha) < 1e-9), None) if ref else None
-                row += [f"{ref['delta_ssdc'][idx]:.2f}", f"{ref['fs_jpeg'][idx]:.3f}"] if ref and idx is not None else ["—", "—"]
+                ref = refs[c].at(alpha) if c in refs else None
+                row += [f"{ref[0]:.2f}", f"{ref[1]:.3f}"] if ref else ["—", "—"]
                 rows.append(row)
         self.doc.add(Heading(2, "α sweep"), Paragraph(
             "The PE is multiplied by α at inference without retraining. FS uses clean and shifted accuracy both measured "
             "at that α with RPI off; ΔSSDC is measured with RPI on."))
         self.figure("alpha_sweep")
-        self.doc.add(Table(header, rows, f"mean ± std over seeds. Paper columns: APE {APE_ALPHA_SWEEP['seeds']} seeds; "
-                                         f"SPE {SPE_ALPHA_SWEEP['seeds']} seed, endpoints only."))
+        self.doc.add(Table(header, rows, f"mean ± std over seeds. Paper columns: APE {refs['ape'].seeds} seeds; "
+                                         f"SPE {refs['sincos'].seeds} seed, endpoints only."))
 
     def correlation_sentence(self, corr: dict[str, Any]) -> str:
         rho, p = corr["rho"], corr["p_value"]

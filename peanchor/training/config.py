@@ -26,10 +26,9 @@ from typing import Any, Union
 
 import yaml
 
+from peanchor.conditions import condition_name
 from peanchor.data.spec import DataSpec
 from peanchor.errors import ConfigError
-
-PRESETS: tuple[str, ...] = ("smoke", "cpu", "paper")
 
 # Keys that change how a run executes but not what it computes: a rerun may change them.
 RUNTIME_KEYS: frozenset[str] = frozenset({"train.num_workers", "train.log_every", "train.eval_batch_size"})
@@ -111,64 +110,6 @@ class TrainConfig:
 
     def to_yaml(self) -> str:
         return to_yaml(self)
-
-
-def condition_name(pe: str, rpt: bool) -> str:
-    """The paper's condition label: ``rpt`` is an APE model trained with RPT; others say ``<pe>-rpt``.
-
-    >>> condition_name("ape", True), condition_name("rope", False), condition_name("none", True)
-    ('rpt', 'rope', 'none-rpt')
-    """
-    if not rpt:
-        return pe
-    return "rpt" if pe == "ape" else f"{pe}-rpt"
-
-
-# ----------------------------------------------------------------------------------------------
-# Presets
-
-
-def preset_config(name: str) -> TrainConfig:
-    """A fresh :class:`TrainConfig` for preset ``name`` (``smoke``, ``cpu`` or ``paper``)."""
-    if name == "smoke":
-        # Seconds on a laptop: a tiny scenes subset and the test-size model.
-        return TrainConfig(
-            preset="smoke",
-            data=DataSpec(name="scenes", img_size=16, train_size=512, val_size=200),
-            model=ModelConfig(name="vit_micro", pe="none", patch_size=4),
-            optim=OptimConfig(lr=1e-3, weight_decay=0.05, warmup_epochs=0.5, min_lr=1e-5),
-            train=RunConfig(epochs=2, batch_size=64, eval_batch_size=200, num_workers=0),
-        )
-    if name == "cpu":
-        # 32 px scenes, a narrow ViT at patch 4 (8×8 = 64 tokens): a few minutes per model on 2 cores.
-        return TrainConfig(
-            preset="cpu",
-            data=DataSpec(name="scenes", img_size=32, train_size=8000, val_size=2000),
-            model=ModelConfig(
-                name="vit_tiny",
-                pe="none",
-                patch_size=4,
-                overrides={"embed_dim": 128, "depth": 4, "num_heads": 4, "mlp_ratio": 2.0, "drop_path_rate": 0.0},
-            ),
-            # Measured on scenes v3 (2 cores): batch 64 leaves the ViT plateau far sooner than 128 for
-            # the same compute, and learned PE parameters train at 10x the learning rate without weight
-            # decay, so a learned APE can become geometric within the budget (PAPER.md's levers).
-            optim=OptimConfig(lr=1e-3, weight_decay=0.05, warmup_epochs=0.5, min_lr=1e-5, pe_lr_mult=10.0),
-            train=RunConfig(epochs=3, batch_size=64, eval_batch_size=500, num_workers=0),
-        )
-    if name == "paper":
-        # The paper's setup (PAPER.md); schedule, smoothing and augmentation are "Our decisions".
-        return TrainConfig(
-            preset="paper",
-            data=DataSpec(name="imagenet100", img_size=224, augment="rrc_flip"),
-            model=ModelConfig(name="vit_paper", pe="ape", patch_size=16),
-            optim=OptimConfig(
-                lr=1e-3, weight_decay=0.05, betas=(0.9, 0.999), warmup_epochs=5.0, min_lr=1e-5,
-                label_smoothing=0.1, clip_grad=None,
-            ),
-            train=RunConfig(epochs=60, batch_size=128, amp=True, num_workers=8, eval_batch_size=256, log_every=100),
-        )  # fmt: skip
-    raise ConfigError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -381,16 +322,15 @@ def _check_names(model: ModelConfig) -> None:
         raise ConfigError(f"model.pe={model.pe!r}: unknown positional encoding; valid: {', '.join(PE_NAMES)}")
 
 
-def resolve_config(
-    preset: str, cli_overrides: dict[str, Any] | None = None, set_items: list[str] | None = None
+def apply_overrides(
+    config: TrainConfig, cli_overrides: dict[str, Any] | None = None, set_items: list[str] | None = None
 ) -> TrainConfig:
-    """The preset, then ``cli_overrides`` (dotted key → value; None values are skipped), then ``--set`` items.
+    """``config`` with ``cli_overrides`` (dotted key → value; None values are skipped), then ``--set`` items,
+    applied in place and validated (the preset layer is :func:`peanchor.presets.resolve_config`).
 
-    >>> cfg = resolve_config("smoke", {"model.pe": "rope", "train.seed": 3}, ["optim.lr=3e-4"])
-    >>> cfg.model.pe, cfg.train.seed, cfg.optim.lr
-    ('rope', 3, 0.0003)
+    >>> apply_overrides(TrainConfig(), {"model.pe": "rope"}, ["optim.lr=3e-4"]).optim.lr
+    0.0003
     """
-    config = preset_config(preset)
     for key, value in (cli_overrides or {}).items():
         if value is not None:
             set_value(config, key, value)
@@ -476,20 +416,17 @@ def diff_configs(old: TrainConfig | dict[str, Any], new: TrainConfig | dict[str,
 
 __all__ = [
     "MODEL_OVERRIDE_TYPES",
-    "PRESETS",
+    "apply_overrides",
     "RUNTIME_KEYS",
     "ModelConfig",
     "OptimConfig",
     "RunConfig",
     "TrainConfig",
-    "condition_name",
     "diff_configs",
     "flat_dict",
     "from_dict",
     "load_config",
     "parse_set_item",
-    "preset_config",
-    "resolve_config",
     "set_value",
     "to_dict",
     "to_yaml",

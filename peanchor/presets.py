@@ -1,0 +1,203 @@
+"""Every preset in one place: the training config it starts from, how its models are analysed, and the shifts
+they are measured under. The CLI's ``--preset`` choices and help come from :data:`PRESETS`.
+
+A run's config is resolved in layers, the later one winning::
+
+    preset (smoke | cpu | paper)  ←  CLI flags (--pe, --epochs, ...)  ←  --set key=value ...
+
+Launch examples::
+
+    peanchor train --preset smoke                          # seconds, a sanity check
+    peanchor train --preset cpu --pe ape --seed 1          # 32 px scenes on a laptop
+    peanchor train --preset paper --data-root /data/imagenet100 --pe rope
+    peanchor reproduce --preset cpu --seeds 3              # every condition, trained, analysed and reported
+
+Imports: :mod:`peanchor.training.config` (the config dataclasses and ``--set``), :mod:`peanchor.conditions` (the
+paper's shifts). The config dataclasses are imported inside the functions that build configs (importing
+:mod:`peanchor.data` imports torch), so that building the command line from :data:`PRESETS` stays fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from peanchor.conditions import PAPER
+from peanchor.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from peanchor.training.config import TrainConfig
+
+__all__ = [
+    "PRESETS",
+    "PRESET_NAMES",
+    "AnalysisPlan",
+    "Preset",
+    "get_preset",
+    "preset_help",
+    "preset_config",
+    "preset_shifts",
+    "resolve_config",
+]
+
+
+@dataclass(frozen=True)
+class AnalysisPlan:
+    """How each model of a preset is analysed (see :func:`peanchor.analysis.evaluate.evaluate_model`)."""
+
+    alphas: tuple[float, ...]
+    max_images: int | None = None  # None: the preset's whole validation split
+    rpi_draws: int = 1
+    seed: int = 0
+    batch_size: int | None = None  # None: the run's train.eval_batch_size
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named starting point: training config, analysis plan, evaluation shifts, seeds per condition."""
+
+    name: str
+    summary: str  # one line for --help
+    make_config: Callable[[], TrainConfig]
+    analysis: AnalysisPlan
+    # name → Shift description ({"kind": ..., parameters}), at the preset's own resolution.
+    shifts: Mapping[str, Mapping[str, Any]]
+    seeds: int = 1  # reproduce's default seeds per condition
+    parallel_cells: bool = True  # reproduce --jobs auto may run cells in parallel worker processes on CPU
+
+    def config(self) -> TrainConfig:
+        """A fresh training config (the caller may change it)."""
+        return self.make_config()
+
+    @property
+    def img_size(self) -> int:
+        """The resolution its shifts are set for (its config's ``data.img_size``)."""
+        return self.config().data.img_size
+
+
+def _smoke() -> TrainConfig:
+    from peanchor.data.spec import DataSpec
+    from peanchor.training.config import ModelConfig, OptimConfig, RunConfig, TrainConfig
+
+    # Seconds on a laptop: a tiny scenes subset and the test-size model.
+    return TrainConfig(
+        preset="smoke",
+        data=DataSpec(name="scenes", img_size=16, train_size=512, val_size=200),
+        model=ModelConfig(name="vit_micro", pe="none", patch_size=4),
+        optim=OptimConfig(lr=1e-3, weight_decay=0.05, warmup_epochs=0.5, min_lr=1e-5),
+        train=RunConfig(epochs=2, batch_size=64, eval_batch_size=200, num_workers=0),
+    )
+
+
+def _cpu() -> TrainConfig:
+    from peanchor.data.spec import DataSpec
+    from peanchor.training.config import ModelConfig, OptimConfig, RunConfig, TrainConfig
+
+    # 32 px scenes, a narrow ViT at patch 4 (8×8 = 64 tokens): a few minutes per model on 2 cores.
+    return TrainConfig(
+        preset="cpu",
+        data=DataSpec(name="scenes", img_size=32, train_size=8000, val_size=2000),
+        model=ModelConfig(
+            name="vit_tiny",
+            pe="none",
+            patch_size=4,
+            overrides={"embed_dim": 128, "depth": 4, "num_heads": 4, "mlp_ratio": 2.0, "drop_path_rate": 0.0},
+        ),
+        # Measured on scenes v3 (2 cores): batch 64 leaves the ViT plateau far sooner than 128 for
+        # the same compute, and learned PE parameters train at 10x the learning rate without weight
+        # decay, so a learned APE can become geometric within the budget (PAPER.md's levers).
+        optim=OptimConfig(lr=1e-3, weight_decay=0.05, warmup_epochs=0.5, min_lr=1e-5, pe_lr_mult=10.0),
+        train=RunConfig(epochs=3, batch_size=64, eval_batch_size=500, num_workers=0),
+    )
+
+
+def _paper() -> TrainConfig:
+    from peanchor.data.spec import DataSpec
+    from peanchor.training.config import ModelConfig, OptimConfig, RunConfig, TrainConfig
+
+    # The paper's setup (PAPER.md); schedule, smoothing and augmentation are "Our decisions".
+    return TrainConfig(
+        preset="paper",
+        data=DataSpec(name="imagenet100", img_size=224, augment="rrc_flip"),
+        model=ModelConfig(name="vit_paper", pe="ape", patch_size=16),
+        optim=OptimConfig(
+            lr=1e-3, weight_decay=0.05, betas=(0.9, 0.999), warmup_epochs=5.0, min_lr=1e-5,
+            label_smoothing=0.1, clip_grad=None,
+        ),
+        train=RunConfig(epochs=60, batch_size=128, amp=True, num_workers=8, eval_batch_size=256, log_every=100),
+    )  # fmt: skip
+
+
+# At <= 48 px the paper's JPEG q5 / blur σ 2.5 push every model to chance, so the small presets use CIFAR-10-C
+# severity 3 (JPEG 58, σ 0.7 with the skimage-rule kernel 7); see PAPER.md, "Our decisions".
+_CIFAR_C_SEVERITY_3: dict[str, dict[str, Any]] = {
+    "jpeg": {"kind": "jpeg", "quality": 58},
+    "blur": {"kind": "blur", "kernel_size": 7, "sigma": 0.7},
+}
+
+# The α grid is the cost driver: each α ≠ 1 costs 1 + (number of shifts) full passes and one
+# two-block pass. cpu keeps 5 values so that analysing 5 models stays well under the training time.
+# RPI draws one permutation per forward call, so the batch size sets how many permutations SSDC
+# under RPI averages over: about 20 for cpu (2000 / 100) and paper (5000 / 256), 8 for smoke.
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset("smoke", "seconds, a sanity check", _smoke, AnalysisPlan(alphas=(1.0, 0.5, 0.0), batch_size=25),
+               _CIFAR_C_SEVERITY_3, parallel_cells=False),  # one cell takes a second: worker start-up would dominate
+        Preset("cpu", "32 px scenes on 2 CPU cores (the default)", _cpu,
+               AnalysisPlan(alphas=(1.0, 0.75, 0.5, 0.25, 0.0), batch_size=100), _CIFAR_C_SEVERITY_3),
+        Preset("paper", "ImageNet-100 as in the paper", _paper,
+               AnalysisPlan(alphas=(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)), PAPER.shifts, seeds=4),
+    )
+}  # fmt: skip
+PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``, or a :class:`ConfigError` listing the valid ones."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def preset_config(name: str) -> TrainConfig:
+    """A fresh :class:`TrainConfig` for preset ``name``."""
+    return get_preset(name).config()
+
+
+def preset_help() -> str:
+    """``"smoke: seconds, a sanity check; cpu: ...; paper: ..."`` for the CLI."""
+    return "; ".join(f"{p.name}: {p.summary}" for p in PRESETS.values())
+
+
+def preset_shifts(preset: str | None, img_size: int) -> dict[str, dict[str, Any]] | None:
+    """The shift descriptions a model of ``preset`` at ``img_size`` px is measured under.
+
+    A preset's shifts are fixed for its own resolution, so a run resized away from it (``--img-size``) and a
+    model without a known preset (a timm model, a foreign run) get None: the caller then falls back to the
+    resolution rule :func:`peanchor.analysis.corruptions.paper_shifts`.
+
+    >>> preset_shifts("cpu", 32)["jpeg"], preset_shifts("cpu", 64), preset_shifts(None, 32)
+    ({'kind': 'jpeg', 'quality': 58}, None, None)
+    """
+    if preset not in PRESETS:
+        return None
+    p = PRESETS[preset]
+    if p.img_size != img_size:
+        return None
+    return {name: dict(spec) for name, spec in p.shifts.items()}
+
+
+def resolve_config(
+    preset: str, cli_overrides: dict[str, Any] | None = None, set_items: list[str] | None = None
+) -> TrainConfig:
+    """The preset, then ``cli_overrides`` (dotted key → value; None values are skipped), then ``--set`` items.
+
+    >>> cfg = resolve_config("smoke", {"model.pe": "rope", "train.seed": 3}, ["optim.lr=3e-4"])
+    >>> cfg.model.pe, cfg.train.seed, cfg.optim.lr
+    ('rope', 3, 0.0003)
+    """
+    from peanchor.training.config import apply_overrides
+
+    return apply_overrides(preset_config(preset), cli_overrides, set_items)
