@@ -3,11 +3,14 @@
 ``save_model`` stores ``model.model_args`` (JSON) in the safetensors metadata, so
 ``load_model(path)`` needs nothing but the file: it calls ``create_model(**model_args)`` and loads
 the weights strictly. Nothing here ever unpickles: a ``torch.save`` file is refused before a byte of
-it is interpreted.
+it is interpreted (reading and strict loading: :mod:`peanchor.weights`).
+
+Imports: :mod:`peanchor.weights`, :mod:`peanchor.fileio`, and :mod:`peanchor.models` (to rebuild a model).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
@@ -15,19 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save as safetensors_save
 from torch import Tensor, nn
 
 from peanchor import fileio
 from peanchor.errors import CheckpointError
+from peanchor.weights import load_strict, read_safetensors
 
 FORMAT = "peanchor-vit/1"
 MODEL_FILE = "model.safetensors"
-
-# The largest safetensors header we accept (the format itself caps it at 100 MB).
-_MAX_HEADER = 100_000_000
-
 
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The plain model inside DDP (``.module``) and ``torch.compile`` (``._orig_mod``) wrappers."""
@@ -105,53 +104,18 @@ def resolve_model_path(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-def _check_safetensors_header(path: Path) -> None:
-    """Refuse pickles/zip archives and torn files by looking at the raw bytes only."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            head = f.read(8)
-    except OSError as e:
-        raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror or e}") from e
-    if head[:2] == b"PK" or head[:1] == b"\x80":
-        raise CheckpointError(
-            f"{path} is a pickle/torch.save file, not safetensors; peanchor never unpickles checkpoints "
-            "(for the paper's released checkpoints use `peanchor import`)"
-        )
-    if len(head) < 8:
-        raise CheckpointError(f"{path} is not a safetensors file (only {size} bytes: empty or truncated)")
-    (header_len,) = struct.unpack("<Q", head)
-    if header_len > _MAX_HEADER or 8 + header_len > size:
-        raise CheckpointError(f"{path} is not a safetensors file, or it is truncated (bad header length)")
-
-
 def read_checkpoint(
     path: str | os.PathLike[str], device: str | torch.device = "cpu"
 ) -> tuple[dict[str, Tensor], dict[str, str]]:
     """Tensors and metadata of a safetensors file; any damage becomes a :class:`CheckpointError`."""
-    p = Path(path)
-    _check_safetensors_header(p)
-    try:
-        with safe_open(str(p), framework="pt", device=str(device)) as f:
-            metadata = dict(f.metadata() or {})
-            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not a dict)
-    except CheckpointError:
-        raise
-    except Exception as e:  # safetensors raises its own error types (and OSError) for torn files
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{p} is not a readable safetensors file (truncated or corrupt: {first})") from e
-    return tensors, metadata
+    return read_safetensors(path, device)
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The metadata of a model file (or run directory), with ``model_args`` decoded from JSON."""
     p = resolve_model_path(path)
-    _check_safetensors_header(p)
-    try:
-        with safe_open(str(p), framework="pt") as f:
-            metadata: dict[str, Any] = dict(f.metadata() or {})
-    except Exception as e:
-        raise CheckpointError(f"{p} is not a readable safetensors file ({e})") from e
+    _, raw = read_safetensors(p, tensors=False)
+    metadata: dict[str, Any] = dict(raw)
     if "model_args" in metadata:
         metadata["model_args"] = _decode_model_args(p, metadata["model_args"])
     return metadata
@@ -189,34 +153,24 @@ def load_model(path: str | os.PathLike[str], map_location: str | torch.device = 
         model = create_model(**args)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{p}: cannot rebuild the model from its model_args: {e}") from e
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"missing {_few(missing)}")
-        if unexpected:
-            parts.append(f"unexpected {_few(unexpected)}")
-        raise CheckpointError(f"{p} does not match its model_args ({'; '.join(parts)})")
-    for k, v in expected.items():
-        if tuple(v.shape) != tuple(tensors[k].shape):
-            raise CheckpointError(
-                f"{p}: tensor {k} has shape {tuple(tensors[k].shape)}, the model expects {tuple(v.shape)}"
-            )
-    model.load_state_dict(tensors, strict=True)
+    load_strict(model, tensors, f"{p} does not match its model_args")
     return model.to(map_location).eval()
 
 
-def _few(names: list[str], n: int = 4) -> str:
-    shown = ", ".join(names[:n])
-    return shown + (f" and {len(names) - n} more" if len(names) > n else "")
+def model_digest(path: str | os.PathLike[str]) -> str:
+    """A content hash of a model file (or a run directory's ``model.safetensors``): ties an analysis to its weights."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(resolve_model_path(path), "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 __all__ = [
     "FORMAT",
     "MODEL_FILE",
     "load_model",
+    "model_digest",
     "read_checkpoint",
     "read_metadata",
     "safetensors_bytes",

@@ -292,12 +292,11 @@ def _run_cell(
         EvalSet,
         analysis_is_current,
         evaluate_model,
-        model_digest,
         read_analysis,
         write_analysis,
     )
     from peanchor.analysis.corruptions import evaluation_shifts
-    from peanchor.checkpoint import load_model
+    from peanchor.checkpoint import load_model, model_digest
     from peanchor.training.loop import train
 
     run_dir = options.cell_dir(cell)

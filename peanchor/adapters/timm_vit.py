@@ -37,8 +37,7 @@ import difflib
 import inspect
 import json
 import os
-import pickle
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,14 +49,13 @@ from torch import Tensor, nn
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
 from peanchor.interventions import permute_tokens
 from peanchor.models.probe import ProbedModel
+from peanchor.weights import load_strict, read_state_dict as read_weights_file
 
 SUPPORTED_FAMILIES = (
     "timm.models.vision_transformer.VisionTransformer (learned pos_embed or pos_embed='none'; CLS/register tokens)",
     "timm.models.eva.Eva (EVA/EVA02, *_rope_* and DINOv3 ViTs: APE, axial RoPE, mixed RoPE, DINOv3 RoPE)",
 )
 WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin")
-# Where training scripts nest the state dict inside a torch.save'd dict, in order of preference.
-_NESTED_KEYS = ("model", "state_dict", "model_ema", "state_dict_ema")
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
@@ -91,11 +89,6 @@ def _hub_offline() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def _few(items: list[str], n: int = 3) -> str:
-    shown = ", ".join(items[:n])
-    return shown + (f" (+{len(items) - n} more)" if len(items) > n else "")
 
 
 # --------------------------------------------------------------------------------------------
@@ -428,105 +421,19 @@ def _describe(model: nn.Module, timm_version: str) -> dict[str, Any]:
     """Provenance of a model that was not built by :func:`load_timm_model`."""
     cfg = getattr(model, "pretrained_cfg", None) or {}
     return {
-        "source": "timm",
-        "name": cfg.get("architecture", type(model).__name__),
-        "weights": None,
-        "num_classes": int(getattr(model, "num_classes", 0)),
-        "img_size": _size_arg(model),
-        "kwargs": {},
+        "source": "timm", "name": cfg.get("architecture", type(model).__name__), "weights": None,
+        "num_classes": int(getattr(model, "num_classes", 0)), "img_size": _size_arg(model), "kwargs": {},
         "timm_version": timm_version,
-    }
-
-
-# --------------------------------------------------------------------------------------------
-# Weights files and loading
+    }  # fmt: skip
 
 
 def read_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
-    """The tensors of a local weights file, never unpickling anything but tensors and containers.
-
-    ``.safetensors`` is read with safetensors; ``.pt/.pth/.bin`` with ``torch.load(weights_only=True)``,
-    either a bare state dict or a dict holding one under ``model``, ``state_dict``, ``model_ema`` or
-    ``state_dict_ema`` (first match). A ``module.`` prefix on every key (DDP) is removed.
-    """
+    """The tensors of a local timm weights file (:data:`WEIGHT_SUFFIXES`), bare or nested; nothing but tensors
+    and containers is unpickled (see :func:`peanchor.weights.read_state_dict`)."""
     p = Path(path)
-    if not p.is_file():
-        raise CheckpointError(f"{p}: no such weights file")
-    suffix = p.suffix.lower()
-    if suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        try:
-            obj: Any = load_file(str(p), device="cpu")
-        except Exception as e:  # safetensors raises its own error types for damaged headers
-            raise CheckpointError(f"{p} is not a readable safetensors file ({str(e).splitlines()[0]})") from e
-    elif suffix in WEIGHT_SUFFIXES:
-        try:
-            obj = torch.load(p, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as e:
-            raise CheckpointError(
-                f"{p} holds objects other than tensors and plain containers; refusing to unpickle it "
-                "(torch.load weights_only=True). Re-save its state dict with torch.save(model.state_dict()) "
-                "or as .safetensors"
-            ) from e
-        except Exception as e:
-            detail = f"{type(e).__name__}: {_first_line(e)}"
-            raise CheckpointError(f"{p} is not a readable torch checkpoint ({detail})") from e
-    else:
-        raise CheckpointError(f"{p}: unknown weights format {suffix!r}; expected one of {', '.join(WEIGHT_SUFFIXES)}")
-    return _extract_state_dict(obj, p)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else "no details"
-
-
-def _is_state_dict(obj: Any) -> bool:
-    return isinstance(obj, Mapping) and len(obj) > 0 and all(
-        isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items()
-    )
-
-
-def _extract_state_dict(obj: Any, path: Path) -> dict[str, Tensor]:
-    if not _is_state_dict(obj):
-        nested = [obj[k] for k in _NESTED_KEYS if isinstance(obj, Mapping) and _is_state_dict(obj.get(k))]
-        if not nested:
-            keys = _few([str(k) for k in obj.keys()]) if isinstance(obj, Mapping) else type(obj).__name__
-            raise CheckpointError(
-                f"{path} holds no state dict (found {keys}); expected name→tensor entries, "
-                f"or a dict with one of {', '.join(repr(k) for k in _NESTED_KEYS)}"
-            )
-        obj = nested[0]
-    sd = dict(obj)
-    if all(k.startswith("module.") for k in sd):
-        sd = {k[len("module.") :]: v for k, v in sd.items()}
-    return sd
-
-
-def _load_strict(model: nn.Module, sd: dict[str, Tensor], path: Path, name: str) -> None:
-    """``load_state_dict(strict=True)``, with one readable line instead of torch's report."""
-    own = model.state_dict()
-    missing = sorted(set(own) - set(sd))
-    unexpected = sorted(set(sd) - set(own))
-    shapes = [
-        f"{k} {tuple(sd[k].shape)} in the file vs {tuple(own[k].shape)} in the model"
-        for k in own
-        if k in sd and sd[k].shape != own[k].shape
-    ]
-    if missing or unexpected or shapes:
-        parts = []
-        if missing:
-            parts.append(f"missing {_few(missing)}")
-        if unexpected:
-            parts.append(f"unexpected {_few(unexpected)}")
-        if shapes:
-            parts.append(f"shape mismatch {_few(shapes, 2)}")
-        hint = ""
-        if "head.weight" in missing and not any(k.startswith("head.") for k in sd):
-            hint = " (a headless checkpoint: pass num_classes=0)"
-        raise CheckpointError(f"{path} does not fit timm model {name!r}: {'; '.join(parts)}{hint}")
-    model.load_state_dict(sd, strict=True)
+    if p.exists() and p.suffix.lower() not in WEIGHT_SUFFIXES:
+        raise CheckpointError(f"{p}: unknown weights format {p.suffix!r}; expected one of {', '.join(WEIGHT_SUFFIXES)}")
+    return read_weights_file(p)
 
 
 def load_timm_model(
@@ -572,7 +479,8 @@ def load_timm_model(
         try:
             model = timm.create_model(name, pretrained=False, **create_kwargs)
         except (TypeError, ValueError, AssertionError) as e:
-            raise ConfigError(f"timm model {name!r} rejected its arguments: {_first_line(e)}") from e
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConfigError(f"timm model {name!r} rejected its arguments: {first}") from e
     model_args = {
         "source": "timm",
         "name": name,
@@ -584,5 +492,7 @@ def load_timm_model(
     }
     wrapped = TimmViT(model, model_args=model_args)
     if sd is not None:
-        _load_strict(model, sd, path, name)
+        headless = "head.weight" in model.state_dict() and not any(k.startswith("head.") for k in sd)
+        hint = " (a headless checkpoint: pass num_classes=0)" if headless else ""
+        load_strict(model, sd, f"{path} does not fit timm model {name!r}", hint)
     return wrapped.eval()

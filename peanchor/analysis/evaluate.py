@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import hashlib
 import io
 import json
 import math
@@ -70,7 +69,6 @@ __all__ = [
     "analysis_is_current",
     "evaluate_model",
     "is_scalable",
-    "model_digest",
     "read_analysis",
     "subset_indices",
     "tidy_rows",
@@ -612,17 +610,6 @@ def write_tidy_csv(
 
 # ----------------------------------------------------------------------------------------------
 # Analysis files
-
-
-def model_digest(path: str | os.PathLike[str]) -> str:
-    """A content hash of a model file (or a run directory's ``model.safetensors``): ties an analysis to its weights."""
-    from peanchor.checkpoint import resolve_model_path
-
-    h = hashlib.blake2b(digest_size=16)
-    with open(resolve_model_path(path), "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_analysis(

@@ -94,7 +94,7 @@ class Subject:
 def subject_from_run_dir(run_dir: str | Path) -> Subject:
     """The model and data spec of a run directory (``model.safetensors`` + ``config.yaml``)."""
     import peanchor
-    from peanchor.analysis.evaluate import model_digest
+    from peanchor.checkpoint import model_digest
     from peanchor.errors import CheckpointError
     from peanchor.training.config import load_config
 

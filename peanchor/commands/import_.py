@@ -62,7 +62,7 @@ def _add_paper(sources: argparse._SubParsersAction) -> None:
 
 
 def run_paper(args: argparse.Namespace) -> int:
-    from peanchor.convert.paper import describe, import_paper
+    from peanchor.convert.paper_run import describe, import_paper
 
     out = Path(args.out) if args.out else Path("runs") / f"paper-{Path(args.checkpoint).stem}"
     summary = import_paper(

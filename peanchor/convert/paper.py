@@ -1,16 +1,11 @@
-"""Import the paper's released checkpoints (Mannes 2026) into peanchor run directories.
+"""Convert the paper's released checkpoints (Mannes 2026) into peanchor models (the run directory an import
+writes: :mod:`peanchor.convert.paper_run`).
 
 The author's checkpoints are ``torch.save`` dicts named like ``{condition}{n}_imagenet_100_60`` whose
 ``"model"`` entry is a state dict in the layout of their ``VisionTransformer`` (PAPER.md, "The paper's
-released checkpoints"). :func:`import_paper` reads one **without unpickling arbitrary objects**
-(``torch.load(weights_only=True)`` only), maps it onto ``create_model("vit_paper", ...)``, and writes a
-normal run directory::
-
-    RUN/model.safetensors   save_model(...) with metadata imported_from / source_sha256 / condition
-    RUN/config.yaml         a TrainConfig of the paper preset, with this model's pe / rpt / sizes; its
-                            train.seed is the replicate n of the file name (0 without one): a label
-                            only, the author's seeds are not known
-    RUN/summary.json        {"status": "finished", "imported_from", "condition", "pe", "rpt", "val_acc": null, ...}
+released checkpoints"). :func:`load_paper_state_dict` reads one **without unpickling arbitrary objects**
+(``torch.load(weights_only=True)`` only) and :func:`convert_paper_state_dict` maps it onto
+``create_model("vit_paper", ...)``.
 
 Their key → our key (``i`` = block):
 
@@ -43,30 +38,27 @@ SPE table: the ``sincos_pe`` buffer must equal our :func:`~peanchor.pe.absolute.
 is refused, unless ``spe_table="as-ape"``: the buffer (with the CLS row from ``cls_pos``, or zeros)
 then becomes the table of an ``ape`` PE. That model computes exactly the same function, α included
 (both scale the whole code), but its ``pe`` is ``ape`` and its table would train if fine-tuned.
+
+Imports: :mod:`peanchor.models`, :mod:`peanchor.weights`, :mod:`peanchor.conditions` (the paper's names).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
-import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import yaml
 from torch import Tensor
 
-from peanchor import fileio
-from peanchor.checkpoint import MODEL_FILE, read_metadata, save_model
 from peanchor.conditions import PAPER_CHECKPOINTS
-from peanchor.errors import CheckpointError, RunDirError
-from peanchor.models import MODEL_SIZES, VisionTransformer, create_model
+from peanchor.errors import CheckpointError
+from peanchor.models import VisionTransformer, create_model
 from peanchor.pe.absolute import sincos_2d
+from peanchor.weights import extract_state_dict, few, load_pickled, load_strict, strip_wrapper_prefixes
 
 # The paper's condition names (the prefix of its checkpoint files) and the PE each one is.
 CONDITIONS: tuple[str, ...] = tuple(PAPER_CHECKPOINTS)
@@ -75,16 +67,11 @@ SPE_TABLE_MODES: tuple[str, ...] = ("check", "as-ape")
 DEFAULT_NUM_HEADS = 8  # the paper: 8 heads of 48 at width 384
 SINCOS_ATOL = 1e-5
 
-CONFIG_FILE = "config.yaml"
-SUMMARY_FILE = "summary.json"
-
 # The author's model reads a CLS position parameter as `self.cls_pos`; PAPER.md does not name it, so a
 # few spellings are accepted. Only SPE models have one.
 CLS_POS_KEYS: tuple[str, ...] = ("cls_pos", "cls_pos_embedding", "cls_pos_embed", "cls_pe")
 # Where a torch.save'd dict may nest the state dict, in order of preference.
 _NESTED_KEYS = ("model", "state_dict", "model_state_dict")
-# Prefixes that wrappers add to every key (DataParallel / DDP, torch.compile).
-_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 _NAME_RE = re.compile(rf"^({'|'.join(CONDITIONS)})(\d+)(?:_|$)", re.IGNORECASE)
 
 SpeTableMode = Literal["check", "as-ape"]
@@ -99,58 +86,12 @@ def load_paper_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
 
     Only ``torch.load(weights_only=True)`` is used: a file that needs arbitrary unpickling (any class
     or callable outside torch's allow-list) is refused with a :class:`CheckpointError` before any of
-    its code runs.
+    its code runs (see :mod:`peanchor.weights`).
     """
     p = Path(path)
     if not p.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist" if not p.exists() else f"{path} is not a file")
-    try:
-        obj = torch.load(p, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if "weights only load failed" in str(e).lower():
-            culprit = re.search(r"GLOBAL ([\w.]+)", str(e))
-            what = f"it references {culprit.group(1)}" if culprit else "it holds objects other than tensors"
-            raise CheckpointError(
-                f"{path} needs unsafe unpickling ({what}); "
-                "peanchor only loads checkpoints with torch.load(weights_only=True) and will not run code "
-                "from a file. Re-save it as torch.save({'model': model.state_dict()}, path)"
-            ) from None
-        raise CheckpointError(f"{path} is not a readable torch.save file ({first})") from None
-    except Exception as e:  # zip / storage errors of truncated or foreign files
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path} is not a readable torch.save file (truncated or corrupt? {first})") from None
-    return _state_dict_of(obj, p)
-
-
-def _state_dict_of(obj: Any, path: Path) -> dict[str, Tensor]:
-    if not isinstance(obj, dict):
-        raise CheckpointError(f"{path} holds a {type(obj).__name__}, expected a dict with a 'model' state dict")
-    sd: Any = obj
-    if not _is_state_dict(obj):
-        for key in _NESTED_KEYS:
-            if key in obj:
-                sd = obj[key]
-                break
-        else:
-            raise CheckpointError(
-                f"{path} is a dict without a 'model' entry (keys: {_few(sorted(map(str, obj)))}); "
-                "expected torch.save({'model': state_dict}) or a bare state dict"
-            )
-        if not isinstance(sd, dict) or not _is_state_dict(sd):
-            raise CheckpointError(f"{path}: its '{key}' entry is not a state dict of tensors")
-    return _strip_wrapper_prefix(dict(sd))
-
-
-def _is_state_dict(d: dict[Any, Any]) -> bool:
-    return bool(d) and all(isinstance(k, str) and isinstance(v, Tensor) for k, v in d.items())
-
-
-def _strip_wrapper_prefix(sd: dict[str, Tensor]) -> dict[str, Tensor]:
-    for prefix in _WRAPPER_PREFIXES:
-        if all(k.startswith(prefix) for k in sd):
-            sd = {k[len(prefix) :]: v for k, v in sd.items()}
-    return sd
+    return extract_state_dict(load_pickled(p), p, _NESTED_KEYS)
 
 
 def condition_from_name(path: str | os.PathLike[str]) -> tuple[str | None, int | None]:
@@ -163,14 +104,6 @@ def condition_from_name(path: str | os.PathLike[str]) -> tuple[str | None, int |
     """
     m = _NAME_RE.match(Path(path).name)
     return (m.group(1).lower(), int(m.group(2))) if m else (None, None)
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -313,7 +246,7 @@ def convert_paper_state_dict(
         raise CheckpointError(f"unknown condition {condition!r}; valid: {', '.join(CONDITIONS)}")
     if spe_table not in SPE_TABLE_MODES:
         raise CheckpointError(f"unknown spe_table mode {spe_table!r}; valid: {', '.join(SPE_TABLE_MODES)}")
-    sd = _strip_wrapper_prefix(dict(sd))
+    sd = strip_wrapper_prefixes(sd)
     arch = infer_arch(sd, condition, num_heads)
     _check_condition(sd, arch, condition)
 
@@ -322,7 +255,7 @@ def convert_paper_state_dict(
     missing = sorted(set(mapping) - set(sd), key=_natural)
     unknown = sorted(set(sd) - known, key=_natural)
     if missing or unknown:
-        parts = ([f"missing {_few(missing)}"] if missing else []) + ([f"unknown {_few(unknown)}"] if unknown else [])
+        parts = ([f"missing {few(missing)}"] if missing else []) + ([f"unknown {few(unknown)}"] if unknown else [])
         raise CheckpointError(f"not the paper's ViT layout for condition {condition!r}: {'; '.join(parts)}")
 
     pe, pe_kwargs, mode, diff = CONDITION_PE[condition], {}, None, None
@@ -387,18 +320,11 @@ def _build(arch: PaperArch, pe: str, pe_kwargs: dict[str, Any]) -> VisionTransfo
 
 
 def _load(model: VisionTransformer, tensors: dict[str, Tensor]) -> None:
-    expected = model.state_dict()
-    if set(expected) != set(tensors):  # a bug in key_map, not in the user's file
-        raise AssertionError(f"key map mismatch: {sorted(set(expected) ^ set(tensors))[:6]}")
-    for k, v in expected.items():
-        if tuple(tensors[k].shape) != tuple(v.shape):
-            raise CheckpointError(
-                f"tensor for {k} has shape {tuple(tensors[k].shape)}, the model expects {tuple(v.shape)} "
-                "(inconsistent widths in the checkpoint)"
-            )
-        if not tensors[k].is_floating_point():
-            raise CheckpointError(f"tensor for {k} has dtype {tensors[k].dtype}, expected floating point")
-    model.load_state_dict({k: t.float() for k, t in tensors.items()}, strict=True)
+    for k, t in tensors.items():
+        if not t.is_floating_point():
+            raise CheckpointError(f"tensor for {k} has dtype {t.dtype}, expected floating point")
+    floats = {k: t.float() for k, t in tensors.items()}
+    load_strict(model, floats, "the checkpoint does not fit the model its shapes describe (inconsistent widths?)")
     model.eval()
 
 
@@ -406,204 +332,14 @@ def _natural(key: str) -> tuple[Any, ...]:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", key))
 
 
-def _few(names: list[str], n: int = 4) -> str:
-    shown = ", ".join(names[:n])
-    return shown + (f" and {len(names) - n} more" if len(names) > n else "")
-
-
-# ----------------------------------------------------------------------------------------------
-# Writing the run directory
-
-
-def _train_config(conv: Conversion, seed: int) -> Any:
-    """The paper preset, with this model's PE, RPT flag, sizes and resolution."""
-    from peanchor.presets import preset_config
-    from peanchor.training.config import ModelConfig, validate
-
-    config = preset_config("paper")
-    size = MODEL_SIZES["vit_paper"]
-    a = conv.arch
-    arch_values = dict(embed_dim=a.embed_dim, depth=a.depth, num_heads=a.num_heads, mlp_ratio=a.mlp_hidden / a.embed_dim)
-    config.model = ModelConfig(
-        name="vit_paper",
-        pe=conv.pe,
-        pe_kwargs=dict(conv.pe_kwargs),
-        patch_size=a.patch_size,
-        overrides={k: v for k, v in arch_values.items() if size.get(k) != v},
-    )
-    config.data.img_size = a.img_size
-    config.train.rpt = PAPER_CHECKPOINTS[conv.condition].rpt
-    config.train.seed = seed
-    validate(config)
-    return config
-
-
-def import_paper(
-    checkpoint: str | os.PathLike[str],
-    out_dir: str | os.PathLike[str],
-    condition: str | None = None,
-    *,
-    num_heads: int | None = None,
-    spe_table: SpeTableMode = "check",
-) -> dict[str, Any]:
-    """Convert one released checkpoint into the run directory ``out_dir``; return its summary.
-
-    ``condition`` defaults to the one in the file name (``ape3_imagenet_100_60`` → ``ape``); a
-    ``condition`` that contradicts the name is refused, because the weights cannot tell APE, RPT,
-    RoPE and ablated models apart. Rerunning the same import is a no-op (``status``
-    ``"already_imported"``); an ``out_dir`` holding anything else is a :class:`RunDirError`.
-    """
-    src = Path(checkpoint)
-    named, replicate = condition_from_name(src)
-    if condition is None:
-        if named is None:
-            raise CheckpointError(
-                f"cannot tell the condition from the file name {src.name!r}; pass --condition "
-                f"({'|'.join(CONDITIONS)})"
-            )
-        condition = named
-    condition = condition.lower()
-    if condition not in CONDITIONS:
-        raise CheckpointError(f"unknown condition {condition!r}; valid: {', '.join(CONDITIONS)}")
-    if named is not None and named != condition:
-        raise CheckpointError(
-            f"{src.name} is named as a {named!r} checkpoint but --condition is {condition!r}; the weights cannot "
-            "tell these apart, so the name wins: fix the flag (or rename the file if the name is wrong)"
-        )
-    out = Path(out_dir)
-    _refuse_foreign_run_dir(out)  # before reading a large file for nothing
-    sd = load_paper_state_dict(src)
-    conv = convert_paper_state_dict(sd, condition, num_heads=num_heads, spe_table=spe_table)
-    sha = file_sha256(src)
-    config = _train_config(conv, replicate or 0)
-    config_text = config.to_yaml()
-    model = conv.model
-    summary: dict[str, Any] = {
-        "status": "finished",
-        "run_dir": str(out.resolve()),
-        "imported_from": str(src.resolve()),
-        "source_sha256": sha,
-        "source_format": "mannes2026-vit",
-        "replicate": replicate,
-        "condition": condition,
-        "pe": conv.pe,
-        "pe_kwargs": conv.pe_kwargs,
-        "rpt": config.train.rpt,
-        "spe_table": conv.spe_table,
-        "sincos_max_abs_diff": conv.sincos_max_abs_diff,
-        "model": "vit_paper",
-        "preset": "paper",
-        "data": config.data.name,
-        "seed": config.train.seed,
-        "epochs": config.train.epochs,
-        "val_acc": None,
-        "best_val_acc": None,
-        "num_params": sum(p.numel() for p in model.parameters()),
-        "num_classes": conv.arch.num_classes,
-        "img_size": conv.arch.img_size,
-        "num_patches": model.num_patches,
-        "model_args": model.model_args,
-    }
-    metadata = {
-        "imported_from": summary["imported_from"],
-        "source_sha256": sha,
-        "condition": condition,
-        "config": config.to_dict(),
-        "val_acc": None,
-        "epochs": config.train.epochs,
-    }
-    with fileio.RunLock(out):
-        state = _existing_import(out, summary, config_text)
-        if state == "done":
-            return {**_read_json(out / SUMMARY_FILE), "status": "already_imported"}
-        if state != "model_written":
-            save_model(model, out / MODEL_FILE, extra_metadata=metadata)
-        fileio.write_text(out / CONFIG_FILE, config_text)
-        fileio.write_json(out / SUMMARY_FILE, summary)  # last: marks the directory finished
-    return summary
-
-
-# Fields of summary.json that decide what the directory holds (the rest follow from them).
-_IDENTITY_KEYS = ("source_sha256", "condition", "pe", "pe_kwargs", "rpt", "spe_table", "model_args")
-
-
-def _refuse_foreign_run_dir(out: Path) -> None:
-    """A quick look before any work: metrics.csv or resume state mean a training run lives here."""
-    if out.exists() and not out.is_dir():
-        raise RunDirError(f"{out} exists and is not a directory; choose another --out")
-    for name in ("metrics.csv", "checkpoint"):
-        if (out / name).exists():
-            raise RunDirError(f"{out} holds a training run ({name}); an import needs its own --out")
-
-
-def _existing_import(out: Path, summary: dict[str, Any], config_text: str) -> str:
-    """``"fresh"``, ``"model_written"`` (an interrupted import of the same file) or ``"done"``.
-
-    Anything else already in ``out`` is a :class:`RunDirError`, and the directory is left untouched.
-    """
-    _refuse_foreign_run_dir(out)
-    if (out / SUMMARY_FILE).exists():
-        old = _read_json(out / SUMMARY_FILE)
-        diff = [k for k in _IDENTITY_KEYS if old.get(k) != json.loads(json.dumps(summary[k]))]
-        if diff:
-            raise RunDirError(
-                f"{out} already holds a different run ({', '.join(f'{k}: {old.get(k)!r}' for k in diff[:3])}); "
-                "choose another --out"
-            )
-        if not (out / MODEL_FILE).exists() or not (out / CONFIG_FILE).exists():
-            raise RunDirError(f"{out} has a summary.json but lacks {MODEL_FILE} or {CONFIG_FILE}; choose another --out")
-        _same_config(out, config_text)
-        return "done"
-    if (out / CONFIG_FILE).exists():
-        _same_config(out, config_text)
-    if (out / MODEL_FILE).exists():
-        meta = read_metadata(out / MODEL_FILE)
-        same = meta.get("source_sha256") == summary["source_sha256"] and meta.get("model_args") == summary["model_args"]
-        if not same:
-            raise RunDirError(f"{out / MODEL_FILE} holds a different model; choose another --out")
-        return "model_written"
-    return "fresh"
-
-
-def _same_config(out: Path, config_text: str) -> None:
-    try:
-        old = yaml.safe_load((out / CONFIG_FILE).read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise RunDirError(f"cannot read {out / CONFIG_FILE} ({e}); choose another --out") from None
-    if old != yaml.safe_load(config_text):
-        raise RunDirError(f"{out} holds a run with a different {CONFIG_FILE}; choose another --out")
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise RunDirError(f"{path} is unreadable ({e}); choose another --out") from None
-    if not isinstance(value, dict):
-        raise RunDirError(f"{path} is not a run summary; choose another --out")
-    return value
-
-
-def describe(summary: dict[str, Any]) -> str:
-    """One line for the CLI: ``condition ape → pe ape, D=384 depth=12 heads=8 patch=16 224 px, 100 classes``."""
-    a = summary["model_args"]
-    extra = f" {summary['pe_kwargs']}" if summary.get("pe_kwargs") else ""
-    rpt = " (trained with RPT)" if summary.get("rpt") else ""
-    return (
-        f"condition {summary['condition']} → pe {summary['pe']}{extra}{rpt}, D={a['embed_dim']} depth={a['depth']} "
-        f"heads={a['num_heads']} patch={a['patch_size']} {a['img_size']} px, {a['num_classes']} classes"
-    )
-
-
 __all__ = [
     "CONDITIONS",
+    "SPE_TABLE_MODES",
     "CONDITION_PE",
     "Conversion",
     "PaperArch",
     "condition_from_name",
-    "describe",
     "convert_paper_state_dict",
-    "import_paper",
     "infer_arch",
     "key_map",
     "load_paper_state_dict",
