@@ -20,6 +20,8 @@ class DataSpec:
     20000 / 2000); for every other dataset an optional seeded random subset of that many images.
     """
 
+    __pydantic_config__ = {"extra": "forbid"}  # unknown keys are errors in a training config (training.config)
+
     name: str = "scenes"
     root: str | None = None
     class_list: str | None = None

@@ -1,23 +1,25 @@
-"""Training configuration: nested dataclasses, three presets, and dotted ``--set`` overrides.
+"""Training configuration: nested dataclasses, and dotted ``--set`` overrides checked by pydantic.
 
-A run's config is resolved in layers, the later one winning::
+A run's config is a :class:`TrainConfig`: a preset's (:mod:`peanchor.presets`), then CLI flags, then
+``--set key=value`` items (:func:`apply_overrides`). The resolved config is written to ``RUN/config.yaml``;
+rerunning into the same directory must resolve to the same config (apart from :data:`RUNTIME_KEYS`, which do
+not change the result).
 
-    preset (smoke | cpu | paper)  ←  CLI flags (--pe, --epochs, ...)  ←  --set key=value ...
+``--set`` values are read as YAML (``3e-4`` and ``1e9`` are floats, ``null`` is None, ``[0.9, 0.95]`` a list) and
+the whole config is then validated by a pydantic ``TypeAdapter`` over these dataclasses in strict mode, so that a
+wrong type or an unknown key is one line naming the dotted key, what was given and what was expected::
 
-and the resolved config is written to ``RUN/config.yaml``. Rerunning into the same directory must
-resolve to the same config (apart from :data:`RUNTIME_KEYS`, which do not change the result).
-
-Launch examples::
-
-    peanchor train --preset smoke                          # seconds, a sanity check
-    peanchor train --preset cpu --pe ape --seed 1          # 32 px scenes on a laptop
-    peanchor train --preset paper --data-root /data/imagenet100 --pe rope
     peanchor train --preset cpu --set optim.lr=3e-4 --set model.overrides.depth=6
+
+Imports: :mod:`peanchor.data.spec`, :mod:`peanchor.conditions`; pydantic lazily (on the first override).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any, Union
 
 import yaml
+from typing_extensions import TypedDict, is_typeddict  # pydantic needs typing_extensions' TypedDict before Python 3.12
 
 from peanchor.conditions import condition_name
 from peanchor.data.spec import DataSpec
@@ -33,35 +36,45 @@ from peanchor.errors import ConfigError
 # Keys that change how a run executes but not what it computes: a rerun may change them.
 RUNTIME_KEYS: frozenset[str] = frozenset({"train.num_workers", "train.log_every", "train.eval_batch_size"})
 
-# Architecture overrides accepted by create_model, with their types (model.overrides.<key>).
-MODEL_OVERRIDE_TYPES: dict[str, type] = {
-    "embed_dim": int,
-    "depth": int,
-    "num_heads": int,
-    "mlp_ratio": float,
-    "drop_rate": float,
-    "attn_drop_rate": float,
-    "drop_path_rate": float,
-    "final_norm": bool,
-    "norm_eps": float,
-    "qkv_bias": bool,
-}
+# Every section refuses unknown keys when pydantic validates it (set_value, from_dict).
+_FORBID_EXTRA = {"extra": "forbid"}
+
+
+class ModelOverrides(TypedDict, total=False):
+    """Architecture overrides accepted by create_model (``model.overrides.<key>``), with their types."""
+
+    embed_dim: int
+    depth: int
+    num_heads: int
+    mlp_ratio: float
+    drop_rate: float
+    attn_drop_rate: float
+    drop_path_rate: float
+    final_norm: bool
+    norm_eps: float
+    qkv_bias: bool
+
+
+ModelOverrides.__pydantic_config__ = _FORBID_EXTRA  # type: ignore[attr-defined]
 
 
 @dataclass
 class ModelConfig:
     """Which ViT: a registered size, its positional encoding and any architecture overrides."""
 
+    __pydantic_config__ = _FORBID_EXTRA
     name: str = "vit_tiny"
     pe: str = "none"
-    pe_kwargs: dict[str, Any] = field(default_factory=dict)
+    pe_kwargs: dict[str, Any] = field(default_factory=dict)  # free-form: the PE checks its own options
     patch_size: int | None = None  # None: the size's default
-    overrides: dict[str, Any] = field(default_factory=dict)  # keys of MODEL_OVERRIDE_TYPES
+    overrides: ModelOverrides = field(default_factory=lambda: ModelOverrides())
 
 
 @dataclass
 class OptimConfig:
     """AdamW with linear warmup then cosine decay, stepped per optimisation step."""
+
+    __pydantic_config__ = _FORBID_EXTRA
 
     lr: float = 1e-3
     weight_decay: float = 0.05
@@ -79,6 +92,8 @@ class OptimConfig:
 class RunConfig:
     """How long and where: epochs, batch, seed, RPT, precision and the device."""
 
+    __pydantic_config__ = _FORBID_EXTRA
+
     epochs: int = 10
     batch_size: int = 128  # global: split evenly over DDP processes
     seed: int = 0
@@ -94,6 +109,8 @@ class RunConfig:
 @dataclass
 class TrainConfig:
     """Everything a training run depends on; saved as ``RUN/config.yaml``."""
+
+    __pydantic_config__ = _FORBID_EXTRA
 
     preset: str = "cpu"
     data: DataSpec = field(default_factory=DataSpec)
@@ -113,15 +130,54 @@ class TrainConfig:
 
 
 # ----------------------------------------------------------------------------------------------
-# Typed access by dotted key
+# Typed access by dotted key: pydantic validates the whole config after each change
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 as PyYAML reads it, plus exponent floats without a dot (``3e-4``, ``1e9``), as YAML 1.2 reads them."""
 
 
-def _is_dataclass_type(tp: Any) -> bool:
-    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)?\.?[0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789.")
+)
+
+
+def read_yaml(text: str) -> Any:
+    """``text`` as YAML, with the float rule of :class:`_Loader`."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+
+
+@functools.cache
+def _adapter() -> Any:  # pydantic.TypeAdapter[TrainConfig], built on first use (pydantic is imported lazily)
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(TrainConfig)
+
+
+def _validate(tree: dict[str, Any]) -> TrainConfig:
+    # Strict JSON mode: an int field takes an integer (not true, not 1.5), a float an integer or a float, a
+    # tuple a list of the right length; with unknown keys refused (__pydantic_config__ on every section).
+    return _adapter().validate_json(json.dumps(tree), strict=True)
+
+
+def _section_fields(tp: Any) -> dict[str, Any] | None:
+    """Field name → annotation of a config section (a dataclass or a TypedDict), None for a leaf."""
+    if isinstance(tp, type) and (dataclasses.is_dataclass(tp) or is_typeddict(tp)):
+        return typing.get_type_hints(tp)
+    return None
+
+
+def _annotation_at(loc: tuple[Any, ...]) -> tuple[list[str], Any]:
+    """The dotted path of ``loc`` down to the deepest config field it names, and that field's annotation."""
+    path: list[str] = []
+    tp: Any = TrainConfig
+    for part in loc:
+        fields = _section_fields(tp)
+        if fields is None or part not in fields:
+            break
+        path.append(str(part))
+        tp = fields[part]
+    return path, tp
 
 
 def _type_name(tp: Any) -> str:
@@ -132,151 +188,85 @@ def _type_name(tp: Any) -> str:
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
     if origin is tuple:
         return "a list [" + ", ".join(_type_name(a) for a in typing.get_args(tp)) + "]"
-    if origin in (dict,) or tp is dict:
+    if origin is dict or tp is dict or is_typeddict(tp):
         return "a mapping {key: value}"
-    if origin in (list,) or tp is list:
-        return "a list"
     return getattr(tp, "__name__", str(tp))
 
 
-def _coerce(value: Any, tp: Any, key: str, raw: str | None = None) -> Any:
-    """``value`` converted to type ``tp`` or a :class:`ConfigError` naming ``key``.
-
-    ``raw`` is the text the value was parsed from (for ``str`` fields YAML may have turned "1" into 1).
-    """
-    shown = raw.strip() if raw is not None else repr(value)
-    bad = ConfigError(f"{key}={shown}: expected {_type_name(tp)}")
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        options = typing.get_args(tp)
-        nullable = type(None) in options
-        if value is None:
-            if nullable:
-                return None
-            raise bad
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _coerce(value, option, key, raw)
-            except ConfigError:
-                continue
-        if nullable and isinstance(value, str) and value.strip().lower() in ("none", "null", "~"):
-            return None
-        raise bad
-    if tp is Any:
-        return value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise bad
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise bad
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                raise bad from None
-        raise bad
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        if raw is not None and isinstance(value, (int, float, bool)):
-            return raw.strip()
-        raise bad
-    if tp is Path:
-        if isinstance(value, (str, Path)):
-            return str(value)
-        raise bad
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if isinstance(value, str):
-            value = [v for v in (s.strip() for s in value.strip("()[] ").split(",")) if v]
-            value = [yaml.safe_load(v) for v in value]
-        if not isinstance(value, (list, tuple)):
-            raise bad
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(v, args[0], key) for v in value)
-        if len(value) != len(args):
-            raise bad
-        return tuple(_coerce(v, a, key) for v, a in zip(value, args))
-    if origin is list or tp is list:
-        (item,) = typing.get_args(tp) or (Any,)
-        if not isinstance(value, (list, tuple)):
-            raise bad
-        return [_coerce(v, item, key) for v in value]
-    if origin is dict or tp is dict:
-        if not isinstance(value, dict):
-            raise bad
-        return {str(k): v for k, v in value.items()}
-    if isinstance(value, tp):
-        return value
-    raise bad
+def _valid_keys(tp: Any, prefix: list[str]) -> str:
+    return ", ".join(".".join([*prefix, name]) for name in _section_fields(tp) or {})
 
 
-def _valid_keys(cls: type, prefix: str) -> str:
-    return ", ".join(f"{prefix}{name}" for name in _hints(cls))
+def _config_error(error: Any, key: str, shown: str) -> ConfigError:
+    """pydantic's first error as one line naming the dotted key, in peanchor's words."""
+    first = error.errors()[0]
+    loc = tuple(first["loc"])
+    path, tp = _annotation_at(loc)
+    if first["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+        _, section = _annotation_at(loc[:-1])
+        return ConfigError(f"unknown config key {key!r}; valid keys here: {_valid_keys(section, path)}")
+    where = ".".join(path) or key
+    if _section_fields(tp) is not None and not is_typeddict(tp):
+        return ConfigError(f"{where} is a section; set one of its keys: {_valid_keys(tp, path)}")
+    shown = shown if where == key else repr(first.get("input"))
+    return ConfigError(f"{where}={shown}: expected {_type_name(tp)}")
 
 
-def _check_override(key: str, name: str, value: Any, raw: str | None) -> Any:
-    if name not in MODEL_OVERRIDE_TYPES:
-        valid = ", ".join(f"model.overrides.{k}" for k in MODEL_OVERRIDE_TYPES)
-        raise ConfigError(f"unknown config key {key!r}; valid: {valid}")
-    return _coerce(value, MODEL_OVERRIDE_TYPES[name], key, raw)
+def _with_value(tree: dict[str, Any], parts: list[str], value: Any) -> dict[str, Any]:
+    """A copy of the nested dict ``tree`` with ``value`` at ``parts`` (missing sections are created)."""
+    out = dict(tree)
+    node = out
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"unknown config key {'.'.join(parts)!r}: {'.'.join(parts[: i + 1])} has no sub-keys")
+        node[part] = dict(child)
+        node = node[part]
+    node[parts[-1]] = value
+    return out
 
 
 def set_value(config: TrainConfig, key: str, value: Any, raw: str | None = None) -> None:
-    """Set dotted ``key`` (``optim.lr``, ``model.overrides.depth``) on ``config`` after type-checking."""
+    """Set dotted ``key`` (``optim.lr``, ``model.overrides.depth``) on ``config`` in place, type-checked.
+
+    ``raw`` is the text ``value`` was parsed from (``--set``): a ``str`` field keeps that text when YAML made a
+    number or a boolean of it (``data.root=123``), and ``none`` means null where null is allowed.
+    """
+    from pydantic import ValidationError
+
     parts = key.split(".")
     if not all(parts):
         raise ConfigError(f"bad config key {key!r}: expected dotted names like optim.lr")
-    obj: Any = config
-    for i, part in enumerate(parts):
-        prefix = ".".join(parts[:i])
-        prefix = prefix + "." if prefix else ""
-        hints = _hints(type(obj))
-        if part not in hints:
-            raise ConfigError(f"unknown config key {key!r}; valid keys here: {_valid_keys(type(obj), prefix)}")
-        tp = hints[part]
-        last = i == len(parts) - 1
-        if _is_dataclass_type(tp):
-            if last:
-                raise ConfigError(f"{key} is a section; set one of its keys: {_valid_keys(tp, prefix + part + '.')}")
-            obj = getattr(obj, part)
+    tree = to_dict(config)
+    candidates = [value]
+    if raw is not None and isinstance(value, (bool, int, float)):
+        candidates.append(raw.strip())
+    if raw is not None and raw.strip().lower() == "none":
+        candidates.append(None)
+    first_error = None
+    for candidate in candidates:
+        try:
+            new = _validate(_with_value(tree, parts, candidate))
+        except ValidationError as e:
+            first_error = first_error or e
             continue
-        if last:
-            if key == "model.overrides" and isinstance(value, dict):
-                value = {k: _check_override(f"{key}.{k}", k, v, None) for k, v in value.items()}
-            setattr(obj, part, _coerce(value, tp, key, raw))
-            return
-        # One level into a free-form mapping: model.overrides.<arch key>, model.pe_kwargs.<PE option>.
-        if (typing.get_origin(tp) is dict or tp is dict) and i == len(parts) - 2:
-            mapping = dict(getattr(obj, part))
-            name = parts[-1]
-            if prefix + part == "model.overrides":
-                mapping[name] = _check_override(key, name, value, raw)
-            else:
-                mapping[name] = value  # the PE validates its own options when the model is built
-            setattr(obj, part, mapping)
-            return
-        raise ConfigError(f"unknown config key {key!r}: {prefix}{part} has no sub-keys")
+        for f in dataclasses.fields(config):
+            setattr(config, f.name, getattr(new, f.name))
+        return
+    raise _config_error(first_error, key, raw.strip() if raw is not None else repr(value))
 
 
 def parse_set_item(item: str) -> tuple[str, Any, str]:
-    """``"optim.lr=3e-4"`` → ``("optim.lr", 0.0003, "3e-4")``, the value read as YAML."""
+    """``"optim.lr=3e-4"`` → ``("optim.lr", 0.0003, "3e-4")``, the value read as YAML (``(a, b)`` as a list)."""
     key, sep, raw = item.partition("=")
     key = key.strip()
     if not sep or not key:
         raise ConfigError(f"--set {item!r}: expected key=value, e.g. optim.lr=3e-4")
+    text = raw.strip()
+    if text.startswith("(") and text.endswith(")"):
+        text = f"[{text[1:-1]}]"
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = read_yaml(text) if text else ""
     except yaml.YAMLError:
         value = raw  # let the type check report it against the field's type
     return key, value, raw
@@ -379,11 +369,14 @@ def flat_dict(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
 
 def from_dict(values: dict[str, Any], *, source: str = "config") -> TrainConfig:
     """Rebuild a :class:`TrainConfig` from :func:`to_dict` output, type-checking every field."""
+    from pydantic import ValidationError
+
     if not isinstance(values, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
-    config = TrainConfig()
-    for key, value in flat_dict(values).items():
-        set_value(config, key, value)
+    try:
+        config = _validate(values)
+    except ValidationError as e:
+        raise ConfigError(f"{source}: {_config_error(e, '', '')}") from None
     validate(config)
     return config
 
@@ -395,7 +388,7 @@ def to_yaml(config: TrainConfig) -> str:
 def load_config(path: str | Path) -> TrainConfig:
     """Read a ``config.yaml`` written by :func:`to_yaml`."""
     try:
-        values = yaml.safe_load(Path(path).read_text())
+        values = read_yaml(Path(path).read_text())
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror or e}") from e
     except yaml.YAMLError as e:
@@ -415,7 +408,7 @@ def diff_configs(old: TrainConfig | dict[str, Any], new: TrainConfig | dict[str,
 
 
 __all__ = [
-    "MODEL_OVERRIDE_TYPES",
+    "ModelOverrides",
     "apply_overrides",
     "RUNTIME_KEYS",
     "ModelConfig",
@@ -427,6 +420,7 @@ __all__ = [
     "from_dict",
     "load_config",
     "parse_set_item",
+    "read_yaml",
     "set_value",
     "to_dict",
     "to_yaml",
