@@ -1,4 +1,5 @@
-"""peanchor.metrics.stats against brute-force references (explicit loops, enumeration, scipy)."""
+"""peanchor.metrics.stats (thin wrappers over scipy.stats) against brute-force references: exact enumeration of
+every bootstrap resample or permutation, and scipy.stats.spearmanr."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from scipy import stats as sps
 from peanchor.metrics import bootstrap_ci, mean_std, paired_bootstrap_diff, permutation_test_spearman
 
 
-def _loop_bootstrap_means(values: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
-    """Reference: the same index draws (one block), resample means computed one by one."""
-    draws = np.random.default_rng(seed).integers(0, len(values), size=(n_boot, len(values)))
-    return np.array([sum(values[i] for i in row) / len(row) for row in draws])
+def _exact_bootstrap_means(values: np.ndarray) -> np.ndarray:
+    """The mean of every one of the n**n equally likely resamples (with replacement) of ``values``."""
+    n = len(values)
+    return np.array([values[list(idx)].mean() for idx in itertools.product(range(n), repeat=n)])
 
 
 # --------------------------------------------------------------------------------------- mean_std
@@ -38,17 +39,9 @@ def test_mean_std_matches_statistics_module() -> None:
 # ----------------------------------------------------------------------------------- bootstrap_ci
 
 
-def test_bootstrap_ci_matches_loop_reference() -> None:
-    values = np.random.default_rng(1).normal(size=9)
-    means = _loop_bootstrap_means(values, 2000, seed=5)
-    expected = tuple(np.quantile(means, [0.05, 0.95]))
-    assert bootstrap_ci(values, level=0.9, n_boot=2000, seed=5) == pytest.approx(expected, abs=1e-12)
-
-
 def test_bootstrap_ci_close_to_exact_enumeration() -> None:
     values = np.array([0.1, 0.4, 0.45, 0.9, 1.3])
-    # Every one of the 5**5 equally likely resamples, enumerated.
-    exact = np.array([values[list(idx)].mean() for idx in itertools.product(range(5), repeat=5)])
+    exact = _exact_bootstrap_means(values)
     low, high = bootstrap_ci(values, n_boot=20000, seed=0)
     spread = values.max() - values.min()
     assert low == pytest.approx(np.quantile(exact, 0.025), abs=0.03 * spread)
@@ -74,20 +67,22 @@ def test_bootstrap_ci_known_cases_and_determinism() -> None:
 # -------------------------------------------------------------------------- paired_bootstrap_diff
 
 
-def test_paired_bootstrap_diff_matches_loop_reference() -> None:
-    rng = np.random.default_rng(2)
-    a = rng.normal(0.6, 0.02, size=6)
-    b = a - 0.01 + rng.normal(0, 0.02, size=6)
-    result = paired_bootstrap_diff(a, b, level=0.9, n_boot=3000, seed=11)
-
+def test_paired_bootstrap_diff_is_the_bootstrap_of_the_differences_and_its_p_value_is_close_to_exact() -> None:
+    a = np.array([0.61, 0.58, 0.66, 0.60, 0.63])
+    b = np.array([0.60, 0.60, 0.61, 0.59, 0.615])
+    result = paired_bootstrap_diff(a, b, level=0.9, n_boot=20000, seed=11)
     diff = a - b
     observed = diff.mean()
-    means = _loop_bootstrap_means(diff, 3000, seed=11)
-    extreme = sum(1 for m in means if abs(m - observed) >= abs(observed))
     assert result["mean_diff"] == pytest.approx(observed, abs=1e-15)
-    assert (result["ci_low"], result["ci_high"]) == pytest.approx(tuple(np.quantile(means, [0.05, 0.95])), abs=1e-12)
-    assert result["p_value"] == pytest.approx((1 + extreme) / 3001, abs=1e-12)
-    assert (result["ci_low"], result["ci_high"]) == pytest.approx(bootstrap_ci(diff, 0.9, 3000, seed=11), abs=1e-15)
+    # Resampling pairs together is resampling their differences: the same interval from the same draws.
+    assert (result["ci_low"], result["ci_high"]) == pytest.approx(bootstrap_ci(diff, 0.9, 20000, seed=11), abs=1e-15)
+    exact = _exact_bootstrap_means(diff)  # all 5**5 resamples
+    exact_p = np.mean(np.abs(exact - observed) >= abs(observed) - 1e-12)
+    assert 0.02 < exact_p < 0.5  # a case where the p-value is informative
+    assert result["p_value"] == pytest.approx(exact_p, abs=4 * math.sqrt(exact_p * (1 - exact_p) / 20000) + 1e-4)
+    spread = diff.max() - diff.min()
+    assert result["ci_low"] == pytest.approx(np.quantile(exact, 0.05), abs=0.03 * spread)
+    assert result["ci_high"] == pytest.approx(np.quantile(exact, 0.95), abs=0.03 * spread)
 
 
 def test_paired_bootstrap_diff_extremes() -> None:
