@@ -29,8 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bc
 import torch
 
-from peanchor.analysis.corruptions import CorruptedCache
-from peanchor.analysis.evaluate import EvalSet, evaluate_model
+from peanchor.analysis.corrupted_sets import CorruptedCache
+from peanchor.analysis.evalset import EvalSet
+from peanchor.analysis.evaluate import evaluate_model
 from peanchor.data import DataSpec, normalize
 from peanchor.models import create_model
 from peanchor.presets import preset_config
@@ -77,12 +78,12 @@ def run(num_images: int, reps: int, pe: str = "ape") -> dict[str, Any]:
 
     times = bc.interleaved({"suite": suite, "plain_pass_x3": plain_passes}, reps=reps, warmup=0)
     last = results["suite"][-1]
-    passes = last["forward_passes"]
+    passes = last.forward_passes
     plain = bc.median(times["plain_pass_x3"]) / plain_repeats
     plain_cpu = bc.median(times.cpu["plain_pass_x3"]) / plain_repeats
     suite_s = bc.median(times["suite"])
-    passes_only = bc.median([r["timing"]["passes"] for r in results["suite"]])
-    corrupt = bc.median([r["timing"]["corrupt"] for r in results["suite"]])
+    passes_only = bc.median([r.timing["passes"] for r in results["suite"]])
+    corrupt = bc.median([r.timing["corrupt"] for r in results["suite"]])
     record: dict[str, Any] = {
         "num_images": len(evalset),
         "pe": pe,
@@ -90,13 +91,13 @@ def run(num_images: int, reps: int, pe: str = "ape") -> dict[str, Any]:
         "reps": reps,
         "model_args": model.model_args,
         "forward_passes": passes,
-        "passes": last["passes"],
-        "alphas": last["settings"]["alphas"],
-        "shifts": last["shifts"],
+        "passes": last.passes,
+        "alphas": last.settings.alphas,
+        "shifts": last.shifts,
         "times": bc.all_stats(times),
         "plain_pass_s": plain,
         "suite_s": suite_s,
-        "suite_reported_seconds": [r["seconds"] for r in results["suite"]],
+        "suite_reported_seconds": [r.seconds for r in results["suite"]],
         "suite_corrupt_s": corrupt,
         "suite_passes_s": passes_only,
         "budget_s": passes * plain,
@@ -107,7 +108,7 @@ def run(num_images: int, reps: int, pe: str = "ape") -> dict[str, Any]:
         "ratio_cpu_time": bc.median(times.cpu["suite"]) / (passes * plain_cpu),
     }
     record["verdict"] = bc.verdict(record["ratio"], GOAL, False)
-    print(f"  {passes} passes ({last['passes']}); plain pass {plain:.3f} s -> budget {passes * plain:.2f} s")
+    print(f"  {passes} passes ({last.passes}); plain pass {plain:.3f} s -> budget {passes * plain:.2f} s")
     print(
         f"  suite {suite_s:.2f} s (corruption {corrupt:.2f} s): ratio {record['ratio']:.3f} (goal <= {GOAL}) -> "
         f"{record['verdict']} (paired {record['ratio_paired']:.3f}); without corruption "

@@ -19,7 +19,8 @@ import time
 
 import torch
 
-from peanchor.analysis.corruptions import corrupt, paper_shifts
+from peanchor.analysis.corrupted_sets import corrupt
+from peanchor.analysis.corruptions import paper_shifts
 from peanchor.data import IMAGENET_MEAN, IMAGENET_STD, batch_augment, normalize, scenes
 from peanchor.models import create_model
 

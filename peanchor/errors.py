@@ -34,3 +34,7 @@ class TrainingDiverged(PeanchorError):
     """The loss became NaN or infinite."""
 
     exit_code = 3
+
+
+class SchemaError(DataError):
+    """A result file (analysis.json, results.json) of another schema version, of another tool, or damaged."""

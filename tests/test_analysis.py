@@ -10,18 +10,12 @@ import math
 import pytest
 import torch
 
-from peanchor.analysis.corruptions import CorruptedCache, Shift, paper_shifts
-from peanchor.analysis.evaluate import (
-    DEFAULT_ALPHAS,
-    RESULT_KEYS,
-    EvalSet,
-    evaluate_model,
-    is_scalable,
-    read_analysis,
-    subset_indices,
-    tidy_rows,
-    write_analysis,
-)
+from peanchor.analysis.corrupted_sets import CorruptedCache
+from peanchor.analysis.corruptions import Shift, paper_shifts
+from peanchor.analysis.evalset import EvalSet, subset_indices
+from peanchor.analysis.evaluate import evaluate_model
+from peanchor.analysis.passes import is_scalable
+from peanchor.results import AnalysisResult, analysis_rows, read_analysis, to_json_dict, write_analysis
 from peanchor.cli import main
 from peanchor.data import DataInfo, normalize
 from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD
@@ -76,9 +70,10 @@ def trained_result(trained_ape, evalset) -> dict:
     return evaluate_model(trained_ape, evalset, INFO, alphas=ALPHAS, batch_size=32, device="cpu", progress=False)
 
 
-def test_result_schema_and_exact_arithmetic(trained_result):
-    r = json.loads(json.dumps(trained_result))  # what a reader of analysis.json sees
-    assert set(RESULT_KEYS) <= set(r)
+def test_result_schema_and_exact_arithmetic(trained_result, tmp_path):
+    write_analysis(trained_result, tmp_path)
+    assert read_analysis(tmp_path) == trained_result  # analysis.json round-trips to the same record
+    r = json.loads((tmp_path / "analysis.json").read_text())  # what a reader of analysis.json sees
     assert r["clean_acc"] > 0.5  # trained: far above chance (0.25)
     assert r["num_images"] == 96
     assert r["delta_ssdc"] == r["ssdc"]["rpi"][1] - r["ssdc"]["rpi"][0]
@@ -94,13 +89,14 @@ def test_result_schema_and_exact_arithmetic(trained_result):
 
 
 def test_alpha_one_is_the_main_result_and_alpha_changes_things(trained_result):
-    sweep = {e["alpha"]: e for e in trained_result["alpha_sweep"]}
+    sweep = {e.alpha: e for e in trained_result.alpha_sweep}
     assert list(sweep) == list(ALPHAS)
     one = sweep[1.0]
-    assert one["delta_ssdc"] == trained_result["delta_ssdc"]
-    assert one["clean_acc"] == trained_result["clean_acc"]
-    assert one["acc"] == trained_result["acc"] and one["fragility"] == trained_result["fragility"]
-    assert sweep[0.0]["clean_acc"] != one["clean_acc"] or sweep[0.0]["delta_ssdc"] != one["delta_ssdc"]
+    assert one.delta_ssdc == trained_result.delta_ssdc
+    assert one.clean_acc == trained_result.clean_acc
+    assert one.acc == trained_result.acc and one.fragility == trained_result.fragility
+    # Without its PE the trained APE model loses its positional reading: the quadrant task falls to near chance.
+    assert sweep[0.0].clean_acc < one.clean_acc - 0.1
 
 
 def test_sweep_entries_match_a_separate_evaluation_at_that_alpha(trained_ape, evalset, trained_result):
@@ -114,9 +110,9 @@ def test_sweep_entries_match_a_separate_evaluation_at_that_alpha(trained_ape, ev
             perm = torch.randperm(trained_ape.num_patches, generator=g)
             accumulator.update(trained_ape.spatial_tokens(x[start : start + 32], token_perm=perm, pe_scale=0.5))
     rpi = accumulator.compute().tolist()
-    entry = next(e for e in trained_result["alpha_sweep"] if e["alpha"] == 0.5)
-    assert entry["clean_acc"] == pytest.approx(acc, abs=1e-12)
-    assert entry["delta_ssdc"] == pytest.approx(rpi[1] - rpi[0], abs=1e-9)
+    entry = next(e for e in trained_result.alpha_sweep if e.alpha == 0.5)
+    assert entry.clean_acc == pytest.approx(acc, abs=1e-12)
+    assert entry.delta_ssdc == pytest.approx(rpi[1] - rpi[0], abs=1e-9)
 
 
 @pytest.mark.parametrize("pe", PE_NAMES)
@@ -127,12 +123,12 @@ def test_ssdc_normal_equals_the_accumulator_on_spatial_tokens(pe, evalset):
     with torch.inference_mode():
         for start in range(0, len(evalset), 40):
             accumulator.update(model.spatial_tokens(normalize(evalset.images[start : start + 40], INFO.mean, INFO.std)))
-    torch.testing.assert_close(torch.tensor(r["ssdc"]["normal"], dtype=torch.float64), accumulator.compute(),
+    torch.testing.assert_close(torch.tensor(r.ssdc.normal, dtype=torch.float64), accumulator.compute(),
                                rtol=0, atol=1e-9)  # fmt: skip
     # The α sweep exists exactly for PEs whose class is scalable.
     assert is_scalable(model) == PE_REGISTRY[pe].scalable
-    assert [e["alpha"] for e in r["alpha_sweep"]] == (list(ALPHAS) if PE_REGISTRY[pe].scalable else [])
-    assert r["model"]["scalable"] == PE_REGISTRY[pe].scalable
+    assert [e.alpha for e in r.alpha_sweep] == (list(ALPHAS) if PE_REGISTRY[pe].scalable else [])
+    assert r.model.scalable == PE_REGISTRY[pe].scalable
 
 
 def test_untrained_none_model_has_no_structure_under_rpi():
@@ -141,9 +137,9 @@ def test_untrained_none_model_has_no_structure_under_rpi():
     evalset = EvalSet.from_tensors(images, labels, INFO)
     shifts = {"blur": Shift("blur", sigma=1.0)}
     r = evaluate_model(micro("none"), evalset, INFO, shifts=shifts, alphas=(), batch_size=8, device="cpu", progress=False)
-    assert max(abs(v) for v in r["ssdc"]["rpi"]) < 0.1, r["ssdc"]["rpi"]
-    assert min(r["ssdc"]["normal"]) > 0.2  # while content alone gives spatial structure without RPI
-    assert r["alpha_sweep"] == []
+    assert max(abs(v) for v in r.ssdc.rpi) < 0.1, r.ssdc.rpi
+    assert min(r.ssdc.normal) > 0.2  # while content alone gives spatial structure without RPI
+    assert r.alpha_sweep == []
 
 
 def _count_calls(model: torch.nn.Module) -> dict[str, int]:
@@ -168,34 +164,34 @@ def test_forward_pass_count_is_what_was_done(pe, evalset):
     batches = math.ceil(len(evalset) / 40)
     r = evaluate_model(model, evalset, INFO, alphas=ALPHAS, rpi_draws=2, batch_size=40, device="cpu", progress=False)
     calls = sum(counts.values())
-    assert calls == r["forward_passes"] * batches
+    assert calls == r.forward_passes * batches
     shifts, alphas, draws = 2, len(ALPHAS), 2
     if pe == "none":
         # clean (+probes), 2 RPI draws (+probes), 2 shifts
-        assert r["forward_passes"] == 1 + draws + shifts and counts["spatial_tokens"] == 0
+        assert r.forward_passes == 1 + draws + shifts and counts["spatial_tokens"] == 0
     else:
         # ... plus, at each α ≠ 1: clean, 2 shifts (full) and 2 two-block RPI passes
-        assert r["forward_passes"] == 1 + draws + shifts + (alphas - 1) * (1 + shifts + draws)
+        assert r.forward_passes == 1 + draws + shifts + (alphas - 1) * (1 + shifts + draws)
         assert counts["spatial_tokens"] == (alphas - 1) * draws * batches
     assert counts["forward_with_tokens"] == (1 + draws) * batches
-    assert r["passes"]["full"] + r["passes"]["truncated"] == r["forward_passes"]
+    assert r.passes["full"] + r.passes["truncated"] == r.forward_passes
 
 
 def test_rpi_draws_give_mean_and_std(evalset):
     r = evaluate_model(micro("sincos"), evalset, INFO, alphas=(), rpi_draws=3, batch_size=32, device="cpu",
                        progress=False)  # fmt: skip
-    draws = torch.tensor(r["ssdc"]["rpi_draws"], dtype=torch.float64)  # (3, L)
+    draws = torch.tensor(r.ssdc.rpi_draws, dtype=torch.float64)  # (3, L)
     assert draws.shape == (3, 2) and not torch.allclose(draws[0], draws[1])
-    torch.testing.assert_close(torch.tensor(r["ssdc"]["rpi"], dtype=torch.float64), draws.mean(0), rtol=0, atol=1e-12)
-    torch.testing.assert_close(torch.tensor(r["ssdc"]["rpi_std"], dtype=torch.float64), draws.std(0), rtol=0, atol=1e-12)
-    assert r["delta_ssdc"] == r["ssdc"]["rpi"][1] - r["ssdc"]["rpi"][0]
+    torch.testing.assert_close(torch.tensor(r.ssdc.rpi, dtype=torch.float64), draws.mean(0), rtol=0, atol=1e-12)
+    torch.testing.assert_close(torch.tensor(r.ssdc.rpi_std, dtype=torch.float64), draws.std(0), rtol=0, atol=1e-12)
+    assert r.delta_ssdc == r.ssdc.rpi[1] - r.ssdc.rpi[0]
 
 
 def test_bootstrap_intervals_bracket_the_estimate(evalset):
     r = evaluate_model(micro("sincos"), evalset, INFO, alphas=(), bootstrap=50, batch_size=48, device="cpu",
                        progress=False)  # fmt: skip
-    for key, estimate in (("normal_ci", r["ssdc"]["normal"]), ("rpi_ci", r["ssdc"]["rpi"])):
-        low, high = r["ssdc"][key]
+    for bounds, estimate in ((r.ssdc.normal_ci, r.ssdc.normal), (r.ssdc.rpi_ci, r.ssdc.rpi)):
+        low, high = bounds
         assert len(low) == len(high) == 2
         assert all(lo <= e <= hi for lo, e, hi in zip(low, estimate, high))
 
@@ -204,14 +200,14 @@ def test_severities_and_shared_passes(trained_ape, evalset):
     cache = CorruptedCache()
     r = evaluate_model(trained_ape, evalset, INFO, alphas=(), severities=True, batch_size=48, device="cpu",
                        progress=False, cache=cache)  # fmt: skip
-    assert set(r["severities"]) == {"jpeg", "blur"} and r["severity_table"] == "cifar-10-c"
-    for kind, accs in r["severities"].items():
+    assert set(r.severities) == {"jpeg", "blur"} and r.severity_table == "cifar-10-c"
+    for kind, accs in r.severities.items():
         assert len(accs) == 5
-        assert r["severity_fragility"][kind] == [1 - a / r["clean_acc"] for a in accs]
+        assert r.severity_fragility[kind] == [1 - a / r.clean_acc for a in accs]
         # At <= 48 px the main shifts are CIFAR-10-C severity 3: the same pass, the same number.
-        assert r["severity_shifts"][kind][2] == r["shifts"][kind] and accs[2] == r["acc"][kind]
+        assert r.severity_shifts[kind][2] == r.shifts[kind] and accs[2] == r.acc[kind]
     # 2 main shifts + 10 severities, 2 of them identical: 10 corrupted sets; clean, RPI, 2 shifts + 8 severities.
-    assert len(cache) == 10 and r["forward_passes"] == 4 + 8
+    assert len(cache) == 10 and r.forward_passes == 4 + 8
     # A second model reuses the corrupted sets.
     evaluate_model(micro("none"), evalset, INFO, alphas=(), severities=True, batch_size=48, device="cpu",
                    progress=False, cache=cache)  # fmt: skip
@@ -222,23 +218,44 @@ def test_custom_shifts_are_recorded(evalset):
     shifts = {"jpeg": Shift("jpeg", quality=10), "noise": Shift("gaussian_noise", sigma=0.2, seed=0)}
     r = evaluate_model(micro("none"), evalset, INFO, shifts=shifts, alphas=(), batch_size=96, device="cpu",
                        progress=False)  # fmt: skip
-    assert r["shifts"] == {"jpeg": {"kind": "jpeg", "quality": 10}, "noise": {"kind": "gaussian_noise", "sigma": 0.2, "seed": 0}}
-    assert set(r["fragility"]) == {"jpeg", "noise"}
+    assert r.shifts == {"jpeg": {"kind": "jpeg", "quality": 10}, "noise": {"kind": "gaussian_noise", "sigma": 0.2, "seed": 0}}
+    assert set(r.fragility) == {"jpeg", "noise"}
 
 
-def test_tidy_csv_and_analysis_files(trained_result, tmp_path):
-    rows = list(tidy_rows(trained_result))
-    layers = len(trained_result["ssdc"]["normal"])
-    sweep = len(trained_result["alpha_sweep"])
-    assert len(rows) == 2 + 3 * layers + 1 + 2 * 2 + sweep * (2 + 2 * 2)
-    write_analysis(trained_result, tmp_path, {"kind": "test"})
+def test_tidy_csv_holds_every_number_of_the_json(trained_result, tmp_path):
+    write_analysis(trained_result, tmp_path)
     with open(tmp_path / "analysis.csv", newline="") as f:
         read = list(csv.DictReader(f))
-    assert len(read) == len(rows) and read[0].keys() >= {"metric", "layer", "alpha", "shift", "value"}
-    delta = [r for r in read if r["metric"] == "delta_ssdc"]
-    assert float(delta[0]["value"]) == trained_result["delta_ssdc"]
-    doc = read_analysis(tmp_path)
-    assert doc["source"] == {"kind": "test"} and doc["delta_ssdc"] == trained_result["delta_ssdc"]
+    assert len(read) == len(list(analysis_rows(trained_result)))
+
+    def value(metric: str, **where: str) -> float:
+        (row,) = [r for r in read if r["metric"] == metric and all(r[k] == v for k, v in where.items())]
+        return float(row["value"])
+
+    r = trained_result
+    assert value("delta_ssdc") == r.delta_ssdc and value("clean_acc") == r.clean_acc
+    for layer, v in enumerate(r.ssdc.rpi):
+        assert value("ssdc_rpi", layer=str(layer)) == v
+    for k, v in r.fragility.items():
+        assert value("fragility", shift=k, severity="") == v
+    for e in r.alpha_sweep:
+        assert value("sweep_delta_ssdc", alpha=str(e.alpha)) == e.delta_ssdc
+        assert value("sweep_fragility", alpha=str(e.alpha), shift="jpeg") == e.fragility["jpeg"]
+
+
+def test_an_older_or_foreign_analysis_is_one_clear_line(trained_result, tmp_path):
+    from peanchor.errors import SchemaError
+
+    write_analysis(trained_result, tmp_path)
+    doc = json.loads((tmp_path / "analysis.json").read_text())
+    for broken, message in (({k: v for k, v in doc.items() if k not in ("schema", "schema_version")}, "no schema field"),
+                            ({**doc, "schema_version": 0}, "schema_version 0"),
+                            ({**doc, "clean_acc": "high"}, r"clean_acc: Input should be a valid number"),
+                            ({k: v for k, v in doc.items() if k != "ssdc"}, "missing required key 'ssdc'")):  # fmt: skip
+        (tmp_path / "analysis.json").write_text(json.dumps(broken))
+        with pytest.raises(SchemaError, match=message) as e:
+            read_analysis(tmp_path)
+        assert "\n" not in str(e.value)
 
 
 def test_subset_is_deterministic_and_sorted():
@@ -257,10 +274,6 @@ def test_bad_arguments_are_user_errors(evalset):
         evaluate_model(micro("ape"), evalset, INFO, alphas=(1.0, -0.5), device="cpu", progress=False)
     with pytest.raises(ConfigError):
         evaluate_model(micro("ape"), evalset, INFO, rpi_draws=0, device="cpu", progress=False)
-
-
-def test_default_alpha_grid():
-    assert DEFAULT_ALPHAS == (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
 
 
 # ---- peanchor analyze -------------------------------------------------------------------------

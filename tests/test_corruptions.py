@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from peanchor.analysis import corruptions as C
-from peanchor.analysis.corruptions import CorruptedCache, Shift, paper_shifts, severity_table, table_name
+from peanchor.analysis.corrupted_sets import CorruptedCache, corrupt
+from peanchor.analysis.corruptions import Shift, paper_shifts, severity_table, table_name
 from peanchor.errors import ConfigError, DataError
 
 TABLE_SIZES = {"imagenet-c": 224, "cifar-10-c": 32, "tiny-imagenet-c": 64}
@@ -149,7 +150,7 @@ def test_noise_depends_on_seed_and_index_only():
     first = a(x)
     torch.manual_seed(456)
     assert torch.equal(first, a(x))
-    assert torch.equal(C.corrupt(x, a, chunk_size=3), first)
+    assert torch.equal(corrupt(x, a, chunk_size=3), first)
 
 
 def test_identityish_settings():

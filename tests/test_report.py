@@ -9,17 +9,19 @@ import re
 
 import pytest
 
+from scipy import stats
+
 from peanchor.errors import PeanchorError
-from peanchor.report import load_results, write_report
-from peanchor.report.figures import correlation_points, delta_fs_correlation
-from peanchor.report.render import build_report, render_markdown
+from peanchor.report import build_report, render_markdown, write_report
+from peanchor.report.summary import correlation_points, delta_fs_correlation
+from peanchor.results import read_results, results_from_dict, write_results
 
 LAYERS = 4
 ALPHAS = (1.0, 0.7, 0.4, 0.1)
 
 
 def synthetic_results(seeds=(0, 1), conditions=("none", "ape")) -> dict:
-    """A results dict of the documented shape: conditions × seeds, an α sweep, severities."""
+    """results.json content (peanchor.results.Results): conditions × seeds, an α sweep, severities."""
     models, sweep = [], []
     for ci, cond in enumerate(conditions):
         anchored = cond != "none"
@@ -31,6 +33,7 @@ def synthetic_results(seeds=(0, 1), conditions=("none", "ape")) -> dict:
             name = f"{cond}-s{seed}"
             models.append({
                 "name": name, "condition": cond, "pe": cond, "rpt": False, "seed": seed, "clean_acc": round(clean, 4),
+                "rpi_acc": round(clean - 0.3, 4),
                 "ssdc": {"normal": [0.60, 0.62 + jitter, 0.58, 0.50], "rpi": rpi, "rpi_std": [0.01] * LAYERS},
                 "delta_ssdc": round(rpi[1] - rpi[0], 4),
                 "acc": {k: round(clean * (1 - v), 4) for k, v in fs.items()},
@@ -42,10 +45,10 @@ def synthetic_results(seeds=(0, 1), conditions=("none", "ape")) -> dict:
                 for alpha in ALPHAS:
                     d = round((rpi[1] - rpi[0]) * alpha, 4)
                     sweep.append({"model": name, "condition": cond, "seed": seed, "alpha": alpha, "delta_ssdc": d,
-                                  "clean_acc": clean, "acc": {"jpeg": 0.5, "blur": 0.6},
+                                  "ssdc_rpi": [rpi[0], rpi[0] + d], "clean_acc": clean, "acc": {"jpeg": 0.5, "blur": 0.6},
                                   "fragility": {"jpeg": round(0.5 - 0.3 * alpha + jitter, 4), "blur": round(0.3 - 0.2 * alpha, 4)}})
     return {
-        "preset": "cpu", "dataset": "scenes", "img_size": 32,
+        "schema": "peanchor.results", "schema_version": 1, "preset": "cpu", "dataset": "scenes", "img_size": 32,
         "shifts": {"jpeg": {"kind": "jpeg", "quality": 58}, "blur": {"kind": "blur", "kernel_size": 7, "sigma": 0.7}},
         "models": models, "alpha_sweep": sweep,
         "failed": [{"name": "rope-s0", "error": "TrainingDiverged: loss became nan at step 12"}],
@@ -57,7 +60,7 @@ def synthetic_results(seeds=(0, 1), conditions=("none", "ape")) -> dict:
 def written(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     results = synthetic_results()
-    paths = write_report(results, out)
+    paths = write_report(results_from_dict(results), out)
     return out, results, paths
 
 
@@ -116,7 +119,7 @@ def test_tables_contain_the_numbers(written):
 
 def markdown(results: dict) -> str:
     """The report text without drawing figures (fast)."""
-    return render_markdown(build_report(results), ".")
+    return render_markdown(build_report(results_from_dict(results)), ".")
 
 
 def test_generated_prose_follows_the_numbers():
@@ -142,7 +145,7 @@ def test_single_seed_and_missing_optional_parts(tmp_path):
     for m in results["models"]:
         m.pop("severities")
         m.pop("train")
-    paths = write_report(results, tmp_path)
+    paths = write_report(results_from_dict(results), tmp_path)
     names = {p.name for p in paths}
     assert "alpha_sweep.png" not in names and "severity_curves.png" not in names
     assert "ssdc_per_layer.png" in names
@@ -152,40 +155,47 @@ def test_single_seed_and_missing_optional_parts(tmp_path):
 
 
 def test_correlation_points_do_not_double_count_alpha_one():
-    results = synthetic_results()
+    results = results_from_dict(synthetic_results())
     points = correlation_points(results)
     # none models (no sweep) + every sweep point; ape's own rows are replaced by their α = 1 sweep points
     assert len(points) == 2 + 2 * len(ALPHAS)
+    assert sorted((p.model, p.alpha) for p in points) == sorted(
+        [(m.name, 1.0) for m in results.models if m.condition == "none"]
+        + [(p.model, p.alpha) for p in results.alpha_sweep]
+    )
     corr = delta_fs_correlation(results)
-    assert corr["n"] == len(points) and -1 <= corr["rho"] <= 1 and 0 < corr["p_value"] <= 1
+    expected = stats.spearmanr([p.delta_ssdc for p in points], [p.fs for p in points])
+    assert corr.n == len(points) and corr.rho == pytest.approx(expected.statistic, abs=1e-12)
+    assert corr.rho < -0.5 and corr.p_value < 0.05  # the synthetic data are built anti-correlated
 
 
-def test_load_results_round_trip_and_errors(tmp_path):
-    results = synthetic_results()
-    good = tmp_path / "results.json"
-    good.write_text(json.dumps(results))
-    assert load_results(good) == results
-    assert load_results(tmp_path) == results  # a directory means DIR/results.json
+def test_results_round_trip_and_one_line_errors(tmp_path):
+    results = results_from_dict(synthetic_results())
+    write_results(results, tmp_path / "results.json")
+    assert read_results(tmp_path / "results.json") == results
+    assert read_results(tmp_path) == results  # a directory means DIR/results.json
     with pytest.raises(PeanchorError, match="no such results file"):
-        load_results(tmp_path / "missing.json")
+        read_results(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text('{"models": [')
     with pytest.raises(PeanchorError, match="invalid JSON at line 1"):
-        load_results(bad)
+        read_results(bad)
+    good = synthetic_results()
+    model = good["models"][0]
     cases = [
         ([], "JSON object"),
-        ({"dataset": "scenes"}, "missing required key 'models'"),
-        ({"models": {}}, "'models' must be a list"),
-        ({"models": [{"name": "a"}]}, r"models\[0\] is missing required key 'condition'"),
-        ({"models": [{"name": "a", "condition": "ape", "clean_acc": "high"}]}, r"models\[0\]\.clean_acc"),
-        ({"models": [], "alpha_sweep": [{"condition": "ape"}]}, r"alpha_sweep\[0\] is missing required key 'alpha'"),
+        ({"models": []}, "not a peanchor.results file"),  # an older peanchor's results.json: no schema fields
+        ({**good, "schema": "peanchor.analysis"}, "not a peanchor.results file"),
+        ({**good, "schema_version": 99}, "schema_version 99, but this peanchor reads version 1"),
+        ({**good, "models": {}}, "models: Input should be a valid array"),
+        ({**good, "models": [{k: v for k, v in model.items() if k != "condition"}]},
+         r"models\[0\] is missing required key 'condition'"),
+        ({**good, "models": [{**model, "clean_acc": "high"}]}, r"models\[0\]\.clean_acc"),
+        ({**good, "alpha_sweep": [{"condition": "ape"}]}, r"alpha_sweep\[0\] is missing required key"),
     ]
     for i, (obj, message) in enumerate(cases):
         p = tmp_path / f"case{i}.json"
         p.write_text(json.dumps(obj))
-        with pytest.raises(PeanchorError, match=message):
-            load_results(p)
-    broken = copy.deepcopy(results)
-    del broken["models"][1]["name"]
-    with pytest.raises(PeanchorError, match=r"models\[1\] is missing required key 'name'"):
-        write_report(broken, tmp_path / "out")
+        with pytest.raises(PeanchorError, match=message) as e:
+            read_results(p)
+        assert "\n" not in str(e.value)

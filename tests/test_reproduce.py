@@ -16,7 +16,7 @@ import torch
 from peanchor.cli import build_parser, main
 from peanchor.errors import ConfigError
 from peanchor.conditions import DEFAULT_CONDITIONS, parse_condition, parse_conditions
-from peanchor.reproduce import ReproduceOptions, grid_cells, list_commands, parse_shard, shard_cells, split_set_items
+from peanchor.grid import ReproduceOptions, grid_cells, list_commands, parse_shard, shard_cells, split_set_items
 
 TOP_KEYS = {"preset", "dataset", "img_size", "shifts", "conditions", "seeds", "models", "alpha_sweep", "failed",
             "wall_seconds", "versions"}  # fmt: skip

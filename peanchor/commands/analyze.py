@@ -208,7 +208,9 @@ def data_spec_for(subject: Subject, args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from peanchor.analysis.corruptions import evaluation_shifts
-    from peanchor.analysis.evaluate import DEFAULT_ALPHAS, EvalSet, evaluate_model, write_analysis
+    from peanchor.analysis.evalset import EvalSet
+    from peanchor.analysis.evaluate import DEFAULT_ALPHAS, evaluate_model
+    from peanchor.results import write_analysis
     from peanchor.presets import preset_shifts
 
     if args.rpi_draws < 1:
@@ -238,8 +240,8 @@ def run(args: argparse.Namespace) -> int:
         metric="euclidean" if args.euclidean else "manhattan", bootstrap=args.bootstrap, severities=args.severities,
         batch_size=args.batch_size or subject.eval_batch_size or 256, device=args.device, progress=progress,
     )  # fmt: skip
-    source = {**subject.source, "data": spec.to_dict()}
-    path = write_analysis(result, out, source)
+    result.source = {**subject.source, "data": spec.to_dict()}
+    path = write_analysis(result, out)
     print(summary_text(result, subject.name))
     print(f"wrote {path} and {path.with_suffix('.csv')}")
     return 0
@@ -249,24 +251,22 @@ def _f(v: Any, digits: int = 3) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
 
 
-def summary_text(result: dict[str, Any], name: str = "") -> str:
+def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.results.AnalysisResult
     """A few lines for the terminal: accuracies, FS, SSDC per layer, ΔSSDC and the α sweep."""
-    lines = [f"{name}: {result['num_images']} images, {result['forward_passes']} passes, {result['seconds']:.1f} s"]
-    shifts = ", ".join(
-        f"{k} {_f(result['acc'][k])} (FS {_f(result['fragility'][k])})" for k in result["acc"]
-    )
-    lines.append(f"  top-1 clean {_f(result['clean_acc'])}, RPI {_f(result['rpi_acc'])}, {shifts}")
-    ssdc = result["ssdc"]
-    lines.append("  SSDC normal " + " ".join(_f(v, 2) for v in ssdc["normal"]))
-    lines.append("  SSDC RPI    " + " ".join(_f(v, 2) for v in ssdc["rpi"]))
-    lines.append(f"  ΔSSDC (RPI, layer 1 - layer 0) {_f(result['delta_ssdc'])}")
-    for kind, values in result.get("severity_fragility", {}).items():
+    r = result
+    lines = [f"{name}: {r.num_images} images, {r.forward_passes} passes, {r.seconds:.1f} s"]
+    shifts = ", ".join(f"{k} {_f(r.acc[k])} (FS {_f(r.fragility[k])})" for k in r.acc)
+    lines.append(f"  top-1 clean {_f(r.clean_acc)}, RPI {_f(r.rpi_acc)}, {shifts}")
+    lines.append("  SSDC normal " + " ".join(_f(v, 2) for v in r.ssdc.normal))
+    lines.append("  SSDC RPI    " + " ".join(_f(v, 2) for v in r.ssdc.rpi))
+    lines.append(f"  ΔSSDC (RPI, layer 1 - layer 0) {_f(r.delta_ssdc)}")
+    for kind, values in (r.severity_fragility or {}).items():
         lines.append(f"  {kind} severities 1-5: FS " + " ".join(_f(v, 2) for v in values))
-    if result["alpha_sweep"]:
-        lines.append("  alpha   ΔSSDC  clean  " + "  ".join(f"FS {k}" for k in result["acc"]))
-        for e in result["alpha_sweep"]:
-            fs = "  ".join(f"{_f(e['fragility'][k]):>{len(k) + 3}}" for k in result["acc"])
-            lines.append(f"  {e['alpha']:5.2f}  {_f(e['delta_ssdc']):>6}  {_f(e['clean_acc']):>5}  {fs}")
+    if r.alpha_sweep:
+        lines.append("  alpha   ΔSSDC  clean  " + "  ".join(f"FS {k}" for k in r.acc))
+        for e in r.alpha_sweep:
+            fs = "  ".join(f"{_f(e.fragility[k]):>{len(k) + 3}}" for k in r.acc)
+            lines.append(f"  {e.alpha:5.2f}  {_f(e.delta_ssdc):>6}  {_f(e.clean_acc):>5}  {fs}")
     return "\n".join(lines)
 
 

@@ -28,25 +28,26 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from peanchor import fileio
     from peanchor.errors import DataError
-    from peanchor.reproduce import MANIFEST, write_results_and_report
+    from peanchor.grid import MANIFEST, write_results_and_report
 
     target = Path(args.out)
     is_grid = target.is_dir() and ((target / MANIFEST).exists() or (target / "runs").is_dir())
     if not is_grid:
-        from peanchor.report import load_results, write_report
+        from peanchor.report import write_report
+        from peanchor.results import read_results
 
         if not target.exists():
             raise DataError(f"{target} does not exist (expected a reproduce directory or a results.json)")
-        results = load_results(target)
+        results = read_results(target)
         report_dir = Path(args.report_dir) if args.report_dir else (target if target.is_dir() else target.parent)
         write_report(results, report_dir)
         print(f"report: {report_dir / 'report.md'} and {report_dir / 'report.html'}")
         return 0
     with fileio.RunLock(target):
         results, _ = write_results_and_report(target, force=True)
-    missing = results.get("missing") or []
-    print(f"{target}: {len(results['models'])} models, {len(results['alpha_sweep'])} α-sweep points, "
-          f"{len(results['failed'])} failed, {len(missing)} missing")  # fmt: skip
+    missing = results.missing
+    print(f"{target}: {len(results.models)} models, {len(results.alpha_sweep)} α-sweep points, "
+          f"{len(results.failed)} failed, {len(missing)} missing")  # fmt: skip
     if missing:
         print(f"not analysed yet: {', '.join(missing)}")
     print(f"results: {target / 'results.json'}\nreport: {target / 'report.md'} and {target / 'report.html'}")

@@ -53,7 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def options_from_args(args: argparse.Namespace):  # -> ReproduceOptions
-    from peanchor.reproduce import ReproduceOptions, parse_conditions, parse_shard
+    from peanchor.conditions import parse_conditions
+    from peanchor.grid import ReproduceOptions, parse_shard
+    from peanchor.grid.executor import resolve_jobs
 
     return ReproduceOptions(
         preset=args.preset,
@@ -73,36 +75,6 @@ def options_from_args(args: argparse.Namespace):  # -> ReproduceOptions
     )
 
 
-def resolve_jobs(jobs: str, preset: str, device: str | None) -> int:
-    """``--jobs``: a number, or ``auto``: one process per CPU core for CPU runs, one process on a GPU.
-
-    >>> resolve_jobs("3", "cpu", None)
-    3
-    >>> resolve_jobs("auto", "cpu", "cuda")
-    1
-    """
-    import os
-
-    from peanchor.errors import ConfigError
-
-    if jobs != "auto":
-        try:
-            n = int(jobs)
-        except ValueError:
-            raise ConfigError(f"--jobs {jobs!r}: expected a number or auto") from None
-        if n < 1:
-            raise ConfigError(f"--jobs {jobs}: expected >= 1")
-        return n
-    if not PRESETS[preset].parallel_cells or (device or "auto").startswith("cuda"):
-        return 1
-    if device in (None, "auto"):
-        import torch
-
-        if torch.cuda.is_available():
-            return 1
-    return max(1, os.cpu_count() or 1)
-
-
 def _echo_args(args: argparse.Namespace) -> list[str]:
     """The reproduce arguments that define the grid (for the final line of --list)."""
     out: list[str] = ["--preset", args.preset]
@@ -119,12 +91,12 @@ def _echo_args(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from peanchor.reproduce import list_commands, reproduce
+    from peanchor.grid import list_commands, reproduce
 
     options = options_from_args(args)
     if args.list:
         if args.shard:
-            from peanchor.reproduce import shard_cells
+            from peanchor.grid import shard_cells
 
             index, count = options.shard
             wanted = {c.index for c in shard_cells(options.cells(), index, count)}
@@ -140,8 +112,8 @@ def run(args: argparse.Namespace) -> int:
     if outcome.results is not None:
         r = outcome.results
         note = "" if outcome.wrote_report else " (unchanged: nothing to do)"
-        print(f"{out}: {len(r['models'])} models, {len(r['alpha_sweep'])} α-sweep points, "
-              f"{len(r['failed'])} failed, {len(r.get('missing', []))} missing{note}")  # fmt: skip
+        print(f"{out}: {len(r.models)} models, {len(r.alpha_sweep)} α-sweep points, "
+              f"{len(r.failed)} failed, {len(r.missing)} missing{note}")  # fmt: skip
         print(f"results: {out / 'results.json'}\nreport: {out / 'report.md'} and {out / 'report.html'}")
     else:
         index, count = options.shard

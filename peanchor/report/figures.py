@@ -1,9 +1,12 @@
-"""Figures for the report, drawn from a results dict (never from models).
+"""Figures for the report, drawn from a :class:`~peanchor.results.Results` (never from models).
 
 Every figure is written as PNG and PDF through :func:`peanchor.fileio.atomic_path`. Plots use
 matplotlib's object API (``Figure`` without pyplot), so importing this module never changes the
 caller's backend and works headless. Each condition has its own marker *and* line style as well as a
-colour (Okabe-Ito, safe for colour blindness), so the figures stay readable in black and white.
+colour (Okabe-Ito, safe for colour blindness; :attr:`peanchor.conditions.Condition.style`), so the figures stay
+readable in black and white. What is plotted comes from :mod:`peanchor.report.summary`, as for the text.
+
+Imports: matplotlib, :mod:`peanchor.report.summary`, :mod:`peanchor.report.document`, :mod:`peanchor.conditions`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import math
 import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,80 +23,24 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from peanchor import fileio
-from peanchor.metrics.stats import permutation_test_spearman
-from peanchor.conditions import CONDITIONS, PAPER, label as display_name, ordered
+from peanchor.conditions import CONDITIONS, PAPER, label, ordered
+from peanchor.report.document import FigureFile
+from peanchor.report.summary import (
+    correlation_points,
+    delta_fs_correlation,
+    finite,
+    models_by_condition,
+    primary_shift,
+    shift_keys,
+)
+from peanchor.results import Results
 
-__all__ = [
-    "FigureFile",
-    "condition_style",
-    "conditions",
-    "correlation_points",
-    "delta_fs_correlation",
-    "finite",
-    "make_figures",
-    "models_by_condition",
-    "primary_shift",
-    "shift_keys",
-]
+__all__ = ["DPI", "condition_style", "make_figures"]
 
 DPI = 150
-N_PERM = 10000  # permutations for the ΔSSDC–FS Spearman test (seeded: the same numbers every time)
-
 _SPARE_MARKERS = ("h", "<", ">", "p", "d", "8", "H", "1")
 _SPARE_LINES: tuple[Any, ...] = ((0, (2, 2)), (0, (8, 2, 2, 2)), (0, (4, 1, 1, 1)), (0, (1, 2)))
 _SPARE_COLOURS = ("#444444", "#882255", "#117733", "#332288")
-
-
-@dataclass(frozen=True)
-class FigureFile:
-    """One written figure: its stem, title, caption and the PNG/PDF paths."""
-
-    key: str
-    title: str
-    caption: str
-    png: Path
-    pdf: Path
-
-
-# ---- reading the results dict ----------------------------------------------------------------------
-def finite(value: Any) -> bool:
-    """True for a real, finite number (not None, NaN, inf or a bool)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def conditions(names: Iterable[str]) -> list[str]:
-    """Distinct condition names in the report order: the known ones first, then the rest sorted."""
-    return ordered(names)
-
-
-def models_by_condition(results: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """``condition -> [model dicts]`` in the report order, each list sorted by seed."""
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for m in results.get("models") or []:
-        groups[str(m["condition"])].append(m)
-    def by_seed(m: dict[str, Any]) -> tuple[bool, int, str]:
-        seed = m.get("seed")
-        has_seed = isinstance(seed, int) and not isinstance(seed, bool)
-        return (not has_seed, seed if has_seed else 0, str(m.get("name")))
-
-    return {c: sorted(groups[c], key=by_seed) for c in conditions(groups)}
-
-
-def shift_keys(results: dict[str, Any]) -> list[str]:
-    """The shift names used in the results (``jpeg``, ``blur`` first, then any others)."""
-    keys: set[str] = set((results.get("shifts") or {}).keys())
-    for m in results.get("models") or []:
-        keys.update((m.get("fragility") or {}).keys())
-    for p in results.get("alpha_sweep") or []:
-        keys.update((p.get("fragility") or {}).keys())
-    first = [k for k in ("jpeg", "blur") if k in keys]
-    return first + sorted(keys - set(first))
-
-
-def primary_shift(results: dict[str, Any]) -> str | None:
-    """The shift used for the ΔSSDC–FS correlation: ``jpeg`` when present."""
-    keys = shift_keys(results)
-    return keys[0] if keys else None
 
 
 def condition_style(condition: str, index: int = 0) -> dict[str, Any]:
@@ -139,46 +85,6 @@ def _group_values(points: Iterable[tuple[float, float]]) -> tuple[np.ndarray, np
     means = np.array([np.mean(by_x[x]) for x in xs])
     stds = np.array([np.std(by_x[x], ddof=1) if len(by_x[x]) > 1 else 0.0 for x in xs])
     return xs, means, stds
-
-
-# ---- ΔSSDC vs FS ----------------------------------------------------------------------------------
-def correlation_points(results: dict[str, Any], shift: str | None = None) -> list[dict[str, Any]]:
-    """Points ``{"condition", "model", "alpha", "delta_ssdc", "fs"}`` for the ΔSSDC–FS correlation.
-
-    Every model contributes its own row (α = 1) and every α-sweep point its own; a sweep point at
-    α = 1 replaces the row of the same model, so no model is counted twice at α = 1. Points with a
-    missing or non-finite value are left out.
-    """
-    shift = shift or primary_shift(results)
-    if shift is None:
-        return []
-    sweep = results.get("alpha_sweep") or []
-    swept_at_one = {p.get("model") for p in sweep if finite(p.get("alpha")) and abs(p["alpha"] - 1.0) < 1e-9}
-    points = []
-    for m in results.get("models") or []:
-        if m.get("name") in swept_at_one:
-            continue
-        points.append({"condition": m["condition"], "model": m.get("name"), "alpha": 1.0,
-                       "delta_ssdc": m.get("delta_ssdc"), "fs": (m.get("fragility") or {}).get(shift)})
-    for p in sweep:
-        points.append({"condition": p.get("condition"), "model": p.get("model"), "alpha": p.get("alpha"),
-                       "delta_ssdc": p.get("delta_ssdc"), "fs": (p.get("fragility") or {}).get(shift)})
-    return [p for p in points if finite(p["delta_ssdc"]) and finite(p["fs"]) and p["condition"] is not None]
-
-
-def delta_fs_correlation(results: dict[str, Any], shift: str | None = None, n_perm: int = N_PERM, seed: int = 0) -> dict[str, Any]:
-    """Spearman ρ between ΔSSDC and FS over :func:`correlation_points`, with a permutation p-value.
-
-    Returns ``{"shift", "n", "rho", "p_value", "exact"}`` (ρ and p NaN for fewer than 3 points or
-    constant values).
-    """
-    shift = shift or primary_shift(results)
-    points = correlation_points(results, shift)
-    out: dict[str, Any] = {"shift": shift, "n": len(points), "rho": math.nan, "p_value": math.nan, "exact": False}
-    if len(points) >= 3:
-        test = permutation_test_spearman([p["delta_ssdc"] for p in points], [p["fs"] for p in points], n_perm=n_perm, seed=seed)
-        out.update(rho=test["rho"], p_value=test["p_value"], exact=bool(test["exact"]))
-    return out
 
 
 # ---- drawing --------------------------------------------------------------------------------------
@@ -231,9 +137,8 @@ def _finish(fig: Figure, axes: Sequence[Axes]) -> None:
                    frameon=False, fontsize=8.5, handlelength=3.2)
 
 
-def _plot_ssdc_per_layer(results: dict[str, Any], directory: Path) -> FigureFile | None:
-    groups = {c: [m for m in ms if isinstance(m.get("ssdc"), dict)] for c, ms in models_by_condition(results).items()}
-    groups = {c: ms for c, ms in groups.items() if ms}
+def _plot_ssdc_per_layer(results: Results, directory: Path) -> FigureFile | None:
+    groups = models_by_condition(results)
     if not groups:
         return None
     styles = _styles(list(groups))
@@ -241,23 +146,24 @@ def _plot_ssdc_per_layer(results: dict[str, Any], directory: Path) -> FigureFile
     single_band = False
     for ax, mode, title in zip(axes, ("normal", "rpi"), ("tokens in order", "under RPI (tokens shuffled)")):
         for c, ms in groups.items():
-            rows = [[float(v) if finite(v) else math.nan for v in m["ssdc"].get(mode) or []] for m in ms]
+            rows = [[float(v) if finite(v) else math.nan for v in getattr(m.ssdc, mode)] for m in ms]
             rows = [r for r in rows if r]
             if not rows:
                 continue
             mean, std, n = _mean_std(rows)
             layers = np.arange(len(mean))
             st = styles[c]
-            ax.plot(layers, mean, label=f"{display_name(c)} (n={n})", markersize=5, linewidth=1.4, **st)
+            ax.plot(layers, mean, label=f"{label(c)} (n={n})", markersize=5, linewidth=1.4, **st)
             low, high = mean - std, mean + std
             if n == 1:  # one seed: show the model's own spread over RPI draws or its CI when recorded
-                m = ms[0]["ssdc"]
-                if isinstance(m.get(f"{mode}_ci"), list) and len(m[f"{mode}_ci"]) == 2:
-                    low = np.array(m[f"{mode}_ci"][0][: len(mean)], dtype=float)
-                    high = np.array(m[f"{mode}_ci"][1][: len(mean)], dtype=float)
+                ssdc = ms[0].ssdc
+                ci = ssdc.normal_ci if mode == "normal" else ssdc.rpi_ci
+                if ci is not None and len(ci) == 2:
+                    low = np.array(ci[0][: len(mean)], dtype=float)
+                    high = np.array(ci[1][: len(mean)], dtype=float)
                     single_band = True
-                elif isinstance(m.get(f"{mode}_std"), list):
-                    s = np.array(m[f"{mode}_std"][: len(mean)], dtype=float)
+                elif mode == "rpi":
+                    s = np.array(ssdc.rpi_std[: len(mean)], dtype=float)
                     low, high = mean - s, mean + s
                     single_band = True
             if np.any(high > low):
@@ -279,34 +185,34 @@ def _plot_ssdc_per_layer(results: dict[str, Any], directory: Path) -> FigureFile
     return FigureFile("ssdc_per_layer", "SSDC per layer", caption + ".", png, pdf)
 
 
-def _plot_alpha_sweep(results: dict[str, Any], directory: Path) -> FigureFile | None:
-    sweep = [p for p in results.get("alpha_sweep") or [] if finite(p.get("alpha")) and p.get("condition") is not None]
+def _plot_alpha_sweep(results: Results, directory: Path) -> FigureFile | None:
+    sweep = [p for p in results.alpha_sweep if finite(p.alpha)]
     if not sweep:
         return None
-    conds = conditions(str(p["condition"]) for p in sweep)
+    conds = ordered(p.condition for p in sweep)
     styles = _styles(conds)
-    keys = [k for k in shift_keys(results) if any(finite((p.get("fragility") or {}).get(k)) for p in sweep)]
+    keys = [k for k in shift_keys(results) if any(finite(p.fragility.get(k)) for p in sweep)]
     fig, axes = _new_figure(1 + len(keys), width_per_panel=4.0)
-    same_shifts = (results.get("shifts") or {}).get("jpeg") == PAPER.shifts["jpeg"]
-    panels: list[tuple[Axes, str, Any]] = [(axes[0], "ΔSSDC (under RPI)", lambda p: p.get("delta_ssdc"))]
-    panels += [(ax, f"FS ({k})", (lambda p, k=k: (p.get("fragility") or {}).get(k))) for ax, k in zip(axes[1:], keys)]
-    for ax, label, get in panels:
+    same_shifts = results.shifts.get("jpeg") == PAPER.shifts["jpeg"]
+    panels: list[tuple[Axes, str, Any]] = [(axes[0], "ΔSSDC (under RPI)", lambda p: p.delta_ssdc)]
+    panels += [(ax, f"FS ({k})", (lambda p, k=k: p.fragility.get(k))) for ax, k in zip(axes[1:], keys)]
+    for ax, panel, get in panels:
         for c in conds:
-            xs, means, stds = _group_values((p["alpha"], get(p)) for p in sweep if p["condition"] == c)
+            xs, means, stds = _group_values((p.alpha, get(p)) for p in sweep if p.condition == c)
             if xs.size == 0:
                 continue
-            seeds = len({p.get("seed", p.get("model")) for p in sweep if p["condition"] == c})
-            ax.errorbar(xs, means, yerr=stds if np.any(stds > 0) else None, label=f"{display_name(c)} (n={seeds})",
+            seeds = len({p.seed for p in sweep if p.condition == c})
+            ax.errorbar(xs, means, yerr=stds if np.any(stds > 0) else None, label=f"{label(c)} (n={seeds})",
                         markersize=5, linewidth=1.4, capsize=2, elinewidth=0.8, **styles[c])
-        ref_key = "delta_ssdc" if label.startswith("ΔSSDC") else ("fs_jpeg" if label == "FS (jpeg)" and same_shifts else None)
+        ref_key = "delta_ssdc" if panel.startswith("ΔSSDC") else ("fs_jpeg" if panel == "FS (jpeg)" and same_shifts else None)
         if ref_key is not None:
             ape = CONDITIONS["ape"].alpha_sweep
             assert ape is not None
             ax.plot(ape.alpha, getattr(ape, ref_key), color="0.55", linestyle=(0, (1, 1.5)),
                     marker=".", linewidth=1.0, label=f"APE, {PAPER.label}")
         ax.set_xlabel("α (PE scale at inference)")
-        ax.set_ylabel(label)
-        ax.set_title(f"{label} vs α", fontsize=10)
+        ax.set_ylabel(panel)
+        ax.set_title(f"{panel} vs α", fontsize=10)
         ax.set_xlim(-0.02, 1.05)
     _finish(fig, axes)
     png, pdf = _save(fig, directory, "alpha_sweep")
@@ -316,28 +222,28 @@ def _plot_alpha_sweep(results: dict[str, Any], directory: Path) -> FigureFile | 
     return FigureFile("alpha_sweep", "α sweep", caption, png, pdf)
 
 
-def _plot_correlation(results: dict[str, Any], directory: Path) -> FigureFile | None:
+def _plot_correlation(results: Results, directory: Path) -> FigureFile | None:
     shift = primary_shift(results)
     points = correlation_points(results, shift)
     if not points:
         return None
     stats = delta_fs_correlation(results, shift)
-    conds = conditions(str(p["condition"]) for p in points)
+    conds = ordered(p.condition for p in points)
     styles = _styles(conds)
     fig, axes = _new_figure(1, width_per_panel=5.6, height=4.2)
     ax = axes[0]
     for c in conds:
         st = styles[c]
         for full, suffix in ((True, "α = 1"), (False, "α < 1")):
-            sel = [p for p in points if p["condition"] == c and (abs(p["alpha"] - 1.0) < 1e-9) == full]
+            sel = [p for p in points if p.condition == c and (abs(p.alpha - 1.0) < 1e-9) == full]
             if not sel:
                 continue
-            ax.scatter([p["delta_ssdc"] for p in sel], [p["fs"] for p in sel], marker=st["marker"], s=38,
+            ax.scatter([p.delta_ssdc for p in sel], [p.fs for p in sel], marker=st["marker"], s=38,
                        facecolors=st["color"] if full else "none", edgecolors=st["color"], linewidths=1.1,
-                       label=f"{display_name(c)}, {suffix}")
-    rho, p_value = stats["rho"], stats["p_value"]
-    stat_text = (f"Spearman ρ = {rho:.2f}, permutation p = {p_value:.3g}, n = {stats['n']}" if finite(rho)
-                 else f"Spearman ρ undefined (n = {stats['n']})")
+                       label=f"{label(c)}, {suffix}")
+    rho, p_value = stats.rho, stats.p_value
+    stat_text = (f"Spearman ρ = {rho:.2f}, permutation p = {p_value:.3g}, n = {stats.n}" if finite(rho)
+                 else f"Spearman ρ undefined (n = {stats.n})")
     ax.set_title(stat_text, fontsize=10)
     ax.set_xlabel("ΔSSDC = SSDC(layer 1) − SSDC(layer 0), under RPI")
     ax.set_ylabel(f"Fragility Score ({shift})")
@@ -348,15 +254,15 @@ def _plot_correlation(results: dict[str, Any], directory: Path) -> FigureFile | 
     return FigureFile("delta_ssdc_vs_fs", f"ΔSSDC vs FS ({shift})", caption, png, pdf)
 
 
-def _plot_severities(results: dict[str, Any], directory: Path) -> FigureFile | None:
-    groups = {c: [m for m in ms if isinstance(m.get("severities"), dict)] for c, ms in models_by_condition(results).items()}
+def _plot_severities(results: Results, directory: Path) -> FigureFile | None:
+    groups = {c: [m for m in ms if m.severities] for c, ms in models_by_condition(results).items()}
     groups = {c: ms for c, ms in groups.items() if ms}
     if not groups:
         return None
     kinds: list[str] = []
     for ms in groups.values():
         for m in ms:
-            kinds += [k for k in m["severities"] if k not in kinds]
+            kinds += [k for k in m.severities or {} if k not in kinds]
     first = [k for k in ("jpeg", "blur") if k in kinds]
     kinds = first + [k for k in kinds if k not in first]
     styles = _styles(list(groups))
@@ -365,16 +271,16 @@ def _plot_severities(results: dict[str, Any], directory: Path) -> FigureFile | N
         for c, ms in groups.items():
             rows = []
             for m in ms:
-                accs = m["severities"].get(kind)
-                if not isinstance(accs, list) or not accs:
+                accs = (m.severities or {}).get(kind)
+                if not accs:
                     continue
-                clean = m.get("clean_acc")
+                clean = m.clean_acc
                 rows.append([float(clean) if finite(clean) else math.nan] + [float(a) if finite(a) else math.nan for a in accs])
             if not rows:
                 continue
             mean, std, n = _mean_std(rows)
             sev = np.arange(len(mean))
-            ax.errorbar(sev, mean, yerr=std if n > 1 else None, label=f"{display_name(c)} (n={n})", markersize=5,
+            ax.errorbar(sev, mean, yerr=std if n > 1 else None, label=f"{label(c)} (n={n})", markersize=5,
                         linewidth=1.4, capsize=2, elinewidth=0.8, **styles[c])
         ax.set_title(f"accuracy vs {kind} severity", fontsize=10)
         ax.set_xlabel("severity (0 = clean)")
@@ -383,13 +289,13 @@ def _plot_severities(results: dict[str, Any], directory: Path) -> FigureFile | N
         ax.xaxis.get_major_locator().set_params(integer=True)
     _finish(fig, axes)
     png, pdf = _save(fig, directory, "severity_curves")
-    table = results.get("severity_table")
-    source = f" from the {table} table" if isinstance(table, str) else ""
+    table = results.severity_table
+    source = f" from the {table} table" if table else ""
     caption = f"Top-1 accuracy against corruption severity 1–5{source} (0 is clean); means over seeds, bars ±1 std."
     return FigureFile("severity_curves", "Severity curves", caption, png, pdf)
 
 
-def make_figures(results: dict[str, Any], directory: str | Path) -> list[FigureFile]:
+def make_figures(results: Results, directory: str | Path) -> list[FigureFile]:
     """Draw every figure the results allow into ``directory`` (PNG + PDF each); skip those without data."""
     directory = Path(directory)
     made = []

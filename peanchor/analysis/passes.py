@@ -1,0 +1,158 @@
+"""Passes over an evaluation set: one model call per batch, accuracy and SSDC probes from the same forward.
+
+A :class:`PassSpec` names a pass (which images, which α, which probes, which RPI draw); :class:`PassRunner`
+runs each distinct pass once on one device and keeps its result, so that the suite can plan every pass up
+front and collapse duplicates (:mod:`peanchor.analysis.evaluate`).
+
+Models only need the probe interface of :class:`peanchor.models.VisionTransformer` (``grid``, ``depth``,
+``forward(x, token_perm, pe_scale)``, ``forward_with_tokens(...)``, ``spatial_tokens(..., num_layers=)``).
+
+Imports: :mod:`peanchor.metrics` (the SSDC accumulator), :mod:`peanchor.interventions`, :mod:`peanchor.data`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from peanchor.analysis.corruptions import Shift
+from peanchor.analysis.evalset import EvalSet
+from peanchor.interventions import random_permutation
+from peanchor.metrics import SSDCAccumulator
+
+__all__ = ["PassResult", "PassRunner", "PassSpec", "Probes", "is_scalable"]
+
+Probes = Literal["none", "all", "first2"]
+
+
+def is_scalable(model: nn.Module) -> bool:
+    """Whether the model's PE responds to ``pe_scale`` (α).
+
+    Read from ``model.pe.scalable`` (peanchor's ViT: the PE class says) or a ``scalable`` /
+    ``pe_scalable`` attribute of the model itself (adapters such as the timm wrapper).
+    """
+    pe = getattr(model, "pe", None)
+    if isinstance(pe, nn.Module) and hasattr(pe, "scalable"):
+        return bool(pe.scalable)
+    for name in ("pe_scalable", "scalable"):
+        flag = getattr(model, name, None)
+        if isinstance(flag, bool):
+            return flag
+    return False
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    images: str  # "clean" or the JSON description of a shift
+    alpha: float
+    probes: Probes
+    rpi_draw: int | None  # None: no permutation
+
+    @property
+    def label(self) -> str:
+        what = "clean" if self.images == "clean" else Shift.from_dict(json.loads(self.images)).name
+        rpi = f", rpi#{self.rpi_draw}" if self.rpi_draw is not None else ""
+        probes = {"none": "", "all": ", probes", "first2": ", probes 0-1"}[self.probes]
+        return f"{what}, alpha={self.alpha:g}{rpi}{probes}"
+
+
+@dataclass
+class PassResult:
+    correct: int | None = None
+    accumulator: SSDCAccumulator | None = None
+
+
+class PassRunner:
+    """Runs passes over one evaluation set on one device and counts them."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        evalset: EvalSet,
+        mean: Sequence[float],
+        std: Sequence[float],
+        *,
+        sets: Mapping[str, Tensor],
+        batch_size: int,
+        device: torch.device,
+        seed: int,
+        make_accumulator: Any,
+        bar: Any,
+    ) -> None:
+        from peanchor.data import normalize
+
+        self.normalize = normalize
+        self.model, self.evalset = model, evalset
+        self.mean, self.std = tuple(mean), tuple(std)
+        self.sets = dict(sets)  # images key → uint8 (N, 3, S, S), CPU (or already on the device)
+        self.batch_size, self.device, self.seed = batch_size, device, seed
+        self.make_accumulator = make_accumulator
+        self.bar = bar
+        self.done: dict[PassSpec, PassResult] = {}
+        self.labels = evalset.labels.to(device)
+        self._on_device: dict[str, Tensor] = {}
+        self.first_layers = min(2, int(model.depth))
+
+    def _images(self, key: str) -> Tensor:
+        """The set for ``key``; on CUDA moved to the device once, if it fits comfortably."""
+        images = self.sets[key]
+        if self.device.type != "cuda":
+            return images
+        if key not in self._on_device:
+            free, _ = torch.cuda.mem_get_info(self.device)
+            if images.numel() < free // 4:
+                self._on_device[key] = images.to(self.device, non_blocking=True)
+            else:
+                self._on_device[key] = images.pin_memory() if not images.is_pinned() else images
+        return self._on_device[key]
+
+    def run(self, spec: PassSpec) -> PassResult:
+        if spec in self.done:
+            return self.done[spec]
+        model = self.model
+        images = self._images(spec.images)
+        n = images.shape[0]
+        grid = tuple(model.grid)
+        num_patches = grid[0] * grid[1]
+        generator = torch.Generator().manual_seed(self.seed + spec.rpi_draw) if spec.rpi_draw is not None else None
+        acc = self.make_accumulator() if spec.probes != "none" else None
+        autocast = (
+            torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else contextlib.nullcontext()
+        )
+        with torch.inference_mode(), autocast:
+            correct = torch.zeros((), dtype=torch.int64, device=self.device)  # summed on the device: no sync per batch
+            for start in range(0, n, self.batch_size):
+                batch = images[start : start + self.batch_size].to(self.device, non_blocking=True)
+                x = self.normalize(batch, self.mean, self.std)  # (B, 3, S, S) float, on the device
+                perm = None
+                if generator is not None:  # one permutation per forward call, shared by the batch
+                    perm = random_permutation(num_patches, generator=generator).to(self.device)  # (N,)
+                labels = self.labels[start : start + batch.shape[0]]
+                if spec.probes == "all":
+                    # (B, C) and (B, L, N, D): accuracy and geometry from the same pass
+                    logits, tokens = model.forward_with_tokens(x, token_perm=perm, pe_scale=spec.alpha)
+                    acc.update(tokens)
+                elif spec.probes == "first2":  # ΔSSDC needs probes 0 and 1 only: stop after block 0
+                    tokens = model.spatial_tokens(x, token_perm=perm, pe_scale=spec.alpha, num_layers=self.first_layers)
+                    acc.update(tokens)  # (B, 2, N, D)
+                    logits = None
+                else:
+                    logits = model(x, token_perm=perm, pe_scale=spec.alpha)  # (B, C)
+                if logits is not None:
+                    correct += (logits.argmax(dim=-1) == labels).sum()
+                if self.bar is not None:
+                    self.bar.update(1)
+        result = PassResult(int(correct.item()) if spec.probes != "first2" else None, acc)
+        self.done[spec] = result
+        return result
+
+    def accuracy(self, spec: PassSpec) -> float:
+        correct = self.run(spec).correct
+        assert correct is not None
+        return correct / len(self.evalset)

@@ -1,0 +1,32 @@
+"""Grids of conditions × seeds, trained, analysed and assembled (``peanchor reproduce`` / ``peanchor report``).
+
+* :mod:`~peanchor.grid.cells`: the cells and their shards;
+* :mod:`~peanchor.grid.options`: what an invocation asks for, and ``--list``;
+* :mod:`~peanchor.grid.pipeline`: one cell, trained then analysed, and when an analysis is reused;
+* :mod:`~peanchor.grid.executor`: cells in this process or in a pool of worker processes;
+* :mod:`~peanchor.grid.assemble`: ``results.json`` from the result files alone;
+* :mod:`~peanchor.grid.reproduce`: the whole run, then the report.
+
+The grid sits on top of the data flow: it drives training and analysis and hands the assembled results to the
+report; nothing below imports it.
+"""
+
+from peanchor.grid.assemble import MANIFEST, assemble_results
+from peanchor.grid.cells import Cell, grid_cells, parse_shard, shard_cells
+from peanchor.grid.options import ReproduceOptions, list_commands, split_set_items
+from peanchor.grid.reproduce import ReproduceOutcome, reproduce, write_results_and_report
+
+__all__ = [
+    "MANIFEST",
+    "Cell",
+    "ReproduceOptions",
+    "ReproduceOutcome",
+    "assemble_results",
+    "grid_cells",
+    "list_commands",
+    "parse_shard",
+    "reproduce",
+    "shard_cells",
+    "split_set_items",
+    "write_results_and_report",
+]

@@ -1,0 +1,174 @@
+"""One cell, start to finish: train it (or reuse the finished run), then analyse it (or reuse its analysis).
+
+Whether a stored analysis can be reused is decided here and nowhere else (:func:`reusable`): it must be of this
+schema, made from the same weights, on the same evaluation data, with the same settings, α grid and shifts.
+
+Imports: :mod:`peanchor.training`, :mod:`peanchor.checkpoint`, :mod:`peanchor.analysis`, :mod:`peanchor.results`,
+:mod:`peanchor.presets`, :mod:`peanchor.grid.options` (torch-heavy ones inside the functions that use them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from peanchor.errors import PeanchorError, SchemaError
+from peanchor.grid.cells import Cell
+from peanchor.grid.options import ReproduceOptions
+from peanchor.presets import preset_shifts
+from peanchor.results import ANALYSIS_JSON, AnalysisResult, read_analysis
+
+__all__ = ["AnalysisRequest", "Evaluation", "attempt", "eval_data_key", "reusable", "stderr_log"]
+
+
+def stderr_log(message: str) -> None:
+    from tqdm.auto import tqdm
+
+    tqdm.write(f"peanchor: {message}", file=sys.stderr)
+
+
+def eval_data_key(data: dict[str, Any]) -> dict[str, Any]:
+    """A data spec without the fields that do not change the evaluation split (training-only settings, caches)."""
+    return {k: v for k, v in data.items() if k not in ("augment", "cache_dir", "train_size")}
+
+
+class Evaluation:
+    """What analyses share inside one process: evaluation sets (loaded once per data spec) and corrupted copies."""
+
+    def __init__(self, progress: bool | None) -> None:
+        from peanchor.analysis.corrupted_sets import CorruptedCache
+
+        self.progress = progress
+        self.cache = CorruptedCache(progress=progress)
+        self.evalsets: dict[str, Any] = {}
+
+    def evalset(self, spec: Any, max_images: int | None) -> Any:
+        from peanchor.analysis.evalset import EvalSet
+
+        key = json.dumps([eval_data_key(spec.to_dict()), max_images], sort_keys=True)
+        if key not in self.evalsets:
+            self.evalsets[key] = EvalSet.from_spec(spec, max_images, progress=self.progress)
+        return self.evalsets[key]
+
+
+@dataclass(frozen=True)
+class AnalysisRequest:
+    """The analysis a cell asks for: everything a stored one must agree with to be reused."""
+
+    digest: str  # of the weights
+    data: dict[str, Any]  # the evaluation data spec (eval_data_key of it)
+    max_images: int | None
+    alphas: list[float]  # [] for a model trained with RPT (the sweep is for models trained with a PE)
+    shifts: dict[str, dict[str, Any]]  # name → description: the preset's, or the resolution rule's
+    rpi_draws: int
+    seed: int
+    severities: bool
+    batch_size: int
+    ssdc_mode: str = "mean_similarity"
+    metric: str = "manhattan"
+    bootstrap: int = 0
+
+
+def reusable(stored: AnalysisResult, wanted: AnalysisRequest) -> bool:
+    """Whether ``stored`` answers ``wanted`` (device, timings and the evaluation fingerprint may differ)."""
+    s, src = stored.settings, stored.source
+    same_settings = (s.rpi_draws, s.seed, s.ssdc_mode, s.metric, s.bootstrap, s.severities, s.batch_size) == (
+        wanted.rpi_draws, wanted.seed, wanted.ssdc_mode, wanted.metric, wanted.bootstrap, wanted.severities,
+        wanted.batch_size,
+    )  # fmt: skip
+    same_alphas = s.alphas == (wanted.alphas if stored.model.scalable else [])
+    same_shifts = stored.shifts == wanted.shifts
+    return (
+        same_settings and same_alphas and same_shifts
+        and src.get("model_digest") == wanted.digest
+        and eval_data_key(src.get("data", {})) == eval_data_key(wanted.data)
+        and src.get("max_images") == wanted.max_images
+    )  # fmt: skip
+
+
+def _stored_analysis(path: Path, log: Callable[[str], None], cell: Cell) -> AnalysisResult | None:
+    if not (path / ANALYSIS_JSON).exists():
+        return None
+    try:
+        return read_analysis(path)
+    except SchemaError as e:  # an older or damaged analysis is made again, not an error
+        log(f"{cell.name}: analysing again ({e})")
+        return None
+
+
+def _run_cell(
+    options: ReproduceOptions, cell: Cell, evaluation: Evaluation, log: Callable[[str], None], status: dict[str, Any]
+) -> None:
+    """Train (or reuse) and analyse (or reuse) one cell, filling ``status`` as it goes (its ``stage``
+    says where an exception came from)."""
+    from peanchor.analysis.corruptions import evaluation_shifts
+    from peanchor.analysis.evaluate import evaluate_model
+    from peanchor.checkpoint import load_model, model_digest
+    from peanchor.results import write_analysis
+    from peanchor.training.loop import train
+
+    run_dir = options.cell_dir(cell)
+    status["stage"] = "config"
+    config = options.cell_config(cell)
+    status["stage"] = "train"
+    summary = train(config, run_dir, progress=options.progress)
+    if summary.get("status") == "stopped":
+        raise PeanchorError(f"training of {run_dir} stopped before its last epoch")
+    trained = summary.get("status") != "already_finished"
+    status["trained"] = trained
+    if trained:
+        log(f"{cell.name}: trained, val acc {summary.get('val_acc', math.nan):.4f} ({summary.get('seconds', 0):.0f} s)")
+
+    status["stage"] = "analyze"
+    plan = options.plan
+    img_size = config.data.img_size
+    shifts = evaluation_shifts(preset_shifts(config.preset, img_size), img_size)
+    wanted = AnalysisRequest(
+        digest=model_digest(run_dir), data=config.data.to_dict(), max_images=plan.max_images,
+        alphas=list(plan.alphas) if not cell.condition.rpt else [],
+        shifts={name: shift.describe() for name, shift in shifts.items()}, rpi_draws=plan.rpi_draws, seed=plan.seed,
+        severities=options.severities, batch_size=plan.batch_size or config.train.eval_batch_size,
+    )  # fmt: skip
+    stored = _stored_analysis(run_dir / "analysis", log, cell)
+    if stored is not None and reusable(stored, wanted):
+        status["analyzed"] = False
+    else:
+        evalset = evaluation.evalset(config.data, plan.max_images)
+        model = load_model(run_dir)
+        result = evaluate_model(
+            model, evalset, evalset.info, shifts=shifts,
+            alphas=wanted.alphas, rpi_draws=wanted.rpi_draws, seed=wanted.seed, severities=wanted.severities,
+            batch_size=wanted.batch_size, device=options.device, progress=None if options.progress else False,
+            cache=evaluation.cache,
+        )  # fmt: skip
+        result.source = {
+            "kind": "run_dir", "run_dir": str(run_dir), "model_digest": wanted.digest, "model_args": model.model_args,
+            "condition": cell.condition.name, "seed": cell.seed, "data": wanted.data, "max_images": plan.max_images,
+        }  # fmt: skip
+        write_analysis(result, run_dir / "analysis")
+        status["analyzed"] = True
+        log(f"{cell.name}: analysed, {result.forward_passes} passes in {result.seconds:.1f} s "
+            f"(clean {result.clean_acc:.3f}, ΔSSDC {result.delta_ssdc:.3f})")  # fmt: skip
+    status["stage"] = "done"
+    status["status"] = "ok"
+
+
+def attempt(
+    options: ReproduceOptions, cell: Cell, evaluation: Evaluation, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Run one cell; a failure becomes ``status="failed"`` with the error instead of an exception."""
+    status: dict[str, Any] = {"name": cell.name, "condition": cell.condition.name, "seed": cell.seed}
+    try:
+        _run_cell(options, cell, evaluation, log, status)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # one failed cell must not stop the others
+        if options.debug:
+            raise
+        status.update(status="failed", error=f"{type(e).__name__}: {e}")
+    return status

@@ -1,0 +1,134 @@
+"""``peanchor reproduce``: run this shard's cells (train + analyse), then, unsharded, assemble ``results.json`` and
+write the report.
+
+::
+
+    OUT/
+      reproduce.json              the grid and settings of the last invocation (what `peanchor report` assembles)
+      runs/<condition>-s<seed>/   a normal training run directory (config.yaml, model.safetensors, summary.json)
+          analysis/               analysis.json + analysis.csv (peanchor.results)
+      status/<cell>.json          the outcome of the last attempt at a cell ("ok", or "failed" with the error)
+      results.json                every model and α-sweep point (peanchor.results.Results)
+      report.md, report.html, figures/
+
+Everything is incremental: a finished run is reused by ``train`` itself (and a half-finished one resumed), an
+analysis is reused when :func:`peanchor.grid.pipeline.reusable` says so, and ``results.json``/the report are
+rewritten only when their content changes. A failing cell is recorded and the others go on; the caller gets a
+non-zero exit at the end.
+
+Imports: the rest of :mod:`peanchor.grid`, :mod:`peanchor.report` (its public ``write_report``), the training
+loop and data (preflight checks).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from peanchor import fileio
+from peanchor.grid.assemble import MANIFEST, read_json, update_results
+from peanchor.grid.cells import Cell, shard_cells
+from peanchor.grid.executor import attempt_cells
+from peanchor.grid.options import ReproduceOptions
+from peanchor.grid.pipeline import eval_data_key, stderr_log
+from peanchor.results import Results
+
+__all__ = ["ReproduceOutcome", "reproduce", "write_results_and_report"]
+
+REPORT_FILES = ("report.md", "report.html")
+
+
+@dataclass
+class ReproduceOutcome:
+    cells: list[Cell]
+    failed: list[dict[str, Any]]
+    results: Results | None
+    wrote_report: bool
+    did_work: bool
+
+
+def write_results_and_report(
+    out: str | Path, wall_start: float | None = None, *, force: bool = False
+) -> tuple[Results, bool]:
+    """Assemble ``OUT/results.json`` and write the report; skipped when nothing changed and the report is there
+    (unless ``force``). Returns the results and whether anything was written."""
+    from peanchor.report import write_report
+
+    out = Path(out)
+    report_present = all((out / name).exists() for name in REPORT_FILES)
+    results, wrote = update_results(out, wall_start, force=force or not report_present)
+    if wrote:
+        write_report(results, out)
+    return results, wrote
+
+
+def _manifest(options: ReproduceOptions) -> dict[str, Any]:
+    first = options.cell_config(options.cells()[0])
+    plan = options.plan
+    return {
+        "preset": options.preset,
+        "conditions": [c.name for c in options.conditions],
+        "seeds": list(range(options.seeds or 1)),
+        "data": first.data.to_dict(),
+        "set": list(options.set_items),
+        "analysis": {"alphas": list(plan.alphas), "max_images": plan.max_images, "rpi_draws": plan.rpi_draws,
+                     "seed": plan.seed, "batch_size": plan.batch_size or first.train.eval_batch_size,
+                     "severities": options.severities},
+    }  # fmt: skip
+
+
+def _preflight(options: ReproduceOptions, cells: Sequence[Cell]) -> None:
+    """Refuse, before anything under OUT is touched, what would make every cell fail the same way:
+    a run directory that holds a different config (e.g. a rerun with another ``--set``), or data that
+    cannot be read (a missing ``--data-root``). Per-cell failures (a diverging run) are recorded instead."""
+    from peanchor.data import build_eval_dataset
+    from peanchor.training.loop import check_run_dir
+
+    checked: set[str] = set()
+    for cell in cells:
+        config = options.cell_config(cell)
+        check_run_dir(config, options.cell_dir(cell))  # read-only; RunDirError names the differing keys
+        key = json.dumps(eval_data_key(config.data.to_dict()), sort_keys=True)
+        if key not in checked:
+            checked.add(key)
+            build_eval_dataset(config.data)  # DataError for a missing root / an empty split
+
+
+def reproduce(options: ReproduceOptions, log: Callable[[str], None] = stderr_log) -> ReproduceOutcome:
+    """Run this shard's cells (train + analyse), then (unsharded) assemble results.json and the report."""
+    start = time.perf_counter()
+    out = options.out_dir
+    index, count = options.shard
+    cells = options.cells()
+    mine = shard_cells(cells, index, count)
+    for cell in cells:  # every config resolves (a bad --set fails here, before any training)
+        options.cell_config(cell)
+    _preflight(options, mine)
+    lock_dir = out if count == 1 else out / "shards" / f"{index}-of-{count}"
+    failed: list[dict[str, Any]] = []
+    did_work = False
+    with fileio.RunLock(lock_dir):
+        manifest = _manifest(options)
+        if read_json(out / MANIFEST) != manifest:
+            fileio.write_json(out / MANIFEST, manifest)
+        for n, (cell, status) in enumerate(attempt_cells(options, mine, log), 1):
+            prefix = f"[{n}/{len(mine)}] {cell.name}"
+            worked = bool(status.get("trained") or status.get("analyzed"))
+            if status["status"] == "failed":
+                failed.append(status)
+                log(f"{prefix}: FAILED ({status['error']})")
+            elif not worked:
+                log(f"{prefix}: reused")
+            did_work = did_work or worked or status["status"] == "failed"
+            status_path = out / "status" / f"{cell.name}.json"
+            previous = read_json(status_path)
+            if not isinstance(previous, dict) or any(previous.get(k) != status.get(k) for k in ("status", "error")):
+                fileio.write_json(status_path, status)
+        results, wrote = None, False
+        if count == 1:
+            results, wrote = write_results_and_report(out, start if did_work else None)
+    return ReproduceOutcome(cells=mine, failed=failed, results=results, wrote_report=wrote, did_work=did_work)
