@@ -15,7 +15,7 @@ from peanchor.analysis.corruptions import Shift, paper_shifts
 from peanchor.analysis.evalset import EvalSet, subset_indices
 from peanchor.analysis.evaluate import evaluate_model
 from peanchor.analysis.passes import is_scalable
-from peanchor.results import AnalysisResult, analysis_rows, read_analysis, to_json_dict, write_analysis
+from peanchor.results import analysis_rows, read_analysis, write_analysis
 from peanchor.cli import main
 from peanchor.data import DataInfo, normalize
 from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD

@@ -3,7 +3,6 @@ reference numbers."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 

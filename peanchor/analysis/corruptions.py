@@ -46,14 +46,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-import numpy as np
 import torch
 from torchvision.io import decode_jpeg, encode_jpeg
 from torchvision.transforms.v2 import InterpolationMode

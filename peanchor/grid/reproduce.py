@@ -86,7 +86,7 @@ def _preflight(options: ReproduceOptions, cells: Sequence[Cell]) -> None:
     a run directory that holds a different config (e.g. a rerun with another ``--set``), or data that
     cannot be read (a missing ``--data-root``). Per-cell failures (a diverging run) are recorded instead."""
     from peanchor.data import build_eval_dataset
-    from peanchor.training.loop import check_run_dir
+    from peanchor.training.run_dir import check_run_dir
 
     checked: set[str] = set()
     for cell in cells:

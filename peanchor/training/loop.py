@@ -13,26 +13,26 @@ with bit-identical weights on CPU, because every random stream (torch global RNG
 augmentation, the shuffling generator, the RPT generator) is reseeded from ``(seed, epoch, rank)``
 at the start of each epoch. Under ``torchrun`` the model is wrapped in DDP, each process sees
 ``batch_size / world_size`` images per step, metrics are all-reduced, and rank 0 alone writes.
+The run directory's files and checks are :mod:`peanchor.training.run_dir`.
+
+Imports: :mod:`peanchor.models`, :mod:`peanchor.data`, :mod:`peanchor.checkpoint`, the rest of
+:mod:`peanchor.training`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import platform
 import random
 import sys
 import time
-from collections.abc import Iterator
 from contextlib import nullcontext
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from tqdm.auto import tqdm
@@ -40,18 +40,23 @@ from tqdm.auto import tqdm
 from peanchor import fileio
 from peanchor.checkpoint import MODEL_FILE, save_model
 from peanchor.data import build_datasets, normalize
-from peanchor.errors import ConfigError, RunDirError, TrainingDiverged
+from peanchor.errors import ConfigError, TrainingDiverged
 from peanchor.interventions import random_permutation
 from peanchor.models import create_model
-from peanchor.training.config import RUNTIME_KEYS, TrainConfig, diff_configs, to_dict, to_yaml, validate
+from peanchor.training.config import TrainConfig, to_dict, to_yaml, validate
 from peanchor.training.distributed import DistContext, main_first, setup_distributed
+from peanchor.training.run_dir import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    METRICS_FILE,
+    SUMMARY_FILE,
+    check_run_dir,
+    read_summary,
+    run_summary,
+    write_metrics,
+)
 from peanchor.training.state import STATE_FILE, TrainState, derive_seed, load_train_state, save_train_state
 
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.csv"
-SUMMARY_FILE = "summary.json"
-CHECKPOINT_DIR = "checkpoint"
-METRICS_COLUMNS = ("epoch", "train_loss", "train_acc", "val_acc", "lr", "seconds")
 
 # ----------------------------------------------------------------------------------------------
 # Pieces (each usable on its own)
@@ -158,67 +163,6 @@ def _seed_epoch(seed: int, epoch: int, rank: int, generators: dict[str, torch.Ge
     for name, gen in generators.items():
         # Shuffling/worker seeds differ per rank; the RPT permutation is shared by all ranks.
         gen.manual_seed(derive_seed(seed, name, epoch, rank if name == "loader" else 0))
-
-
-# ----------------------------------------------------------------------------------------------
-# The run directory
-
-
-def _run_files_present(out_dir: Path) -> list[str]:
-    names = (MODEL_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR)
-    return [n for n in names if (out_dir / n).exists()]
-
-
-def check_run_dir(config: TrainConfig, out_dir: Path) -> str:
-    """``"fresh"``, ``"resume"`` or ``"finished"``; a different config is a :class:`RunDirError`.
-
-    Read-only: a refused directory is left exactly as it was.
-    """
-    cfg_path = out_dir / CONFIG_FILE
-    if not cfg_path.exists():
-        present = _run_files_present(out_dir) if out_dir.is_dir() else []
-        if present:
-            raise RunDirError(
-                f"{out_dir} holds run files ({', '.join(present)}) but no {CONFIG_FILE}; "
-                "it is not a peanchor run directory I can resume: choose another --out"
-            )
-        return "fresh"
-    try:
-        old = yaml.safe_load(cfg_path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise RunDirError(f"cannot read {cfg_path} ({e}); choose another --out") from e
-    if not isinstance(old, dict):
-        raise RunDirError(f"{cfg_path} is not a peanchor config; choose another --out")
-    diff = {k: v for k, v in diff_configs(old, to_dict(config)).items() if k not in RUNTIME_KEYS}
-    if diff:
-        shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(diff.items())[:6])
-        more = f" (and {len(diff) - 6} more)" if len(diff) > 6 else ""
-        raise RunDirError(
-            f"{out_dir} holds a run with a different config ({shown}{more}); "
-            "use another --out, or the run's own settings to resume it"
-        )
-    if (out_dir / SUMMARY_FILE).exists() and (out_dir / MODEL_FILE).exists():
-        return "finished"
-    return "resume" if (out_dir / CHECKPOINT_DIR / STATE_FILE).exists() else "fresh"
-
-
-def _write_metrics(path: Path, history: list[dict[str, Any]]) -> None:
-    lines = [",".join(METRICS_COLUMNS)]
-    for row in history:
-        lines.append(
-            f"{row['epoch']},{row['train_loss']:.6f},{row['train_acc']:.6f},{row['val_acc']:.6f},"
-            f"{row['lr']:.6g},{row['seconds']:.2f}"
-        )
-    fileio.write_text(path, "\n".join(lines) + "\n")
-
-
-def _read_summary(out_dir: Path) -> dict[str, Any]:
-    import json
-
-    try:
-        return json.loads((out_dir / SUMMARY_FILE).read_text())
-    except (OSError, ValueError) as e:
-        raise RunDirError(f"{out_dir / SUMMARY_FILE} is unreadable ({e})") from e
 
 
 def _log(ctx: DistContext, message: str) -> None:
@@ -402,7 +346,7 @@ def _train_locked(
     code = main_first(ctx, prepare, others=False)
     (code,) = ctx.broadcast_ints([code if code is not None else 0])
     if code == 2:
-        summary = _read_summary(out_dir) if ctx.is_main else {}
+        summary = read_summary(out_dir) if ctx.is_main else {}
         _log(ctx, f"{out_dir} is already finished (val acc {summary.get('val_acc')}); nothing to do")
         summary["status"] = "already_finished"
         return summary
@@ -476,7 +420,7 @@ def _train_locked(
         if ctx.is_main:
             # State first: metrics.csv is always rebuilt from the state's history.
             save_train_state(state_path, model, optimizer, state, to_dict(config))
-            _write_metrics(out_dir / METRICS_FILE, state.history)
+            write_metrics(out_dir / METRICS_FILE, state.history)
         epochs_bar.update(1)
         epochs_bar.set_postfix(loss=f"{row['train_loss']:.4f}", val_acc=f"{row['val_acc']:.4f}")
     epochs_bar.close()
@@ -486,10 +430,10 @@ def _train_locked(
         _log(ctx, f"stopped after epoch {state.epoch}/{t.epochs}; rerun the same command to continue")
         return {"status": "stopped", "epochs_done": state.epoch, "epochs": t.epochs, "run_dir": str(out_dir)}
 
-    summary = _summary(config, out_dir, model, info, state, ctx, len(train_ds), len(val_ds))
+    summary = run_summary(config, out_dir, model, info, state, ctx, len(train_ds), len(val_ds))
     if ctx.is_main:
         if state.history:
-            _write_metrics(out_dir / METRICS_FILE, state.history)
+            write_metrics(out_dir / METRICS_FILE, state.history)
         save_model(model, out_dir / MODEL_FILE, extra_metadata={
             "config": to_dict(config), "condition": config.condition, "val_acc": summary["val_acc"],
             "epochs": t.epochs,
@@ -499,73 +443,8 @@ def _train_locked(
     return summary
 
 
-def _summary(
-    config: TrainConfig,
-    out_dir: Path,
-    model: nn.Module,
-    info: Any,
-    state: TrainState,
-    ctx: DistContext,
-    n_train: int,
-    n_val: int,
-) -> dict[str, Any]:
-    from peanchor import __version__
-
-    last = state.history[-1] if state.history else {}
-    best = max(state.history, key=lambda r: r["val_acc"]) if state.history else {}
-    device = str(ctx.device)
-    if ctx.device.type == "cuda":
-        device += f" ({torch.cuda.get_device_name(ctx.device)})"
-    return {
-        "status": "finished",
-        "run_dir": str(out_dir),
-        "condition": config.condition,
-        "pe": config.model.pe,
-        "rpt": config.train.rpt,
-        "model": config.model.name,
-        "preset": config.preset,
-        "data": config.data.name,
-        "seed": config.train.seed,
-        "epochs": config.train.epochs,
-        "val_acc": last.get("val_acc"),
-        "val_loss": last.get("val_loss"),
-        "train_loss": last.get("train_loss"),
-        "train_acc": last.get("train_acc"),
-        "best_val_acc": best.get("val_acc"),
-        "best_epoch": best.get("epoch"),
-        "seconds": sum(r["seconds"] for r in state.history),
-        "num_params": sum(p.numel() for p in model.parameters()),
-        "num_classes": info.num_classes,
-        "img_size": info.img_size,
-        "num_patches": model.num_patches,
-        "train_images": n_train,
-        "val_images": n_val,
-        "device": device,
-        "world_size": ctx.world_size,
-        "amp_bf16": config.train.amp and ctx.device.type == "cuda",
-        "compile": config.train.compile,
-        "model_args": model.model_args,
-        "versions": {"peanchor": __version__, "torch": torch.__version__, "python": platform.python_version()},
-        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-def iter_history(out_dir: str | Path) -> Iterator[dict[str, str]]:
-    """Rows of a run's ``metrics.csv`` as dicts of strings."""
-    import csv
-
-    with open(Path(out_dir) / METRICS_FILE, newline="") as f:
-        yield from csv.DictReader(f)
-
-
 __all__ = [
-    "CHECKPOINT_DIR",
-    "CONFIG_FILE",
-    "METRICS_COLUMNS",
-    "METRICS_FILE",
-    "SUMMARY_FILE",
     "build_model",
-    "check_run_dir",
     "evaluate",
     "lr_at",
     "param_groups",
