@@ -1,4 +1,8 @@
-"""peanchor: how positional encodings anchor spatial structure and robustness in Vision Transformers."""
+"""peanchor: how positional encodings anchor spatial structure and robustness in Vision Transformers.
+
+Imports: nothing at import time; ``create_model``, ``load_model`` and ``PE_NAMES`` lazily from
+:mod:`peanchor.models`, :mod:`peanchor.checkpoint` and :mod:`peanchor.pe`.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ Each sub-command lives in :mod:`peanchor.commands` as a module with ``add_parser
 parser it adds sets ``func`` to a callable taking the parsed arguments and returning an exit code.
 User errors (:class:`~peanchor.errors.PeanchorError`) become one line on stderr and a non-zero
 exit; ``--debug`` shows their traceback too.
+
+Imports: :mod:`peanchor.errors` and the :mod:`peanchor.commands` modules (which import the rest lazily).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 The CLI turns every :class:`PeanchorError` into one line on stderr and a non-zero exit; anything
 else is a bug and keeps its traceback. Raise these with a message that names the path, key or
 value at fault and says what was expected.
+
+Imports: nothing.
 """
 
 from __future__ import annotations

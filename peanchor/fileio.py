@@ -4,6 +4,8 @@ Every file peanchor writes goes through :func:`atomic_write`: the bytes land in 
 the same directory, are flushed and fsynced, and only then renamed over the target. A crash (or
 ``kill -9``) at any moment leaves either the old file or the new one, never a torn one. A full disk
 or an unwritable directory raises :class:`~peanchor.errors.PeanchorError` and leaves the old file.
+
+Imports: :mod:`peanchor.errors` only.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ The model takes them as arguments (``token_perm``, ``pe_scale``); nothing here t
 Convention: slot ``i`` receives the patch content from position ``perm[i]``, i.e.
 ``permuted[:, i] = tokens[:, perm[i]]``. Positional encodings stay attached to the slots, so after a
 permutation the PE describes the slot grid, not where the content came from.
+
+Imports: torch only.
 """
 
 from __future__ import annotations

@@ -322,3 +322,32 @@ def test_analyze_user_errors(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["analyze"]) != 0
     assert "RUN_DIR" in capsys.readouterr().err
+
+
+def test_analyze_takes_the_shifts_of_the_runs_preset(run_dir, tmp_path, monkeypatch):
+    """A run is measured under its preset's shifts; changing the preset's shifts changes what analyze measures."""
+    import dataclasses
+
+    from peanchor import presets
+
+    own = {"jpeg": {"kind": "jpeg", "quality": 30}, "noise": {"kind": "gaussian_noise", "sigma": 0.1, "seed": 0}}
+    monkeypatch.setitem(presets.PRESETS, "smoke", dataclasses.replace(presets.PRESETS["smoke"], shifts=own))
+    out = tmp_path / "own"
+    assert main(["analyze", str(run_dir), "--out", str(out), "--images", "16", "--no-alpha", "--device", "cpu",
+                 "--no-progress"]) == 0  # fmt: skip
+    doc = json.loads((out / "analysis.json").read_text())
+    assert doc["shifts"] == own and set(doc["fragility"]) == {"jpeg", "noise"}
+
+
+def test_a_run_away_from_its_presets_resolution_falls_back_to_the_resolution_rule(tmp_path):
+    """The smoke preset's shifts are set for 16 px; a smoke run trained at 64 px gets paper_shifts(64) instead."""
+    from peanchor.checkpoint import save_model
+    from peanchor.presets import PRESETS, resolve_config
+
+    run = tmp_path / "run64"
+    run.mkdir()
+    (run / "config.yaml").write_text(resolve_config("smoke", {"data.img_size": 64}).to_yaml())
+    save_model(create_model("vit_micro", pe="none", num_classes=10, img_size=64, patch_size=16), run / "model.safetensors")
+    assert main(["analyze", str(run), "--images", "8", "--no-alpha", "--device", "cpu", "--no-progress"]) == 0
+    doc = json.loads((run / "analysis" / "analysis.json").read_text())
+    assert doc["shifts"] == {k: s.describe() for k, s in paper_shifts(64).items()} != dict(PRESETS["smoke"].shifts)

@@ -640,6 +640,7 @@ SUBPROCESS_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("argv", "match"), SUBPROCESS_CASES, ids=[a[0] for a, _ in SUBPROCESS_CASES])
 def test_bad_input_in_a_real_process(argv, match, ws, new, cache):
     before = tree_digest(ws)
@@ -657,6 +658,7 @@ def test_bad_input_in_a_real_process(argv, match, ws, new, cache):
     assert not (ws / "MARKER").exists()
 
 
+@pytest.mark.slow
 def test_debug_shows_a_traceback_in_a_real_process(ws, new, cache):
     proc = subprocess.run(
         [sys.executable, "-m", "peanchor", "--debug", "analyze", f"{ws}/run_truncated", "--out", str(new)],
@@ -671,6 +673,7 @@ def test_debug_shows_a_traceback_in_a_real_process(ws, new, cache):
     assert "CheckpointError" in proc.stderr
 
 
+@pytest.mark.slow
 def test_all_corrupt_images_in_a_real_process_warn_once_each_then_one_error(ws, new, cache):
     argv = [
         "data",

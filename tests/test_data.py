@@ -262,10 +262,6 @@ def test_unknown_dataset_lists_valid_names():
         build_datasets(DataSpec(name="nope"))
 
 
-def test_registry_names():
-    assert set(data.DATASETS) == {"scenes", "imagefolder", "cifar10", "cifar100", "imagenet100", "hf", "prepared"}
-
-
 def test_spec_from_dict_and_validation():
     spec = DataSpec.from_dict({"name": "cifar10", "root": "/x", "img_size": 64})
     assert spec.to_dict()["img_size"] == 64 and DataSpec.from_dict(spec.to_dict()) == spec

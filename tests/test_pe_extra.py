@@ -24,13 +24,6 @@ def images() -> torch.Tensor:
     return torch.randn(3, 3, 16, 16, generator=torch.Generator().manual_seed(1))
 
 
-def test_new_pes_are_registered_and_scalable():
-    for name in ("peg", "relbias"):
-        assert name in PE_NAMES and PE_REGISTRY[name].scalable
-        assert "construction" in PE_REGISTRY["relbias"].anchoring
-    assert "not by a table" in PE_REGISTRY["peg"].anchoring
-
-
 # --- relbias -------------------------------------------------------------------------------------
 
 

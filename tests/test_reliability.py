@@ -303,6 +303,7 @@ def strip_volatile(obj: Any, out: Path) -> Any:
 # kill -9: train
 
 
+@pytest.mark.slow
 def test_train_survives_kill_9_anywhere(tmp_path: Path, env: dict[str, str]) -> None:
     rng = random.Random(20260531)
     reference = tmp_path / "reference"
@@ -345,6 +346,7 @@ def test_train_survives_kill_9_anywhere(tmp_path: Path, env: dict[str, str]) -> 
 # kill -9: reproduce
 
 
+@pytest.mark.slow
 def test_reproduce_survives_kill_9_anywhere(tmp_path: Path, env: dict[str, str]) -> None:
     rng = random.Random(7)
     args = ("reproduce", *SMOKE, "--conditions", "none,ape")
@@ -406,6 +408,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a zombie has exited
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
 def test_reproduce_workers_die_with_a_killed_parent(tmp_path: Path, env: dict[str, str]) -> None:
     out = tmp_path / "grid"
@@ -440,6 +443,7 @@ def test_reproduce_workers_die_with_a_killed_parent(tmp_path: Path, env: dict[st
 # Determinism
 
 
+@pytest.mark.slow
 def test_same_seed_same_results_json(tmp_path: Path, env: dict[str, str]) -> None:
     """Two reproduce runs side by side (they also share the scenes cache) give the same results."""
     outs = [tmp_path / "a", tmp_path / "b"]
@@ -459,6 +463,7 @@ def test_same_seed_same_results_json(tmp_path: Path, env: dict[str, str]) -> Non
 # Concurrency
 
 
+@pytest.mark.slow
 def test_a_second_process_on_the_same_run_dir_is_refused(tmp_path: Path, env: dict[str, str], capsys) -> None:
     out = tmp_path / "run"
     slow = {**env, "PEANCHOR_TEST_SLOW_REPLACE": "1.0"}  # every write takes a second: the lock is held a while

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from peanchor.cli import build_parser, main
 from peanchor.errors import ConfigError
-from peanchor.conditions import DEFAULT_CONDITIONS, parse_condition, parse_conditions
+from peanchor.conditions import CONDITIONS, DEFAULT_CONDITIONS, parse_condition, parse_conditions
+from peanchor.presets import PRESETS
 from peanchor.grid import ReproduceOptions, grid_cells, list_commands, parse_shard, shard_cells, split_set_items
 
 TOP_KEYS = {"preset", "dataset", "img_size", "shifts", "conditions", "seeds", "models", "alpha_sweep", "failed",
@@ -40,6 +40,7 @@ def _copy_runs(src: Path, dst: Path, names: list[str] | None = None) -> None:
             shutil.copytree(run, dst / "runs" / run.name)
 
 
+@pytest.mark.slow
 def test_smoke_results_schema_and_arithmetic(smoke):
     out, code, _ = smoke
     assert code == 0
@@ -64,7 +65,7 @@ def test_smoke_results_schema_and_arithmetic(smoke):
     swept = {}
     for p in results["alpha_sweep"]:
         assert SWEEP_KEYS <= set(p)
-        assert p["delta_ssdc"] is not None
+        assert p["delta_ssdc"] == p["ssdc_rpi"][1] - p["ssdc_rpi"][0]
         for k, acc in p["acc"].items():
             assert p["fragility"][k] == 1 - acc / p["clean_acc"]
         swept.setdefault(p["condition"], []).append(p["alpha"])
@@ -74,6 +75,7 @@ def test_smoke_results_schema_and_arithmetic(smoke):
         assert p["delta_ssdc"] == models[name]["delta_ssdc"] and p["fragility"] == models[name]["fragility"]
 
 
+@pytest.mark.slow
 def test_smoke_report_files(smoke):
     out, _, seconds = smoke
     report = (out / "report.md").read_text()
@@ -90,6 +92,7 @@ def test_smoke_report_files(smoke):
     assert seconds < 120, f"smoke reproduce took {seconds:.0f} s"
 
 
+@pytest.mark.slow
 def test_rerun_reuses_everything(smoke, capsys):
     out, _, _ = smoke
     watched = [out / "results.json", out / "report.md", out / "report.html"]
@@ -105,6 +108,7 @@ def test_rerun_reuses_everything(smoke, capsys):
     assert elapsed < 20, f"a no-op rerun took {elapsed:.1f} s"
 
 
+@pytest.mark.slow
 def test_conflicting_rerun_is_refused_before_touching_out(smoke, capsys):
     out, _, _ = smoke
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
@@ -167,6 +171,7 @@ def test_list_prints_one_train_command_per_cell(tmp_path, capsys):
     assert shard_lines == [train_lines[1], train_lines[5]]
 
 
+@pytest.mark.slow
 def test_shards_then_report_from_result_files_only(smoke, tmp_path, capsys):
     src, _, _ = smoke
     out = tmp_path / "sharded"
@@ -188,6 +193,7 @@ def test_shards_then_report_from_result_files_only(smoke, tmp_path, capsys):
     assert (tmp_path / "r2" / "report.html").is_file()
 
 
+@pytest.mark.slow
 def test_a_failed_cell_is_reported_and_the_others_complete(smoke, tmp_path, capsys):
     src, _, _ = smoke
     out = tmp_path / "failing"
@@ -226,11 +232,14 @@ def test_bad_set_fails_before_any_training(tmp_path, capsys):
     assert "optim.nope" in capsys.readouterr().err and not (out / "runs").exists()
 
 
-def test_default_options():
+def test_default_options_train_the_papers_conditions_with_the_presets_seeds():
     options = ReproduceOptions()
-    assert options.preset == "cpu" and options.out_dir == Path("runs") / "reproduce-cpu"
-    assert [c.name for c in options.conditions] == list(DEFAULT_CONDITIONS) and options.seeds == 1
-    assert len(list_commands(options)) == len(DEFAULT_CONDITIONS) + 4
+    assert options.out_dir == Path("runs") / f"reproduce-{options.preset}"
+    assert [c.name for c in options.conditions] == list(DEFAULT_CONDITIONS)
+    assert all(CONDITIONS[c].reference is not None for c in DEFAULT_CONDITIONS)  # the paper ran every one of them
+    assert options.seeds == PRESETS[options.preset].seeds
+    train_lines = [line for line in list_commands(options) if line.startswith("peanchor train ")]
+    assert len(train_lines) == len(options.cells())
 
 
 def _without_timing(results: dict) -> dict:
@@ -243,6 +252,7 @@ def _without_timing(results: dict) -> dict:
     return results
 
 
+@pytest.mark.slow
 def test_parallel_jobs_give_the_same_results_as_one_process(smoke, tmp_path, capsys):
     """--jobs 2 runs cells in two spawned single-threaded workers; the numbers must not change."""
     src, _, _ = smoke
@@ -258,3 +268,30 @@ def test_parallel_jobs_give_the_same_results_as_one_process(smoke, tmp_path, cap
     serial["models"] = [m for m in serial["models"] if m["name"] in keep]
     parallel["models"] = [m for m in parallel["models"] if m["name"] in keep]
     assert _without_timing(parallel)["models"] == _without_timing(serial)["models"]
+
+
+def test_an_analysis_is_reused_only_for_the_same_weights_data_settings_and_shifts():
+    import dataclasses
+
+    from peanchor.grid.pipeline import AnalysisRequest, reusable
+    from peanchor.results import AnalysisResult, AnalysisSettings, ModelInfo, SSDCLayers
+
+    shifts = {"jpeg": {"kind": "jpeg", "quality": 58}}
+    data = {"name": "scenes", "img_size": 16, "val_size": 200, "train_size": 512, "augment": "auto"}
+    stored = AnalysisResult(
+        clean_acc=0.5, rpi_acc=0.4, ssdc=SSDCLayers(normal=[0.6, 0.5], rpi=[0.1, 0.3], rpi_std=[0.0, 0.0]),
+        delta_ssdc=0.2, acc={"jpeg": 0.4}, fragility={"jpeg": 0.2}, shifts=shifts, alpha_sweep=[], num_images=200,
+        forward_passes=4, passes={}, seconds=1.0, timing={}, model=ModelInfo(pe="ape", depth=2, grid=[4, 4], scalable=True),
+        settings=AnalysisSettings(alphas=[1.0, 0.0], rpi_draws=1, seed=0, ssdc_mode="mean_similarity", metric="manhattan",
+                                  bootstrap=0, severities=False, batch_size=25, evalset="x", device="cpu"),
+        source={"model_digest": "abc", "data": {**data, "cache_dir": "/somewhere"}, "max_images": None},
+    )  # fmt: skip
+    wanted = AnalysisRequest(digest="abc", data={**data, "train_size": 9999}, max_images=None, alphas=[1.0, 0.0],
+                             shifts=shifts, rpi_draws=1, seed=0, severities=False, batch_size=25)  # fmt: skip
+    assert reusable(stored, wanted)  # training-only data fields and caches do not matter
+    for change in ({"digest": "other"}, {"shifts": {"jpeg": {"kind": "jpeg", "quality": 30}}}, {"alphas": [1.0]},
+                   {"batch_size": 50}, {"severities": True}, {"max_images": 100}, {"data": {**data, "val_size": 100}}):
+        assert not reusable(stored, dataclasses.replace(wanted, **change)), change
+    unscalable = dataclasses.replace(stored, model=dataclasses.replace(stored.model, scalable=False),
+                                     settings=dataclasses.replace(stored.settings, alphas=[]))  # fmt: skip
+    assert reusable(unscalable, wanted)  # a PE that α does not scale has no sweep, whatever the plan asks

@@ -21,7 +21,7 @@ from peanchor.errors import CheckpointError, ConfigError, RunDirError, TrainingD
 from peanchor.fileio import RunLock
 from peanchor.models import create_model
 from peanchor.training import loop
-from peanchor.presets import PRESETS, preset_config, resolve_config
+from peanchor.presets import PRESETS, resolve_config
 from peanchor.training.config import TrainConfig, from_dict, load_config, to_dict, to_yaml
 from peanchor.training.loop import lr_at, param_groups, train
 
@@ -144,18 +144,25 @@ def test_presets_resolve_and_round_trip(preset, tmp_path):
     assert load_config(tmp_path / "config.yaml") == cfg
 
 
-def test_paper_preset_follows_the_paper():
-    cfg = preset_config("paper")
-    assert (cfg.data.name, cfg.data.img_size, cfg.model.name, cfg.model.patch_size) == (
-        "imagenet100",
-        224,
-        "vit_paper",
-        16,
-    )
-    o = cfg.optim
-    assert (cfg.train.batch_size, o.lr, o.weight_decay, o.betas, cfg.train.epochs, o.label_smoothing) == (
-        128, 1e-3, 0.05, (0.9, 0.999), 60, 0.1,
-    )  # fmt: skip
+def test_paper_preset_is_the_papers_setting():
+    from peanchor.conditions import PAPER
+
+    paper = PRESETS["paper"]
+    cfg = paper.config()
+    assert cfg.data.img_size == PAPER.img_size and dict(paper.shifts) == PAPER.shifts and paper.seeds == PAPER.seeds
+    model = create_model(cfg.model.name, pe="ape", num_classes=100, patch_size=cfg.model.patch_size)
+    assert model.grid == (14, 14)  # 196 patches of 16 px at 224 px
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_measures_valid_shifts_at_its_own_resolution(preset):
+    from peanchor.analysis.corruptions import Shift
+
+    p = PRESETS[preset]
+    assert p.config() is not p.config()  # a fresh, mutable config each time
+    for spec in p.shifts.values():
+        shift = Shift.from_dict(dict(spec))
+        assert shift.resolved(p.img_size) == shift  # every size-dependent parameter is fixed in the preset
 
 
 def test_cli_flags_then_set_win_over_the_preset():
@@ -348,6 +355,7 @@ def test_rpt_gives_a_fresh_permutation_on_every_step(tmp_path, cache_dir, monkey
 # Processes: kill -9 and resume, DDP
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_rerun_gives_identical_weights(tmp_path, cache_dir):
     sets = tiny_sets(cache_dir, epochs=4, train_size=256)
     reference = tmp_path / "reference"

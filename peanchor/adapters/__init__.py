@@ -4,6 +4,8 @@
 :class:`TimmViT`, which has the same ``forward`` / ``spatial_tokens`` / ``forward_with_tokens``
 interface as :class:`peanchor.models.vit.VisionTransformer`. Importing this package does not need
 timm; using it does.
+
+Imports: :mod:`peanchor.adapters.timm_vit`.
 """
 
 from peanchor.adapters.timm_vit import SUPPORTED_FAMILIES, TimmPE, TimmViT, load_timm_model, read_state_dict

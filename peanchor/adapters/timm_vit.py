@@ -29,6 +29,8 @@ Supported families (exact classes, so subclasses with their own forward are refu
 
 timm is imported lazily: this module imports without it, and every entry point raises
 ``PeanchorError("timm is not installed: ...")`` when it is missing.
+
+Imports: torch, timm (lazily); :mod:`peanchor.models.probe`, :mod:`peanchor.interventions`, :mod:`peanchor.weights`.
 """
 
 from __future__ import annotations

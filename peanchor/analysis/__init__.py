@@ -1,4 +1,10 @@
-"""Analyses on trained models: corruptions, geometry (SSDC), robustness (Fragility Score), α sweeps.
+"""Analyses on trained models: geometry (SSDC, ΔSSDC), robustness (Fragility Score), α sweeps.
 
-Each analysis returns plain dicts and writes its result files through :mod:`peanchor.fileio`.
+* :mod:`~peanchor.analysis.corruptions`: the shifts (JPEG, blur, ImageNet-C extras) and their severity tables;
+* :mod:`~peanchor.analysis.corrupted_sets`: whole evaluation sets corrupted once, and cached;
+* :mod:`~peanchor.analysis.evalset`: the evaluation images, loaded once;
+* :mod:`~peanchor.analysis.passes`: forward passes with accuracy and SSDC probes from the same call;
+* :mod:`~peanchor.analysis.evaluate`: the suite, returning a :class:`peanchor.results.AnalysisResult`.
+
+Imports: nothing (its modules import :mod:`peanchor.metrics`, :mod:`peanchor.data`, :mod:`peanchor.results`).
 """

@@ -1,1 +1,4 @@
-"""One module per ``peanchor`` sub-command; each exposes ``add_parser(subparsers)``."""
+"""One module per ``peanchor`` sub-command; each exposes ``add_parser(subparsers)``.
+
+Imports: nothing.
+"""

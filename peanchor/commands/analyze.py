@@ -6,6 +6,9 @@ The model and its data come from a *subject*: today a run directory (``peanchor 
 ``peanchor import``). :func:`resolve_subject` is the one place that turns arguments into a model
 plus a :class:`~peanchor.data.DataSpec`; another source (e.g. ``--timm NAME [--weights FILE]``
 through :mod:`peanchor.adapters`) plugs in there and everything after it is shared.
+
+Imports: at parse time nothing heavy; when run, :mod:`peanchor.analysis`, :mod:`peanchor.results`,
+:mod:`peanchor.presets`, :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`.
 """
 
 from __future__ import annotations

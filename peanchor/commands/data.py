@@ -5,6 +5,8 @@
   ``--data prepared --data-root DIR``.
 * ``peanchor data imagenet100 --imagenet-root DIR --class-list FILE --out DIR``: a view of the 100 listed
   classes of a full ImageNet as symlinks (:func:`peanchor.data.materialize_imagenet100`).
+
+Imports: when run, :mod:`peanchor.data` and :mod:`peanchor.training.config` (``--set``).
 """
 
 from __future__ import annotations

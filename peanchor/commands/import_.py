@@ -3,6 +3,9 @@
 Each source is a sub-command: ``peanchor import paper CKPT --condition ape --out RUN``. The result is
 a normal run directory (``model.safetensors``, ``config.yaml``, ``summary.json``) that ``analyze``,
 ``reproduce`` and ``load_model`` read like a trained run.
+
+Imports: :mod:`peanchor.conditions` (the paper's names, for the choices); when run,
+:mod:`peanchor.convert.paper_run`.
 """
 
 from __future__ import annotations

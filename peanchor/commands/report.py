@@ -2,6 +2,8 @@
 
 Reads result files only (run summaries, analyses, statuses), never models. ``OUT`` may also be a
 ``results.json`` file (or a directory holding only one): then it is rendered as it is.
+
+Imports: when run, :mod:`peanchor.grid` (assembly), :mod:`peanchor.report`, :mod:`peanchor.results`.
 """
 
 from __future__ import annotations

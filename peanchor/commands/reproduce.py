@@ -2,6 +2,9 @@
 
 With no arguments: the ``cpu`` preset (32 px scenes, embedded) into ``runs/reproduce-cpu``. Rerunning
 continues where an interrupted run stopped and does only what is missing.
+
+Imports: :mod:`peanchor.presets` and :mod:`peanchor.conditions` (choices and defaults); when run,
+:mod:`peanchor.grid`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""``peanchor train``: train one ViT condition into a resumable run directory."""
+"""``peanchor train``: train one ViT condition into a resumable run directory.
+
+Imports: :mod:`peanchor.presets` (choices); when run, :mod:`peanchor.training`.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 * :mod:`peanchor.convert.paper`: the paper's released checkpoints → models, and
   :mod:`peanchor.convert.paper_run`: → run directories (``peanchor import paper``).
+
+Imports: :mod:`peanchor.convert.paper`, :mod:`peanchor.convert.paper_run`.
 """
 
 from peanchor.convert.paper import CONDITIONS, convert_paper_state_dict, load_paper_state_dict

@@ -7,6 +7,8 @@ device, in one batched step, with :func:`normalize`. Nothing here ever downloads
 >>> train, val, info = build_datasets(DataSpec(train_size=100, val_size=100))  # doctest: +SKIP
 >>> image, label = val[0]; image.shape, image.dtype  # doctest: +SKIP
 (torch.Size([3, 32, 32]), torch.uint8)
+
+Imports: torch, numpy; its own modules and :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Used by scenes, CIFAR and prepared datasets. Items are resized to ``S`` (eval preprocessing) and
 augmented in batches: the DataLoader calls ``__getitems__`` with a whole batch of indices, so one
 fancy-index read and one vectorised augmentation serve the batch.
+
+Imports: torch, numpy; :mod:`peanchor.data.transforms`.
 """
 
 from __future__ import annotations

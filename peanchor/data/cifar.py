@@ -2,6 +2,8 @@
 
 The batch files are pickles. They are read with an unpickler that only admits the few numpy
 globals an array needs, so a tampered file cannot run code. peanchor never downloads.
+
+Imports: torch, numpy; :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations

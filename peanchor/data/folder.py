@@ -2,6 +2,8 @@
 
 Files are decoded with Pillow (see :func:`decode_image_file`). A file that cannot be decoded never
 stops training: the dataset warns once naming the file and returns the next readable image instead.
+
+Imports: torch, torchvision; :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations

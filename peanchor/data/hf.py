@@ -3,6 +3,8 @@
 Optional: needs ``pip install 'peanchor[hf]'``. Rows are read through any object with
 ``__len__``/``__getitem__`` returning dicts (a ``datasets.Dataset``); the image column may hold
 PIL images, ``{"bytes": ..., "path": ...}`` dicts or arrays.
+
+Imports: torch, ``datasets`` (lazily); :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations

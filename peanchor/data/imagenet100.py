@@ -10,6 +10,8 @@ Two ways to point at it:
 
 ImageNet's validation images must already be sorted into class folders (``val/<wnid>/*.JPEG``,
 as produced by the usual ``valprep.sh``).
+
+Imports: :mod:`peanchor.data.folder`, :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations

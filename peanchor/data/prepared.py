@@ -10,6 +10,8 @@ antialias=True)`` of the decoded image. Training augmentation is applied afterwa
 on those S x S arrays (:func:`peanchor.data.transforms.batch_augment`); for ``rrc_flip`` that
 means crops of the already-resized image are upsampled back to S, a little softer than cropping
 the full-resolution file. That is the price of decoding once.
+
+Imports: torch, numpy; :mod:`peanchor.data`, :mod:`peanchor.fileio`, :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations

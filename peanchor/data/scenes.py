@@ -16,6 +16,8 @@ everything from ``default_rng([GENERATOR_VERSION, seed, split, S, c])``, so a sp
 function of its parameters (independent of batch size, workers or call order), and the first full
 chunks of a split do not change when ``n`` grows. Splits are cached as ``.npy`` files and
 memory-mapped on load.
+
+Imports: numpy, torch; :mod:`peanchor.fileio`, :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""What to load (:class:`DataSpec`, stored in a run's config.yaml) and what was loaded (:class:`DataInfo`)."""
+"""What to load (:class:`DataSpec`, stored in a run's config.yaml) and what was loaded (:class:`DataInfo`).
+
+Imports: :mod:`peanchor.errors` only.
+"""
 
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ rrc_flip   RandomResizedCrop(S, scale=(0.35, 1)) + flip (ImageNet-scale)
 arbitrary sizes). :func:`batch_augment` applies the same policy to a whole uint8 batch that is
 already ``S x S`` in a few vectorised ops (used by array-backed datasets: scenes, CIFAR, prepared),
 on CPU or GPU.
+
+Imports: torch, torchvision; :mod:`peanchor.data.spec`, :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@
 
 The grid sits on top of the data flow: it drives training and analysis and hands the assembled results to the
 report; nothing below imports it.
+
+Imports: its own modules; the grid may import every stage below it, and nothing imports the grid but the commands.
 """
 
 from peanchor.grid.assemble import MANIFEST, assemble_results

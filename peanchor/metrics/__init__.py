@@ -1,5 +1,8 @@
 """Metrics: Spearman rank correlation, SSDC (and its streaming accumulator), robustness and
-reporting statistics. Pure, typed functions, tested against scipy."""
+reporting statistics. Pure, typed functions, tested against scipy.
+
+Imports: its own modules.
+"""
 
 from peanchor.metrics.robustness import accuracy, fragility_score
 from peanchor.metrics.spearman import rankdata, spearman

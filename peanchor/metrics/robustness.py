@@ -1,4 +1,7 @@
-"""Robustness metrics: top-1 accuracy and the Fragility Score ``FS = 1 - A_shift / A_clean``."""
+"""Robustness metrics: top-1 accuracy and the Fragility Score ``FS = 1 - A_shift / A_clean``.
+
+Imports: torch, numpy.
+"""
 
 from __future__ import annotations
 

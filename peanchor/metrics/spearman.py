@@ -17,6 +17,8 @@ implementations of that one ranking, with the same results:
 Ties and special values, on every device: ``-0.0`` and ``+0.0`` are equal (they tie), ``+-inf``
 are ordinary values, and a row that contains a NaN gets NaN ranks throughout (as
 ``scipy.stats.rankdata`` with its default ``nan_policy="propagate"``), so its Spearman is NaN.
+
+Imports: torch, numpy.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ Manhattan (or Euclidean) distance between the grid positions of tokens ``i`` and
 means spatially close tokens are more similar. The paper's estimator averages the per-image
 cosine-similarity matrices over all evaluated images and takes the SSDC of that mean
 (:class:`SSDCAccumulator`, ``mode="mean_similarity"``).
+
+Imports: torch; :mod:`peanchor.metrics.spearman`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Model sizes and ``create_model``."""
+"""Model sizes and ``create_model``.
+
+Imports: :mod:`peanchor.models.vit`.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 A model implements ``_run(images, token_perm, pe_scale, collect, head, num_layers)`` returning
 ``(logits or None, tokens (B, L, N, D) or None)`` and a ``depth`` property; this mixin turns that
 into ``forward``, ``spatial_tokens`` and ``forward_with_tokens``. Our ViT and the timm adapter share it.
+
+Imports: torch only.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Read top-down: attention → MLP → block → model. Interventions are arguments of ``forward``:
 ``token_perm`` reorders patch content across slots before the PE is applied, and ``pe_scale`` is the
 paper's α. The SSDC probe point (each block's LN1 output) comes from the same forward pass.
+
+Imports: torch; :mod:`peanchor.pe`, :mod:`peanchor.interventions`, :mod:`peanchor.models.probe`.
 """
 
 from __future__ import annotations

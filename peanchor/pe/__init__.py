@@ -1,6 +1,8 @@
 """Positional encodings behind one small interface (see :mod:`peanchor.pe.base`).
 
 ``create_pe(name, ctx, **kwargs)`` builds one; ``PE_NAMES`` lists the registered names.
+
+Imports: its own modules.
 """
 
 from peanchor.pe import absolute, conditional, relative, rotary  # noqa: F401  (registers the PEs)

@@ -1,4 +1,7 @@
-"""Absolute positional encodings added to the token sequence: learned (APE) and 2D sin-cos (SPE)."""
+"""Absolute positional encodings added to the token sequence: learned (APE) and 2D sin-cos (SPE).
+
+Imports: torch; :mod:`peanchor.pe.base`, :mod:`peanchor.pe.registry`.
+"""
 
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ The model calls four hooks per forward pass and knows nothing else about the PE:
 Every hook takes ``alpha`` (the paper's PE scale, 1 = as trained, 0 = no positional information).
 PEs describe *slots*: the token permutation is applied to the content before any hook runs, so an
 intervention never needs to reach inside a PE.
+
+Imports: torch only.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ rope*      relative slot offsets by construction (q·k depends on index differen
 relbias    relative slot offsets by construction (a learned bias per (dy, dx))
 peg        not by a table: slot neighbourhoods and zero padding at the border, from block 1 on
 ========== =================================================================================
+
+Imports: torch; :mod:`peanchor.pe.base`, :mod:`peanchor.pe.registry`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Name → positional-encoding class."""
+"""Name → positional-encoding class.
+
+Imports: :mod:`peanchor.pe.base`.
+"""
 
 from __future__ import annotations
 

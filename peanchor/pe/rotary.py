@@ -2,6 +2,8 @@
 
 Only patch tokens are rotated; CLS is left alone. ``alpha`` scales every rotation angle, which
 interpolates towards no rotation at 0 (our extension: the paper does not scale RoPE).
+
+Imports: torch; :mod:`peanchor.pe.base`, :mod:`peanchor.pe.registry`.
 """
 
 from __future__ import annotations

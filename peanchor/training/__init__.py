@@ -5,6 +5,8 @@ Presets (the configs runs start from) live in :mod:`peanchor.presets`.
 >>> from peanchor.training import TrainConfig, apply_overrides
 >>> apply_overrides(TrainConfig(), {"model.pe": "ape"}, ["optim.lr=3e-4"]).optim.lr
 0.0003
+
+Imports: :mod:`peanchor.training.config`, :mod:`peanchor.training.loop`.
 """
 
 from peanchor.training.config import (

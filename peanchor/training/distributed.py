@@ -2,6 +2,8 @@
 rank-0-only sections that stop every rank cleanly when rank 0 fails.
 
 Single-process runs use the same interface with ``world_size == 1``; every call is then a no-op.
+
+Imports: torch; :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ The file is replaced atomically at the end of every epoch, so a crash leaves the
 states need not be stored: the loop reseeds every generator from ``(seed, epoch, rank)`` at the
 start of each epoch (see :func:`derive_seed`), which makes resuming at an epoch boundary exact.
 Nothing here unpickles.
+
+Imports: torch; :mod:`peanchor.checkpoint`, :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations
