@@ -70,6 +70,10 @@ ANALYSIS_JSON = "analysis.json"
 ANALYSIS_CSV = "analysis.csv"
 RESULTS_JSON = "results.json"
 
+_REWRITE = {  # how to make the file again
+    ANALYSIS_SCHEMA: "rerun `peanchor analyze` (or `peanchor reproduce`, which analyses such cells again)",
+    RESULTS_SCHEMA: "rerun `peanchor report OUT` (or `peanchor reproduce`)",
+}
 _OMIT = {"omit_if_none": True}  # an optional part that was not measured is absent from the file, not null
 
 
@@ -297,12 +301,12 @@ def _from_document(doc: Any, cls: type[R], schema: str, source: str) -> R:
         found = f"schema {doc['schema']!r}" if "schema" in doc else "no schema field"
         raise SchemaError(
             f"{source}: not a {schema} file ({found}); it was written by another tool or by a peanchor older than "
-            f"the versioned result files: rerun the analysis (peanchor analyze / reproduce) to rewrite it"
+            f"the versioned result files: {_REWRITE[schema]} to rewrite it"
         )
     if doc["schema_version"] != SCHEMA_VERSION:
         raise SchemaError(
             f"{source}: {schema} schema_version {doc['schema_version']!r}, but this peanchor reads version "
-            f"{SCHEMA_VERSION}; rerun the analysis with this peanchor, or use the peanchor that wrote it"
+            f"{SCHEMA_VERSION}: {_REWRITE[schema]} with this peanchor, or use the peanchor that wrote it"
         )
     body = {k: v for k, v in doc.items() if k not in ("schema", "schema_version")}
     try:
