@@ -26,6 +26,7 @@ from peanchor.report.summary import (
     Summary,
     delta_fs_correlation,
     finite,
+    fmt,
     metric_getters,
     models_by_condition,
     paired_differences,
@@ -39,12 +40,6 @@ __all__ = ["build_report"]
 ALPHA = 0.05  # significance level used in the generated sentences
 REFERENCE = {name: c.reference for name, c in CONDITIONS.items() if c.reference is not None}
 SWEEP_REFERENCE = {name: c.alpha_sweep for name, c in CONDITIONS.items() if c.alpha_sweep is not None}
-
-
-def _fmt(x: Any, digits: int = 3, signed: bool = False) -> str:
-    if not finite(x):
-        return "—"
-    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
 
 
 def _fmt_p(p: Any) -> str:
@@ -143,15 +138,15 @@ class _Builder:
         items: list[str] = []
         acc = self.ranked("clean_acc")
         if len(acc) >= 2:
-            items.append(f"Clean accuracy is highest for {_c(acc[-1][0])} ({_fmt(acc[-1][1])}) and lowest for "
-                         f"{_c(acc[0][0])} ({_fmt(acc[0][1])}).")  # fmt: skip
+            items.append(f"Clean accuracy is highest for {_c(acc[-1][0])} ({fmt(acc[-1][1])}) and lowest for "
+                         f"{_c(acc[0][0])} ({fmt(acc[0][1])}).")  # fmt: skip
         elif acc:
-            items.append(f"Clean accuracy of {_c(acc[0][0])}: {_fmt(acc[0][1])}.")
+            items.append(f"Clean accuracy of {_c(acc[0][0])}: {fmt(acc[0][1])}.")
         for k in self.shifts:
             fs = self.ranked(f"fs_{k}")
             if len(fs) >= 2:
-                items.append(f"FS ({k}) is lowest, i.e. most robust, for {_c(fs[0][0])} ({_fmt(fs[0][1])}) and highest "
-                             f"for {_c(fs[-1][0])} ({_fmt(fs[-1][1])}).")  # fmt: skip
+                items.append(f"FS ({k}) is lowest, i.e. most robust, for {_c(fs[0][0])} ({fmt(fs[0][1])}) and highest "
+                             f"for {_c(fs[-1][0])} ({fmt(fs[-1][1])}).")  # fmt: skip
             if "none" in dict(fs) and len(fs) >= 2:
                 base = dict(fs)["none"]
                 lower = [c for c, v in fs if c != "none" and v < base]
@@ -162,12 +157,12 @@ class _Builder:
                 items.append(text)
         peak = self.ranked("max_ssdc_rpi")
         if len(peak) >= 2:
-            items.append(f"Under RPI, the highest SSDC over layers (mean over seeds) ranges from {_fmt(peak[0][1])} "
-                         f"({_c(peak[0][0])}) to {_fmt(peak[-1][1])} ({_c(peak[-1][0])}).")  # fmt: skip
+            items.append(f"Under RPI, the highest SSDC over layers (mean over seeds) ranges from {fmt(peak[0][1])} "
+                         f"({_c(peak[0][0])}) to {fmt(peak[-1][1])} ({_c(peak[-1][0])}).")  # fmt: skip
         delta = self.ranked("delta_ssdc")
         if len(delta) >= 2:
-            items.append(f"ΔSSDC is largest for {_c(delta[-1][0])} ({_fmt(delta[-1][1])}) and smallest for "
-                         f"{_c(delta[0][0])} ({_fmt(delta[0][1])}).")  # fmt: skip
+            items.append(f"ΔSSDC is largest for {_c(delta[-1][0])} ({fmt(delta[-1][1])}) and smallest for "
+                         f"{_c(delta[0][0])} ({fmt(delta[0][1])}).")  # fmt: skip
         items += self.alpha_sentences()
         if finite(self.correlation.rho):
             items.append(self.correlation_sentence(self.correlation))
@@ -260,11 +255,11 @@ class _Builder:
     def paired_section(self) -> None:
         rows, sentences = [], []
         for d in paired_differences(self.r):
-            ci = f"[{_fmt(d.ci_low, signed=True)}, {_fmt(d.ci_high, signed=True)}]" if d.claim else "—"
-            rows.append([label(d.condition), d.shift, str(d.n), _fmt(d.mean_diff, signed=True), ci,
+            ci = f"[{fmt(d.ci_low, signed=True)}, {fmt(d.ci_high, signed=True)}]" if d.claim else "—"
+            rows.append([label(d.condition), d.shift, str(d.n), fmt(d.mean_diff, signed=True), ci,
                          _fmt_p(d.p_value) if d.claim else "—"])  # fmt: skip
             direction = "lower" if d.mean_diff < 0 else "higher"
-            text = (f"{_c(d.condition)} vs `none`, FS ({d.shift}): {direction} by {_fmt(abs(d.mean_diff))} on average "
+            text = (f"{_c(d.condition)} vs `none`, FS ({d.shift}): {direction} by {fmt(abs(d.mean_diff))} on average "
                     f"over {d.n} paired seed{'s' if d.n > 1 else ''}")  # fmt: skip
             if not d.claim:
                 text += f"; n={d.n}: no significance claim."
@@ -294,11 +289,11 @@ class _Builder:
             parts = []
             d_hi, d_lo = at(hi, lambda p: p.delta_ssdc), at(lo, lambda p: p.delta_ssdc)
             if finite(d_hi) and finite(d_lo):
-                parts.append(f"ΔSSDC goes from {_fmt(d_hi)} to {_fmt(d_lo)}")
+                parts.append(f"ΔSSDC goes from {fmt(d_hi)} to {fmt(d_lo)}")
             for k in self.shifts:
                 f_hi, f_lo = at(hi, lambda p, k=k: p.fragility.get(k)), at(lo, lambda p, k=k: p.fragility.get(k))
                 if finite(f_hi) and finite(f_lo):
-                    parts.append(f"FS ({k}) from {_fmt(f_hi)} to {_fmt(f_lo)}")
+                    parts.append(f"FS ({k}) from {fmt(f_hi)} to {fmt(f_lo)}")
             if parts:
                 out.append(f"{_c(c)}: as α falls from {hi:g} to {lo:g}, " + " and ".join(parts) + ".")
         return out
@@ -377,9 +372,9 @@ class _Builder:
         rows = []
         for m in models:
             secs = m.train.seconds
-            rows.append([m.name, m.condition, str(m.seed), _fmt(m.clean_acc)]
-                        + [_fmt(m.fragility.get(k)) for k in self.shifts]
-                        + [_fmt(m.ssdc.max_rpi()), _fmt(m.delta_ssdc), str(m.train.epochs if m.train.epochs is not None else "—"),
+            rows.append([m.name, m.condition, str(m.seed), fmt(m.clean_acc)]
+                        + [fmt(m.fragility.get(k)) for k in self.shifts]
+                        + [fmt(m.ssdc.max_rpi()), fmt(m.delta_ssdc), str(m.train.epochs if m.train.epochs is not None else "—"),
                            _duration(secs) if finite(secs) else "—"])  # fmt: skip
         self.doc.add(Heading(2, "Every model"), Table(header, rows))
 

@@ -34,6 +34,7 @@ __all__ = [
     "correlation_points",
     "delta_fs_correlation",
     "finite",
+    "fmt",
     "metric_getters",
     "models_by_condition",
     "paired_differences",
@@ -79,8 +80,11 @@ def primary_shift(results: Results) -> str | None:
 
 
 # ---- summaries over seeds ----------------------------------------------------------------------
-def _fmt(x: Any) -> str:
-    return f"{x:.3f}" if finite(x) else "—"
+def fmt(x: Any, digits: int = 3, signed: bool = False) -> str:
+    """A number as the report prints it: ``digits`` decimals (with a sign if asked), ``—`` when not finite."""
+    if not finite(x):
+        return "—"
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
 
 
 @dataclass
@@ -95,11 +99,11 @@ class Summary:
     def cell(self) -> str:
         if self.n == 0:
             return "—"
-        text = _fmt(self.mean)
+        text = fmt(self.mean)
         if self.n >= 2:
-            text += f" ± {_fmt(self.std)}"
+            text += f" ± {fmt(self.std)}"
         if self.ci is not None:
-            text += f" [{_fmt(self.ci[0])}, {_fmt(self.ci[1])}]"
+            text += f" [{fmt(self.ci[0])}, {fmt(self.ci[1])}]"
         return text
 
 
