@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from peanchor.interventions import random_permutation
 from peanchor.models import create_model
-from peanchor.pe import PE_NAMES, PE_REGISTRY, PEContext, create_pe
+from peanchor.pe import PEContext, create_pe
 from peanchor.pe.relative import relative_offset_index
 
 
