@@ -7,7 +7,9 @@ means spatially close tokens are more similar. The paper's estimator averages th
 cosine-similarity matrices over all evaluated images and takes the SSDC of that mean
 (:class:`SSDCAccumulator`, ``mode="mean_similarity"``).
 
-Imports: torch; :mod:`peanchor.metrics.spearman`.
+The grid distances ``D`` are :mod:`peanchor.metrics.grid`.
+
+Imports: torch, numpy; :mod:`peanchor.metrics.grid`, :mod:`peanchor.metrics.spearman`.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from peanchor.metrics.grid import Metric, grid_distances
+from peanchor.metrics.grid import check_grid as _check_grid
+from peanchor.metrics.grid import check_metric as _check_metric
 from peanchor.metrics.spearman import _rank_flat, _uses_numpy, sort_rows_with_payload, tie_runs, to_numpy_rows
 
 __all__ = ["Metric", "Mode", "SSDCAccumulator", "grid_distances", "ssdc"]
 
-Metric = Literal["manhattan", "euclidean"]
 Mode = Literal["mean_similarity", "per_image"]
 
 # Bounds on the temporaries: similarity pairs ranked per chunk, and per-image similarity
@@ -39,48 +43,6 @@ _CPU_SIM_CHUNK_ELEMENTS = 1 << 21
 _NORMALISE_EPS = 1e-12
 # Per-image similarities are multiplied out as the upper triangle in this many row blocks.
 _ROW_BLOCKS = 3
-
-
-def _check_grid(grid: tuple[int, int]) -> tuple[int, int]:
-    try:
-        h, w = grid
-    except (TypeError, ValueError):
-        raise ValueError(f"grid must be a pair (H, W) of positive ints, got {grid!r}") from None
-    if isinstance(h, bool) or isinstance(w, bool) or not all(isinstance(v, int) and v > 0 for v in (h, w)):
-        raise ValueError(f"grid must be a pair (H, W) of positive ints, got {grid!r}")
-    return int(h), int(w)
-
-
-def _check_metric(metric: str) -> str:
-    if metric not in get_args(Metric):
-        raise ValueError(f"metric must be one of {get_args(Metric)}, got {metric!r}")
-    return metric
-
-
-def grid_distances(grid: tuple[int, int], metric: Metric = "manhattan") -> Tensor:
-    """Pairwise distances between the positions of an ``H x W`` token grid, row-major.
-
-    Token ``t`` sits at row ``t // W``, column ``t % W``.
-
-    Returns:
-        float64 CPU tensor ``(N, N)`` with ``N = H * W``.
-
-    >>> grid_distances((2, 2))
-    tensor([[0., 1., 1., 2.],
-            [1., 0., 2., 1.],
-            [1., 2., 0., 1.],
-            [2., 1., 1., 0.]], dtype=torch.float64)
-    >>> grid_distances((1, 3), "euclidean")[0]
-    tensor([0., 1., 2.], dtype=torch.float64)
-    """
-    h, w = _check_grid(grid)
-    _check_metric(metric)
-    t = torch.arange(h * w)
-    coords = torch.stack([t // w, t % w], dim=-1).to(torch.float64)  # (N, 2) (row, col)
-    diff = coords[:, None, :] - coords[None, :, :]  # (N, N, 2)
-    if metric == "manhattan":
-        return diff.abs().sum(dim=-1)  # (N, N)
-    return diff.pow(2).sum(dim=-1).sqrt()  # (N, N)
 
 
 @functools.lru_cache(maxsize=32)
