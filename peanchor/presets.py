@@ -37,6 +37,7 @@ __all__ = [
     "get_preset",
     "preset_help",
     "preset_config",
+    "named_dataset",
     "preset_shifts",
     "resolve_config",
 ]
@@ -194,10 +195,39 @@ def resolve_config(
 ) -> TrainConfig:
     """The preset, then ``cli_overrides`` (dotted key → value; None values are skipped), then ``--set`` items.
 
+    A dataset other than the preset's (``--data``, or ``--set data.name=...``) replaces the preset's data section
+    before anything else is applied (:meth:`~peanchor.data.spec.DataSpec.for_dataset`): the preset's split sizes
+    (the smoke and cpu presets generate 512 or 8,000 scenes) say nothing about another dataset, which is used
+    whole unless ``--set data.train_size=N`` / ``data.val_size=N`` asks for a subset. ``train``, ``reproduce``
+    and (through the run's config) ``analyze`` all resolve their data here.
+
     >>> cfg = resolve_config("smoke", {"model.pe": "rope", "train.seed": 3}, ["optim.lr=3e-4"])
     >>> cfg.model.pe, cfg.train.seed, cfg.optim.lr
     ('rope', 3, 0.0003)
+    >>> cfg = resolve_config("smoke", {"data.name": "imagefolder"}, ["data.val_size=50"])
+    >>> cfg.data.train_size, cfg.data.val_size, cfg.data.img_size
+    (None, 50, 16)
     """
     from peanchor.training.config import apply_overrides
 
-    return apply_overrides(preset_config(preset), cli_overrides, set_items)
+    config = preset_config(preset)
+    name = named_dataset(cli_overrides, set_items)
+    if name is not None:
+        config.data = config.data.for_dataset(name)
+    return apply_overrides(config, cli_overrides, set_items)
+
+
+def named_dataset(cli_overrides: Mapping[str, Any] | None, set_items: list[str] | None) -> str | None:
+    """The dataset the command line names, if any: ``--set data.name=X`` (the last one) over ``--data X``.
+
+    >>> named_dataset({"data.name": "cifar10"}, ["optim.lr=1e-3"]), named_dataset(None, ["data.name=hf"])
+    ('cifar10', 'hf')
+    """
+    from peanchor.training.config import parse_set_item
+
+    name = (cli_overrides or {}).get("data.name")
+    for item in set_items or []:
+        key, value, raw = parse_set_item(item)
+        if key == "data.name":
+            name = value if isinstance(value, str) else raw.strip()
+    return name

@@ -47,6 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     data.add_argument("--data-root", metavar="PATH", help="where that dataset lives")
     data.add_argument("--class-list", metavar="FILE", help="class subset, one WordNet id / class name per line")
     data.add_argument("--images", type=int, metavar="N", help="a deterministic random subset of N evaluation images")
+    data.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="any other dataset key, e.g. --set data.image_column=img --set data.val_size=500 "
+                      "(repeatable; typed like train --set)")  # fmt: skip
     ev = p.add_argument_group("evaluation")
     ev.add_argument("--rpi-draws", type=int, default=1, metavar="K", help="independent RPI permutation streams (mean ± std)")
     ev.add_argument("--per-image", action="store_true", help="SSDC as the mean of per-image SSDCs (default: the paper's "
@@ -191,22 +194,26 @@ def match_classes(model: Any, classes: list[str]) -> None:
 
 
 def data_spec_for(subject: Subject, args: argparse.Namespace) -> Any:
-    """The subject's DataSpec with --data/--data-root/--class-list applied, at the model's resolution."""
+    """The subject's DataSpec with --data/--data-root/--class-list/--set applied, at the model's resolution.
+
+    Another dataset (``--data``) is used whole: the run's split sizes are dropped with the rest of its data
+    section (:meth:`~peanchor.data.spec.DataSpec.for_dataset`, as ``train`` and ``reproduce`` do), and only
+    ``--set data.val_size=N`` subsamples it.
+    """
+    from peanchor.commands.data import with_data_items
     from peanchor.data import DataSpec
 
-    values = subject.spec.to_dict() if subject.spec is not None else DataSpec().to_dict()
-    if args.data and args.data != values.get("name"):
-        # Another dataset: start from its defaults, keep only what describes the model's input.
-        values = {**DataSpec(name=args.data).to_dict(), "img_size": values.get("img_size", DataSpec().img_size)}
-    for key, value in (("root", args.data_root), ("class_list", args.class_list)):
-        if value is not None:
-            values[key] = value
+    spec = subject.spec if subject.spec is not None else DataSpec(name=args.data or DataSpec().name)
+    if args.data:
+        spec = spec.for_dataset(args.data)
     img_size = (getattr(subject.model, "model_args", None) or {}).get("img_size")
     if isinstance(getattr(subject.model, "img_size", None), tuple):  # timm adapter: (rows, cols) in pixels
         img_size = subject.model.img_size[0]
-    if img_size:
-        values["img_size"] = int(img_size)
-    return DataSpec.from_dict(values)
+    for item in args.set:
+        if item.partition("=")[0].strip().removeprefix("data.") == "img_size":
+            raise ConfigError(f"--set {item!r}: analyze evaluates at the model's resolution ({img_size} px)")
+    flags = {"root": args.data_root, "class_list": args.class_list, "img_size": int(img_size) if img_size else None}
+    return with_data_items(spec, flags, list(args.set))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -72,15 +73,27 @@ def _add_imagenet100(actions: argparse._SubParsersAction) -> None:
 
 def data_spec_from_args(args: argparse.Namespace):  # -> peanchor.data.DataSpec
     """The DataSpec for ``prepare``: the flags, then ``--set`` items, type-checked like ``train --set``."""
+    from peanchor.data import DataSpec
+
+    spec = DataSpec()
+    if args.data is not None:
+        spec = spec.for_dataset(args.data)
+    flags = {"root": args.data_root, "class_list": args.class_list, "img_size": args.img_size}
+    return with_data_items(spec, flags, list(args.set))
+
+
+def with_data_items(spec: Any, flags: dict[str, Any], set_items: list[str]) -> Any:  # DataSpec -> DataSpec
+    """``spec`` with dataset keys set, type-checked like ``train --set``: ``flags`` (key → value from the
+    command's own options; None is skipped), then the user's ``--set`` items, which may say ``data.key`` or
+    ``key``."""
     from peanchor.errors import ConfigError
     from peanchor.training.config import TrainConfig, parse_set_item, set_value
 
-    config = TrainConfig()
-    for key, value in (("name", args.data), ("root", args.data_root), ("class_list", args.class_list),
-                       ("img_size", args.img_size)):  # fmt: skip
+    config = TrainConfig(data=spec)
+    for key, value in flags.items():
         if value is not None:
             set_value(config, f"data.{key}", value)
-    for item in args.set:
+    for item in set_items:
         key, value, raw = parse_set_item(item)
         key = key.removeprefix("data.")
         if not key or "." in key:
@@ -92,6 +105,8 @@ def data_spec_from_args(args: argparse.Namespace):  # -> peanchor.data.DataSpec
 
 def run_prepare(args: argparse.Namespace) -> int:
     from peanchor.data import prepare_dataset
+    from peanchor.data.prepared import read_meta
+    from peanchor.weights import few
     from peanchor.errors import ConfigError
 
     if args.workers < 0:
@@ -100,8 +115,14 @@ def run_prepare(args: argparse.Namespace) -> int:
         raise ConfigError(f"--batch-size {args.batch_size}: expected >= 1")
     spec = data_spec_from_args(args)
     out = prepare_dataset(spec, Path(args.out), batch_size=args.batch_size, num_workers=args.workers)
-    print(f"prepared {spec.name} at {spec.img_size} px in {out}; train with: "
+    meta = read_meta(out)
+    counts = ", ".join(f"{n} {split}" for split, n in meta["counts"].items())
+    print(f"prepared {spec.name} at {spec.img_size} px in {out} ({counts} images); train with: "
           f"peanchor train --data prepared --data-root {out} --img-size {spec.img_size}")  # fmt: skip
+    skipped = [name for names in (meta.get("skipped") or {}).values() for name in names]
+    if skipped:
+        print(f"skipped {len(skipped)} unreadable image{'s' if len(skipped) > 1 else ''} (listed in "
+              f"{out / 'meta.json'}): {few(skipped, 5)}")  # fmt: skip
     return 0
 
 

@@ -54,6 +54,20 @@ class DataSpec:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def for_dataset(self, name: str) -> DataSpec:
+        """This spec switched to dataset ``name``: what describes the model's input and the recipe (``img_size``,
+        ``augment``, ``seed``, ``cache_dir``) is kept, everything about the old dataset (its root, class list,
+        split sizes, HF columns) goes back to the defaults. A named dataset is then used whole; only an explicit
+        ``train_size``/``val_size`` afterwards subsamples it.
+
+        >>> spec = DataSpec(name="scenes", img_size=16, train_size=512, augment="flip").for_dataset("imagefolder")
+        >>> spec.name, spec.img_size, spec.augment, spec.train_size, spec.val_size
+        ('imagefolder', 16, 'flip', None, None)
+        """
+        if name == self.name:
+            return dataclasses.replace(self)
+        return DataSpec(name=name, img_size=self.img_size, augment=self.augment, seed=self.seed, cache_dir=self.cache_dir)
+
     def validate(self) -> None:
         if not isinstance(self.img_size, int) or isinstance(self.img_size, bool) or self.img_size < 8:
             raise ConfigError(f"data.img_size={self.img_size!r}: expected an integer >= 8")
