@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pickle
 import warnings
@@ -471,17 +472,42 @@ def fake_imagenet(tmp_path_factory):
     return root, wnids
 
 
-def test_imagenet100_subset_view_follows_list_order(fake_imagenet):
+def test_imagenet100_subset_view_numbers_classes_by_sorted_wnid(fake_imagenet):
     root, wnids = fake_imagenet
     spec = DataSpec(name="imagenet100", root=str(root), class_list=str(CLASS_LIST), img_size=16)
     train, val, info = build_datasets(spec)
-    assert info.classes == wnids and info.num_classes == 100
-    assert wnids != sorted(wnids)  # the list is not alphabetical, so the order is really the list's
+    assert wnids != sorted(wnids)  # the CMC list is not alphabetical ...
+    assert info.classes == sorted(wnids) and info.num_classes == 100  # ... but the labels are, as ImageFolder's
     for path, label in train.samples + val.samples:
-        assert Path(path).parent.name == wnids[label]
+        assert Path(path).parent.name == info.classes[label]
     assert "n00000001" not in {Path(p).parent.name for p, _ in train.samples}
     assert train[0][0].shape == (3, 16, 16)
     assert train.transform is not None and val[0][0].shape == (3, 16, 16)
+
+
+def test_imagenet100_both_layouts_give_a_file_the_same_label(tmp_path):
+    """The subset view of a full ImageNet (an unsorted class list) and the folder `data imagenet100` makes from it
+    label every file alike, so a checkpoint trained on one is scored correctly on the other."""
+    wnids = [f"n{(37 * k) % 101:08d}" for k in range(1, 101)]  # 100 distinct ids, in a scrambled order
+    assert wnids != sorted(wnids)
+    full = tmp_path / "imagenet"
+    for k, wnid in enumerate([*wnids, "n09999999"]):  # and one class the list leaves out
+        for split in ("train", "val"):
+            _write_jpeg(full / split / wnid / f"{wnid}_{split}.JPEG", h=8, w=8, seed=k)
+    class_list = tmp_path / "imagenet100.txt"
+    class_list.write_text("\n".join(wnids) + "\n")
+    view = DataSpec(name="imagenet100", root=str(full), class_list=str(class_list), img_size=8)
+    folder = data.materialize_imagenet100(full, class_list, tmp_path / "in100")
+    copy = DataSpec(name="imagenet100", root=str(folder), img_size=8)
+
+    def labels(spec: DataSpec) -> tuple[list[str], dict[str, int]]:
+        train, val, info = build_datasets(spec)
+        return info.classes, {Path(p).name: y for p, y in train.samples + val.samples}
+
+    (view_classes, view_labels), (copy_classes, copy_labels) = labels(view), labels(copy)
+    assert view_classes == copy_classes == sorted(wnids)
+    assert view_labels == copy_labels and len(view_labels) == 200
+    assert view_labels[f"{wnids[0]}_val.JPEG"] == sorted(wnids).index(wnids[0])
 
 
 def test_imagenet100_full_root_needs_class_list(fake_imagenet):
@@ -566,6 +592,32 @@ def test_prepared_round_trip_equals_eval_pixels(tmp_path):
     assert data.prepare_dataset(spec, out, 16) == out
     with pytest.raises(DataError, match="already holds a prepared dataset"):
         data.prepare_dataset(spec, out, 24)
+
+
+def test_data_prepare_leaves_an_unreadable_image_out_and_names_it(tmp_path, capsys):
+    """`data prepare` stores each readable image once (never the next one again in place of a bad file), and
+    counts and names what it skipped: on the terminal, in a warning, and in meta.json."""
+    from peanchor.cli import main
+
+    src = tmp_path / "src"
+    _make_folder_tree(src)
+    bad = src / "train" / "dog" / "1.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
+    out = tmp_path / "prep"
+    argv = ["data", "prepare", "--data", "imagefolder", "--data-root", str(src), "--img-size", "16", "--out", str(out)]
+    with pytest.warns(UserWarning, match=r"skipping unreadable image .*dog/1\.png"):
+        assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "8 train, 6 val images" in printed and "skipped 1 unreadable image" in printed and str(bad) in printed
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["counts"] == {"train": 8, "val": 6} and meta["skipped"] == {"train": [str(bad)], "val": []}
+    ptrain, _, _ = build_datasets(DataSpec(name="prepared", root=str(out), img_size=16))
+    stored = torch.from_numpy(np.array(ptrain.images))  # (8, 3, 16, 16)
+    assert len({bytes(x.numpy().tobytes()) for x in stored}) == 8  # no image stored twice
+    good = [f for f, _ in build_datasets(DataSpec(name="imagefolder", root=str(src), img_size=16))[0].samples
+            if Path(f) != bad]  # fmt: skip
+    want = torch.stack([v2.Resize((16, 16), antialias=True)(_read(Path(f))) for f in good])
+    assert torch.equal(stored, want) and ptrain.labels.tolist() == [0, 0, 0, 1, 1, 2, 2, 2]
 
 
 def test_prepared_errors(tmp_path):

@@ -116,20 +116,30 @@ class FolderDataset(Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
+    def item_name(self, index: int) -> str:
+        """The file behind item ``index`` (for messages about it)."""
+        return self.samples[index][0]
+
+    def read_item(self, index: int) -> tuple[torch.Tensor, int] | None:
+        """Item ``index``, or None (with a warning naming the file, once) when it cannot be decoded."""
+        if index in self._bad:
+            return None
+        path, label = self.samples[index]
+        try:
+            image = decode_image_file(path)
+        except UnreadableImage as e:
+            self._bad.add(index)
+            warnings.warn(f"skipping unreadable image {path} ({e})", stacklevel=3)
+            return None
+        return self.transform(image), label
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        # Training never stops on a bad file: it gets the next readable image instead.
         n = len(self.samples)
         for step in range(n):
-            i = (index + step) % n
-            if i in self._bad:
-                continue
-            path, label = self.samples[i]
-            try:
-                image = decode_image_file(path)
-            except UnreadableImage as e:
-                self._bad.add(i)
-                warnings.warn(f"skipping unreadable image {path} ({e})", stacklevel=2)
-                continue
-            return self.transform(image), label
+            item = self.read_item((index + step) % n)
+            if item is not None:
+                return item
         raise DataError(f"none of the {n} images (e.g. {self.samples[0][0]}) could be decoded")
 
 

@@ -132,18 +132,28 @@ class HFImageDataset(Dataset):
     def __len__(self) -> int:
         return len(self.rows)
 
+    def item_name(self, index: int) -> str:
+        """The row behind item ``index`` (for messages about it)."""
+        return f"HF row {index}"
+
+    def read_item(self, index: int) -> tuple[torch.Tensor, int] | None:
+        """Item ``index``, or None (with a warning naming the row, once) when its image cannot be decoded."""
+        if index in self._bad:
+            return None
+        try:
+            row = self.rows[index]
+            image = to_uint8_image(row[self.image_column])
+        except (OSError, ValueError, TypeError, SyntaxError) as e:
+            self._bad.add(index)
+            warnings.warn(f"skipping unreadable image in HF row {index} ({e})", stacklevel=3)
+            return None
+        return self.transform(image), int(row[self.label_column])
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        # Training never stops on a bad row: it gets the next readable image instead.
         n = len(self.rows)
         for step in range(n):
-            i = (index + step) % n
-            if i in self._bad:
-                continue
-            try:
-                row = self.rows[i]
-                image = to_uint8_image(row[self.image_column])
-            except (OSError, ValueError, TypeError, SyntaxError) as e:
-                self._bad.add(i)
-                warnings.warn(f"skipping unreadable image in HF row {i} ({e})", stacklevel=2)
-                continue
-            return self.transform(image), int(row[self.label_column])
+            item = self.read_item((index + step) % n)
+            if item is not None:
+                return item
         raise DataError(f"none of the {n} HF rows could be decoded")

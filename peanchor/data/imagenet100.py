@@ -3,10 +3,13 @@
 Two ways to point at it:
 
 (a) ``root`` is an ImageFolder holding exactly the 100 classes (``root/train/<wnid>``,
-    ``root/val/<wnid>``), e.g. made by :func:`materialize_imagenet100`. Classes are sorted.
+    ``root/val/<wnid>``), e.g. made by :func:`materialize_imagenet100`.
 (b) ``root`` is a full ImageNet in the same layout and ``class_list`` a file with one WordNet id
-    per line (``imagenet100.txt``): a view of the listed classes, without copying, with class
-    indices in the order of the list.
+    per line (``imagenet100.txt``): a view of the listed classes, without copying.
+
+Both number the classes the same way: by **sorted WordNet id**, as torchvision's ``ImageFolder`` does, whatever
+order the class list is written in. So a file has the same label in either layout, and a model trained on one
+is evaluated correctly on the other (the CMC list itself is not sorted).
 
 ImageNet's validation images must already be sorted into class folders (``val/<wnid>/*.JPEG``,
 as produced by the usual ``valprep.sh``).
@@ -81,8 +84,9 @@ def imagenet100_samples(root: Path, class_list: str | None, *, train: bool = Tru
                 "for a full ImageNet root also set data.class_list (one WordNet id per line)"
             )
         return imagefolder_samples(root, train=train)
-    wnids = read_class_list(class_list)
-    check_classes(root, wnids, class_list)
+    listed = read_class_list(class_list)
+    check_classes(root, listed, class_list)
+    wnids = sorted(listed)  # the labels of layout (a), see the module docstring
     train_samples = scan_classes(root / "train", wnids) if train else None
     return wnids, train_samples, scan_classes(root / "val", wnids)
 

@@ -3,7 +3,8 @@
 ``prepare_dataset(spec, out_dir)`` writes, per split, ``{split}.npy`` (uint8 ``(N, 3, S, S)``,
 written in place through ``np.lib.format.open_memmap`` into a temporary name, then renamed) and
 ``{split}_labels.npy`` (int64 ``(N,)``), then ``meta.json`` last: a folder without ``meta.json``
-is an interrupted preparation.
+is an interrupted preparation. A file that cannot be decoded is left out (each image is stored once), warned
+about by name, and listed under ``skipped`` in ``meta.json``.
 
 Both splits are stored exactly as the eval split is fed to the model: ``Resize((S, S),
 antialias=True)`` of the decoded image. Training augmentation is applied afterwards, in batches,
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
 from peanchor.data.arrays import ArrayDataset
@@ -39,24 +40,72 @@ VERSION = 1
 SPLITS = ("train", "val")
 
 
-def _write_split(dataset: Dataset, out: Path, split: str, img_size: int, *, batch_size: int, num_workers: int) -> int:
-    n = len(dataset)
+class _EveryItem(Dataset):
+    """``(image, label, readable)`` for each item of ``dataset``, in order. An unreadable file is
+    ``(zeros, -1, False)`` here, where training would substitute the next readable image: a preparation stores
+    each image once and leaves the unreadable ones out."""
+
+    def __init__(self, dataset: Dataset, img_size: int) -> None:
+        self.dataset, self.img_size = dataset, img_size
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def _leaf(self, index: int) -> tuple[Any, int]:
+        dataset = self.dataset
+        while isinstance(dataset, Subset):  # a data.train_size / val_size subset
+            dataset, index = dataset.dataset, int(dataset.indices[index])
+        return dataset, index
+
+    def name(self, index: int) -> str:
+        dataset, i = self._leaf(index)
+        return dataset.item_name(i) if hasattr(dataset, "item_name") else f"item {i}"
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, bool]:
+        dataset, i = self._leaf(index)
+        item = dataset.read_item(i) if hasattr(dataset, "read_item") else dataset[i]  # arrays always decode
+        if item is None:
+            return torch.zeros((3, self.img_size, self.img_size), dtype=torch.uint8), -1, False
+        return item[0], int(item[1]), True
+
+
+def _write_split(
+    dataset: Dataset, out: Path, split: str, img_size: int, *, batch_size: int, num_workers: int
+) -> tuple[int, list[str]]:
+    """Write ``{split}.npy`` and ``{split}_labels.npy``; returns the number of images stored and the names of the
+    unreadable ones left out."""
+    every = _EveryItem(dataset, img_size)
+    n = len(every)
     labels = np.empty(n, dtype=np.int64)
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    skipped: list[str] = []
+    loader = DataLoader(every, batch_size=batch_size, shuffle=False, num_workers=num_workers)
     with atomic_path(out / f"{split}.npy") as tmp:
         images = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(n, 3, img_size, img_size))
-        pos = 0
+        pos = seen = 0
         with tqdm(total=n, desc=f"prepare {split}", unit="img", disable=None) as bar:
-            for batch, target in loader:  # (B, 3, S, S) uint8, (B,)
-                images[pos : pos + len(batch)] = batch.numpy()
-                labels[pos : pos + len(batch)] = target.numpy()
-                pos += len(batch)
+            for batch, target, readable in loader:  # (B, 3, S, S) uint8, (B,), (B,) bool
+                skipped += [every.name(seen + int(i)) for i in torch.nonzero(~readable).flatten()]
+                kept = int(readable.sum())
+                images[pos : pos + kept] = batch[readable].numpy()
+                labels[pos : pos + kept] = target[readable].numpy()
+                pos, seen = pos + kept, seen + len(batch)
                 bar.update(len(batch))
+        if pos == 0:
+            raise DataError(f"none of the {n} images of the {split} split could be decoded (e.g. {skipped[0]})")
+        if pos < n:  # store exactly the readable images: copy them into an array of that length
+            with atomic_path(tmp) as shorter:
+                kept_images = np.lib.format.open_memmap(shorter, mode="w+", dtype=np.uint8,
+                                                        shape=(pos, 3, img_size, img_size))  # fmt: skip
+                for start in range(0, pos, batch_size):
+                    end = min(start + batch_size, pos)
+                    kept_images[start:end] = images[start:end]
+                kept_images.flush()
+                del kept_images
         images.flush()
         del images
     with atomic_path(out / f"{split}_labels.npy") as tmp:
-        np.save(tmp, labels)
-    return n
+        np.save(tmp, labels[:pos])
+    return pos, skipped
 
 
 def prepare_dataset(
@@ -90,9 +139,11 @@ def prepare_dataset(
             f"{existing.get('img_size')} px with other settings; choose another output folder"
         )
     train, val, info = build_datasets(source)
-    counts = {}
+    counts, skipped = {}, {}
     for split, dataset in zip(SPLITS, (train, val)):
-        counts[split] = _write_split(dataset, out, split, size, batch_size=batch_size, num_workers=num_workers)
+        counts[split], skipped[split] = _write_split(
+            dataset, out, split, size, batch_size=batch_size, num_workers=num_workers
+        )
     write_json(
         meta_path,
         {
@@ -102,7 +153,8 @@ def prepare_dataset(
             "classes": info.classes,
             "mean": list(info.mean),
             "std": list(info.std),
-            "counts": counts,
+            "counts": counts,  # images stored per split
+            "skipped": skipped,  # the unreadable files (or HF rows) left out, per split
             "resize": f"Resize(({size}, {size}), antialias=True) for both splits",
             "source": source.to_dict(),
         },
