@@ -37,6 +37,7 @@ __all__ = [
     "check_safetensors_header",
     "extract_state_dict",
     "few",
+    "file_format",
     "load_pickled",
     "load_strict",
     "read_safetensors",
@@ -73,17 +74,38 @@ def _first_line(e: BaseException) -> str:
 # Reading
 
 
-def check_safetensors_header(path: str | os.PathLike[str]) -> None:
-    """Refuse pickles/zip archives and torn files by looking at the raw bytes only."""
-    p = Path(path)
+def _head(p: Path) -> tuple[bytes, int]:
     try:
         size = p.stat().st_size
         with open(p, "rb") as f:
-            head = f.read(9)  # the header length (u64, little-endian), then the header's opening "{"
+            return f.read(9), size  # the header length (u64, little-endian), then the header's opening "{"
     except OSError as e:
         raise CheckpointError(f"cannot read checkpoint {p}: {e.strerror or e}") from e
+
+
+def _plausible_safetensors(head: bytes, size: int) -> bool:
     header_len = struct.unpack("<Q", head[:8])[0] if len(head) >= 8 else -1
-    plausible = 0 <= header_len <= _MAX_HEADER and 8 + header_len <= size and head[8:9] == b"{"
+    return 0 <= header_len <= _MAX_HEADER and 8 + header_len <= size and head[8:9] == b"{"
+
+
+def file_format(path: str | os.PathLike[str]) -> str:
+    """What a weights file is, from its first bytes alone: ``"safetensors"``, ``"zip"`` (``torch.save``'s
+    format), ``"pickle"`` (a legacy ``torch.save`` or a plain pickle) or ``"unknown"``."""
+    head, size = _head(Path(path))
+    if _plausible_safetensors(head, size):
+        return "safetensors"
+    if head[:4] == b"PK\x03\x04":
+        return "zip"
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return "pickle"  # the PROTO opcode of pickle protocols 2-5
+    return "unknown"
+
+
+def check_safetensors_header(path: str | os.PathLike[str]) -> None:
+    """Refuse pickles/zip archives and torn files by looking at the raw bytes only."""
+    p = Path(path)
+    head, size = _head(p)
+    plausible = _plausible_safetensors(head, size)
     # A length whose low byte is 0x80 also starts like a pickle, hence "implausible and pickle-like".
     if not plausible and (head[:2] == b"PK" or head[:1] == b"\x80"):
         raise CheckpointError(
@@ -111,9 +133,22 @@ def read_safetensors(
     return out, metadata
 
 
-def load_pickled(path: str | os.PathLike[str]) -> Any:
-    """``torch.load(path, weights_only=True)``: tensors and plain containers, never code."""
+def load_pickled(path: str | os.PathLike[str], expected: str = "a torch.save file of a state dict") -> Any:
+    """``torch.load(path, weights_only=True)``: tensors and plain containers, never code.
+
+    A file that is not a ``torch.save`` file at all (a safetensors file, random bytes) is refused by its first
+    bytes, with a line naming it and saying what was ``expected``.
+    """
     p = Path(path)
+    kind = file_format(p)
+    if kind == "safetensors":
+        raise CheckpointError(f"{p} is a safetensors file, not a torch.save file; expected {expected}")
+    if kind == "unknown":
+        head, size = _head(p)
+        shown = f"it starts with bytes {head[:8].hex(' ')}" if size else "it is empty"
+        raise CheckpointError(
+            f"{p} is neither a torch.save file (a zip archive or a pickle) nor safetensors ({shown}); expected {expected}"
+        )
     try:
         return torch.load(p, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from safetensors.torch import save_file
 
 from peanchor.checkpoint import load_model, read_metadata
 from peanchor.cli import main
@@ -309,13 +311,44 @@ def test_a_truncated_or_foreign_file_is_a_checkpoint_error(tmp_path):
     with pytest.raises(CheckpointError, match="not a readable torch.save file"):
         load_paper_state_dict(tmp_path / "cut.pt")
     (tmp_path / "text.pt").write_text("hello")
-    with pytest.raises(CheckpointError, match="not a readable torch.save file"):
+    with pytest.raises(CheckpointError, match=r"text\.pt is neither a torch.save file .* nor safetensors"):
         load_paper_state_dict(tmp_path / "text.pt")
     torch.save({"optimizer": {"lr": 1.0}}, tmp_path / "opt.pt")
     with pytest.raises(CheckpointError, match="holds no state dict"):
         load_paper_state_dict(tmp_path / "opt.pt")
     with pytest.raises(CheckpointError, match="does not exist"):
         load_paper_state_dict(tmp_path / "nope.pt")
+
+
+def test_import_paper_names_a_foreign_file_and_what_it_expected(tmp_path, capsys):
+    """Random bytes, an empty file and a safetensors file of other tensors: one line naming the file and saying
+    what `import paper` reads, never "needs unsafe unpickling"; nothing is written."""
+    (tmp_path / "random.pt").write_bytes(bytes(range(7, 256)) * 16)
+    (tmp_path / "empty.pt").write_bytes(b"")
+    save_file({"w": torch.zeros(3)}, str(tmp_path / "other.safetensors"))
+    cases = {
+        "random.pt": r"random\.pt is neither a torch.save file .*it starts with bytes 07 08 09 .*expected one of the "
+        r"paper's released checkpoints",
+        "empty.pt": r"empty\.pt is neither a torch.save file .*it is empty.*expected one of the paper's released",
+        "other.safetensors": r"other\.safetensors: the checkpoint has no 'patcher\.conv\.weight': not the paper's "
+        r"ViT layout \(expected patcher\.conv\.\*, cls_token",
+    }
+    for name, pattern in cases.items():
+        out = tmp_path / f"run-{name}"
+        assert main(["import", "paper", str(tmp_path / name), "--condition", "ape", "--out", str(out)]) != 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("peanchor: error: ") and "unpickling" not in err[0], err
+        assert re.search(pattern, err[0]), err[0]
+        assert not out.exists()
+
+
+def test_import_paper_reads_the_same_tensors_saved_as_safetensors(tmp_path, images):
+    sd = paper_state_dict("rope", **SMALL)
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(tmp_path / "rope1_imagenet_100_60.safetensors"))
+    assert main(["import", "paper", str(tmp_path / "rope1_imagenet_100_60.safetensors"), "--out", str(tmp_path / "run")]) == 0
+    with torch.no_grad():
+        got = load_model(tmp_path / "run")(images)
+    torch.testing.assert_close(got.double(), reference_logits(sd, "rope", images, 8), rtol=1e-5, atol=1e-5)
 
 
 def test_a_bare_or_wrapped_state_dict_is_accepted(tmp_path, images):

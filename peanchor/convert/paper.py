@@ -2,9 +2,10 @@
 writes: :mod:`peanchor.convert.paper_run`).
 
 The author's checkpoints are ``torch.save`` dicts named like ``{condition}{n}_imagenet_100_60`` whose
-``"model"`` entry is a state dict in the layout of their ``VisionTransformer`` (PAPER.md, "The paper's
+``"model"`` entry is a state dict in the layout of their ``VisionTransformer`` (docs/study.md, "The paper's
 released checkpoints"). :func:`load_paper_state_dict` reads one **without unpickling arbitrary objects**
-(``torch.load(weights_only=True)`` only) and :func:`convert_paper_state_dict` maps it onto
+(``torch.load(weights_only=True)`` only; the same tensors saved as safetensors are read too) and
+:func:`convert_paper_state_dict` maps it onto
 ``create_model("vit_paper", ...)``.
 
 Their key → our key (``i`` = block):
@@ -58,7 +59,15 @@ from peanchor.conditions import PAPER_CHECKPOINTS
 from peanchor.errors import CheckpointError
 from peanchor.models import VisionTransformer, create_model
 from peanchor.pe.absolute import sincos_2d
-from peanchor.weights import extract_state_dict, few, load_pickled, load_strict, strip_wrapper_prefixes
+from peanchor.weights import (
+    extract_state_dict,
+    few,
+    file_format,
+    load_pickled,
+    load_strict,
+    read_safetensors,
+    strip_wrapper_prefixes,
+)
 
 # The paper's condition names (the prefix of its checkpoint files) and the PE each one is.
 CONDITIONS: tuple[str, ...] = tuple(PAPER_CHECKPOINTS)
@@ -81,17 +90,32 @@ SpeTableMode = Literal["check", "as-ape"]
 # Reading the file
 
 
+# What `peanchor import paper` reads, for the messages that refuse anything else.
+EXPECTED_FILE = (
+    "one of the paper's released checkpoints (a torch.save dict whose 'model' entry is the state dict, or a bare "
+    "state dict), or a .safetensors file of that state dict"
+)
+LAYOUT_KEYS = (
+    "patcher.conv.*, cls_token, pos_embedding.weight, encoder_layers.{i}.*, feed_forward.{i}.*, final_feed_forward.*"
+)
+
+
 def load_paper_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
-    """The state dict inside ``path``: a ``torch.save`` dict with ``"model"``, or a bare state dict.
+    """The state dict inside ``path``: a ``torch.save`` dict with ``"model"``, a bare state dict, or the same
+    tensors saved as safetensors.
 
     Only ``torch.load(weights_only=True)`` is used: a file that needs arbitrary unpickling (any class
     or callable outside torch's allow-list) is refused with a :class:`CheckpointError` before any of
-    its code runs (see :mod:`peanchor.weights`).
+    its code runs (see :mod:`peanchor.weights`). A file that is neither (random bytes) is refused by its
+    first bytes, naming the file and what was expected.
     """
     p = Path(path)
     if not p.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist" if not p.exists() else f"{path} is not a file")
-    return extract_state_dict(load_pickled(p), p, _NESTED_KEYS)
+    if file_format(p) == "safetensors":
+        tensors, _ = read_safetensors(p)
+        return strip_wrapper_prefixes(tensors)
+    return extract_state_dict(load_pickled(p, EXPECTED_FILE), p, _NESTED_KEYS)
 
 
 def condition_from_name(path: str | os.PathLike[str]) -> tuple[str | None, int | None]:
@@ -134,7 +158,7 @@ class PaperArch:
 
 def _shape(sd: dict[str, Tensor], key: str) -> tuple[int, ...]:
     if key not in sd:
-        raise CheckpointError(f"the checkpoint has no {key!r}: not the paper's ViT layout")
+        raise CheckpointError(f"the checkpoint has no {key!r}: not the paper's ViT layout (expected {LAYOUT_KEYS})")
     return tuple(sd[key].shape)
 
 
@@ -146,7 +170,8 @@ def infer_arch(sd: dict[str, Tensor], condition: str, num_heads: int | None = No
     d, patch = conv[0], conv[2]
     blocks = {int(m.group(1)) for k in sd if (m := re.match(r"encoder_layers\.(\d+)\.", k))}
     if not blocks:
-        raise CheckpointError("the checkpoint has no encoder_layers.{i}.* keys: not the paper's ViT layout")
+        raise CheckpointError(f"the checkpoint has no encoder_layers.{{i}}.* keys: not the paper's ViT layout "
+                              f"(expected {LAYOUT_KEYS})")
     depth = max(blocks) + 1
     pos = _shape(sd, "pos_embedding.weight")
     n = pos[0] - 1

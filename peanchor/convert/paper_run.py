@@ -110,7 +110,10 @@ def import_paper(
     out = Path(out_dir)
     _refuse_foreign_run_dir(out)  # before reading a large file for nothing
     sd = load_paper_state_dict(src)
-    conv = convert_paper_state_dict(sd, condition, num_heads=num_heads, spe_table=spe_table)
+    try:
+        conv = convert_paper_state_dict(sd, condition, num_heads=num_heads, spe_table=spe_table)
+    except CheckpointError as e:  # say which file does not fit
+        raise CheckpointError(f"{src}: {e}") from None
     sha = file_sha256(src)
     config = _train_config(conv, replicate or 0)
     config_text = config.to_yaml()
