@@ -168,6 +168,7 @@ class AnalysisResult(Measures):
     settings: AnalysisSettings
     severity_shifts: dict[str, list[dict[str, Any]]] | None = _optional()
     severity_table: str | None = _optional()
+    shift_sources: dict[str, str] | None = _optional()  # shift name → "preset cpu", "--shift jpeg:quality=10", ...
     source: dict[str, Any] = field(default_factory=dict)  # where the model and the data came from
 
 
@@ -250,6 +251,7 @@ class Results:
     compute_seconds: float = 0.0
     versions: dict[str, str] = field(default_factory=dict)
     severity_table: str | None = _optional()
+    shift_sources: dict[str, str] | None = _optional()  # shift name → where it came from (preset, --shift, rule)
     analysis: dict[str, Any] | None = _optional()  # the grid's analysis plan
 
 

@@ -7,11 +7,12 @@ import json
 import re
 
 import pytest
-
+from PIL import Image
 from scipy import stats
 
 from peanchor.errors import PeanchorError
 from peanchor.report import build_report, render_markdown, write_report
+from peanchor.report.figures import make_figures
 from peanchor.report.summary import correlation_points, delta_fs_correlation
 from peanchor.results import read_results, results_from_dict, write_results
 
@@ -135,6 +136,36 @@ def test_generated_prose_follows_the_numbers():
     flipped = markdown(results)
     assert "FS (jpeg) is lowest, i.e. most robust, for `none`" in flipped
     assert "0 of 1 other conditions have a lower mean FS (jpeg) than `none`" in flipped
+
+
+def test_every_measured_shift_is_in_every_table(tmp_path, written):
+    """A shift beyond the paper's two (here `--shift contrast:...`) appears in the per-condition, α-sweep, severity,
+    paired and per-model tables, in the shifts table with its source, and in the figures' panels."""
+    results = synthetic_results()
+    results["shifts"]["contrast"] = {"kind": "contrast", "factor": 0.3}
+    results["shift_sources"] = {"jpeg": "preset cpu", "blur": "preset cpu", "contrast": "--shift contrast:factor=0.3"}
+    for m in results["models"]:
+        m["fragility"]["contrast"] = round(m["fragility"]["blur"] + 0.2, 4)
+        m["acc"]["contrast"] = round(m["clean_acc"] * (1 - m["fragility"]["contrast"]), 4)
+        m["severities"]["contrast"] = [m["clean_acc"] - 0.03 * s for s in range(1, 6)]
+    for p in results["alpha_sweep"]:
+        p["fragility"]["contrast"], p["acc"]["contrast"] = 0.4, 0.5
+    md = markdown(results)
+    assert "| condition | n | clean acc | FS jpeg | FS blur | FS contrast | max SSDC (RPI) | ΔSSDC |" in md
+    assert "| condition | α | n | ΔSSDC | clean acc | FS jpeg | FS blur | FS contrast |" in md
+    assert "| model | condition | seed | clean acc | FS jpeg | FS blur | FS contrast |" in md
+    assert "| contrast | contrast(factor=0.3) | --shift contrast:factor=0.3 | — |" in md
+    assert "| blur | blur(kernel_size=7, sigma=0.7) | preset cpu | blur(kernel_size=5, sigma=2.5) |" in md
+    assert re.search(r"\| ape \| contrast \| 2 \| -0\.229 \|", md)  # paired against none
+    assert re.search(r"\| ape \| contrast \| 2 \| 0\.\d+ ± ", md)  # severity table
+    assert "FS (contrast) is lowest" in md
+    # the figures: one α-sweep panel and one severity panel per shift
+    figures = {f.key: f for f in make_figures(results_from_dict(results), tmp_path)}
+
+    with Image.open(figures["alpha_sweep"].png) as four, Image.open(figures["severity_curves"].png) as three:
+        with Image.open(written[0] / "figures" / "alpha_sweep.png") as fewer:  # jpeg and blur only
+            assert four.width > fewer.width * 1.2  # ΔSSDC + 3 FS panels against ΔSSDC + 2
+        assert three.width > 2.5 * three.height
 
 
 def test_single_seed_and_missing_optional_parts(tmp_path):

@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -64,11 +64,11 @@ __all__ = [
     "PAPER_SHIFTS",
     "SEVERITY_TABLES",
     "SHIFT_KINDS",
+    "SHIFT_PARAMS",
     "TABLE_RESOLUTION",
     "Shift",
     "ShiftKind",
     "default_blur_kernel_size",
-    "evaluation_shifts",
     "paper_shifts",
     "paper_shifts_source",
     "severity_table",
@@ -79,7 +79,7 @@ ShiftKind = Literal["jpeg", "blur", "gaussian_noise", "contrast", "pixelate"]
 SHIFT_KINDS: tuple[str, ...] = get_args(ShiftKind)
 
 # Which parameters each kind takes, in the order they appear in names and descriptions.
-_PARAMS: dict[str, tuple[str, ...]] = {
+SHIFT_PARAMS: dict[str, tuple[str, ...]] = {
     "jpeg": ("quality",),
     "blur": ("kernel_size", "sigma"),
     "gaussian_noise": ("sigma", "seed"),
@@ -181,9 +181,9 @@ class Shift:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in _PARAMS:
+        if self.kind not in SHIFT_PARAMS:
             raise ConfigError(f"unknown shift kind {self.kind!r}; expected one of {', '.join(SHIFT_KINDS)}")
-        allowed = _PARAMS[self.kind]
+        allowed = SHIFT_PARAMS[self.kind]
         for p in _ALL_PARAMS:
             if p not in allowed and getattr(self, p) is not None:
                 raise ConfigError(f"shift {self.kind!r} takes {', '.join(allowed)}; got {p}={getattr(self, p)!r}")
@@ -230,7 +230,7 @@ class Shift:
 
     def describe(self) -> dict[str, Any]:
         """``{"kind": ..., <its parameters>}``: JSON-able, and :meth:`from_dict` rebuilds the shift."""
-        return {"kind": self.kind, **{p: getattr(self, p) for p in _PARAMS[self.kind]}}
+        return {"kind": self.kind, **{p: getattr(self, p) for p in SHIFT_PARAMS[self.kind]}}
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any]) -> Shift:
@@ -243,10 +243,14 @@ class Shift:
         return cls(**spec)
 
     def resolved(self, img_size: int) -> Shift:
-        """This shift with every size-dependent default fixed for ``img_size`` px images."""
+        """This shift with every size-dependent default fixed for ``img_size`` px images; a blur kernel too large
+        for them is a :class:`ConfigError` (found here, before a long run, rather than at the first batch)."""
         if self.kind == "blur" and self.kernel_size is None:
             assert self.sigma is not None
             return dataclasses.replace(self, kernel_size=default_blur_kernel_size(self.sigma, img_size))
+        if self.kind == "blur" and self.kernel_size is not None and self.kernel_size // 2 >= img_size:
+            raise ConfigError(f"blur kernel_size {self.kernel_size} is too large for {img_size} px images "
+                              f"(needs kernel_size // 2 < {img_size})")  # fmt: skip
         return self
 
     # ---- application -----------------------------------------------------------------------
@@ -357,18 +361,6 @@ def paper_shifts(img_size: int) -> dict[str, Shift]:
         "jpeg": Shift("jpeg", quality=int(table["jpeg"][2])),
         "blur": Shift("blur", sigma=float(table["blur"][2])).resolved(img_size),
     }
-
-
-def evaluation_shifts(specs: Mapping[str, Mapping[str, Any]] | None, img_size: int) -> dict[str, Shift]:
-    """The shifts a model is measured under: ``specs`` (a preset's descriptions, see
-    :func:`peanchor.presets.preset_shifts`) or, without them, the resolution rule :func:`paper_shifts`.
-
-    >>> evaluation_shifts({"jpeg": {"kind": "jpeg", "quality": 30}}, 32)["jpeg"].quality, list(evaluation_shifts(None, 32))
-    (30, ['jpeg', 'blur'])
-    """
-    if specs is None:
-        return paper_shifts(img_size)
-    return {name: Shift.from_dict(dict(spec)) for name, spec in specs.items()}
 
 
 def severity_table(img_size: int, kinds: Iterable[str] | None = None) -> dict[str, list[Shift]]:

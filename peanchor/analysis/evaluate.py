@@ -59,7 +59,6 @@ __all__ = ["DEFAULT_ALPHAS", "evaluate_model"]
 # The paper's grid (1.0, 0.9, ..., 0.1) plus α = 0 (no positional information at all).
 DEFAULT_ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))
 
-SEVERITY_KINDS: tuple[str, ...] = ("jpeg", "blur")
 CI_LEVEL = 0.95
 
 
@@ -132,7 +131,8 @@ def evaluate_model(
         seed: draw ``k`` uses a generator seeded with ``seed + k``; also seeds the bootstrap.
         ssdc_mode, metric: passed to :class:`SSDCAccumulator` (paper defaults).
         bootstrap: replicates for per-layer confidence intervals over images (0: none).
-        severities: also measure the severity 1–5 sweeps of JPEG and blur (α = 1).
+        severities: also measure the severity 1–5 sweeps (α = 1) of every kind in ``shifts``, from the table for
+            the images' resolution (:func:`~peanchor.analysis.corruptions.severity_table`).
         cache: where corrupted sets are memoised; share one across models to corrupt only once.
 
     Returns:
@@ -157,7 +157,9 @@ def evaluate_model(
     shifts = dict(paper_shifts(evalset.img_size) if shifts is None else shifts)
     if not shifts:
         raise ConfigError("evaluate_model needs at least one shift")
-    severity_shifts = severity_table(evalset.img_size, SEVERITY_KINDS) if severities else {}
+    # The severity sweeps: every measured kind, from the table for this resolution (each kind has one).
+    kinds = list(dict.fromkeys(s.kind for s in shifts.values()))
+    severity_shifts = severity_table(evalset.img_size, kinds) if severities else {}
     dev = _resolve_device(device)
     cache = cache if cache is not None else CorruptedCache(progress=progress)
 

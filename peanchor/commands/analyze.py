@@ -1,6 +1,6 @@
 """``peanchor analyze``: SSDC per layer (normal and under RPI), ΔSSDC, accuracy and Fragility Score under
-the shifts of the run's preset (a model without one: the resolution rule of ``paper_shifts``), and the α sweep,
-for one trained model.
+the shifts of the run's preset (a model without one: the resolution rule of ``paper_shifts``; ``--shift`` replaces
+or adds one, see :mod:`peanchor.analysis.shift_specs`), and the α sweep, for one trained model.
 
 The model and its data come from a *subject*: today a run directory (``peanchor train`` or
 ``peanchor import``). :func:`resolve_subject` is the one place that turns arguments into a model
@@ -23,15 +23,24 @@ from typing import Any
 
 from peanchor.errors import ConfigError
 
+# The --shift help of analyze and reproduce, written out here so that building the parser does not import torch
+# (a test checks that it names every kind and parameter of peanchor.analysis.shift_specs).
+SHIFT_HELP = (
+    "KIND:key=value[,key=value], repeatable; replaces the preset's shift of that kind or adds one: "
+    "jpeg:quality=Q, blur:sigma=S[,kernel_size=K], gaussian_noise:sigma=S[,seed=N], contrast:factor=F, "
+    "pixelate:factor=F, or KIND:severity=1..5 (the ImageNet-C-style table for the model's resolution), "
+    "e.g. --shift jpeg:quality=10 --shift blur:sigma=1.5,kernel_size=9"
+)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "analyze",
         help="measure SSDC (normal / RPI), ΔSSDC, Fragility Scores and the α sweep of a trained model",
         description="Evaluate one model: SSDC per layer with and without random permutation at inference (RPI), "
-        "ΔSSDC = SSDC_RPI(layer 1) - SSDC_RPI(layer 0), top-1 accuracy clean and under the preset's JPEG and blur "
-        "shifts, the Fragility Score 1 - acc/clean, and for scalable PEs (ape, sincos, rope, ...) the PE-scale "
-        "(α) sweep. Writes analysis.json and analysis.csv (tidy, long format).",
+        "ΔSSDC = SSDC_RPI(layer 1) - SSDC_RPI(layer 0), top-1 accuracy clean and under the preset's shifts (JPEG and "
+        "blur; --shift changes or adds one), the Fragility Score 1 - acc/clean, and for scalable PEs (ape, sincos, "
+        "rope, ...) the PE-scale (α) sweep. Writes analysis.json and analysis.csv (tidy, long format).",
     )
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run directory (from peanchor train or import)")
     p.add_argument("--out", metavar="DIR", help="where to write analysis.json/.csv (default: RUN_DIR/analysis, "
@@ -57,7 +66,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     ev.add_argument("--euclidean", action="store_true", help="Euclidean grid distance (default: Manhattan, the paper's)")
     ev.add_argument("--bootstrap", type=int, default=0, metavar="R", help="bootstrap replicates for per-layer SSDC "
                     "confidence intervals over images (default: 0, none)")  # fmt: skip
-    ev.add_argument("--severities", action="store_true", help="also the JPEG and blur severity 1-5 sweeps")
+    ev.add_argument("--shift", action="append", default=[], metavar="KIND:K=V[,K=V]", help=SHIFT_HELP)
+    ev.add_argument("--severities", action="store_true", help="also the severity 1-5 sweep of every measured kind "
+                    "(the ImageNet-C-style table for the model's resolution)")  # fmt: skip
     ev.add_argument("--alphas", metavar="LIST", help="PE scales for the α sweep, e.g. 1,0.5,0 (default: 1.0, 0.9, ..., 0.0)")
     ev.add_argument("--no-alpha", action="store_true", help="skip the α sweep")
     ev.add_argument("--batch-size", type=int, metavar="N", help="evaluation batch size (default: the run's eval batch size)")
@@ -217,11 +228,10 @@ def data_spec_for(subject: Subject, args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from peanchor.analysis.corruptions import evaluation_shifts
     from peanchor.analysis.evalset import EvalSet
     from peanchor.analysis.evaluate import DEFAULT_ALPHAS, evaluate_model
+    from peanchor.analysis.shift_specs import measured_shifts, parse_shift_specs
     from peanchor.results import write_analysis
-    from peanchor.presets import preset_shifts
 
     if args.rpi_draws < 1:
         raise ConfigError(f"--rpi-draws {args.rpi_draws}: expected >= 1")
@@ -232,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size {args.batch_size}: expected >= 1")
     alphas = [] if args.no_alpha else (parse_alphas(args.alphas) if args.alphas else list(DEFAULT_ALPHAS))
+    shift_specs = parse_shift_specs(args.shift)
     subject = resolve_subject(args)
     out = Path(args.out) if args.out else subject.default_out
     if out is None:
@@ -243,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
     if subject.normalization is not None:
         info = dataclasses.replace(info, mean=tuple(subject.normalization[0]), std=tuple(subject.normalization[1]))
         match_classes(subject.model, list(info.classes))
-    shifts = evaluation_shifts(preset_shifts(subject.preset, evalset.img_size), evalset.img_size)
+    shifts, shift_sources = measured_shifts(subject.preset, evalset.img_size, shift_specs)
     result = evaluate_model(
         subject.model, evalset, info, shifts=shifts, alphas=alphas, rpi_draws=args.rpi_draws, seed=args.seed,
         ssdc_mode="per_image" if args.per_image else "mean_similarity",
@@ -251,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size or subject.eval_batch_size or 256, device=args.device, progress=progress,
     )  # fmt: skip
     result.source = {**subject.source, "data": spec.to_dict()}
+    result.shift_sources = shift_sources
     path = write_analysis(result, out)
     print(summary_text(result, subject.name))
     print(f"wrote {path} and {path.with_suffix('.csv')}")

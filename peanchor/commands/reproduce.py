@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from peanchor.commands.analyze import SHIFT_HELP
 from peanchor.conditions import DEFAULT_CONDITIONS
 from peanchor.presets import PRESET_NAMES, PRESETS, preset_help
 
@@ -23,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "reproduce",
         help="train + analyse every condition and seed, then write results.json and the report (resumable)",
         description="Reproduce the study on a grid of conditions × seeds: each cell is trained into "
-        "OUT/runs/<condition>-s<seed> and analysed (SSDC normal/RPI, ΔSSDC, FS under JPEG and blur, the α sweep for "
+        "OUT/runs/<condition>-s<seed> and analysed (SSDC normal/RPI, ΔSSDC, FS under the preset's shifts and any "
+        "--shift, the α sweep for "
         "ape/sincos/rope/rope_mixed), then OUT/results.json and OUT/report.md/.html are written. Incremental: "
         "finished cells are reused. A failed cell is reported and the others go on (exit code 1 at the end).",
     )
@@ -42,7 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "final steps, then exit")
     p.add_argument("--shard", metavar="I/N", help="run only shard I of N (1-based, round-robin over cells); the "
                    "report is written by `peanchor report OUT` once every shard is done")
-    p.add_argument("--severities", action="store_true", help="also measure the JPEG and blur severity 1-5 sweeps")
+    p.add_argument("--shift", action="append", default=[], metavar="KIND:K=V[,K=V]",
+                   help=SHIFT_HELP + "; changing the shifts analyses every cell again (trained runs are reused)")
+    p.add_argument("--severities", action="store_true", help="also measure the severity 1-5 sweep of every measured "
+                   "kind (the ImageNet-C-style table for the preset's resolution)")  # fmt: skip
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config key for every cell (e.g. optim.lr=3e-4), or for one condition "
                    "with a prefix (e.g. ape:optim.pe_lr_mult=10); repeatable")
@@ -69,6 +74,7 @@ def options_from_args(args: argparse.Namespace):  # -> ReproduceOptions
         data_root=args.data_root,
         class_list=args.class_list,
         set_items=list(args.set),
+        shifts=list(args.shift),
         severities=args.severities,
         shard=parse_shard(args.shard) if args.shard else (1, 1),
         device=args.device,
@@ -86,6 +92,8 @@ def _echo_args(args: argparse.Namespace) -> list[str]:
                         ("--device", args.device)):  # fmt: skip
         if value is not None:
             out += [flag, str(value)]
+    for spec in args.shift:
+        out += ["--shift", spec]
     if args.severities:
         out.append("--severities")
     for item in args.set:

@@ -5,7 +5,8 @@ It reads result files only (the manifest ``reproduce.json``, each cell's ``summa
 with an analysis is a model; one whose last attempt failed is listed under ``failed``; one never analysed under
 ``missing``.
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.grid.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.presets`.
+Imports: :mod:`peanchor.results`, :mod:`peanchor.grid.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.analysis`
+(the planned shifts).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 from peanchor.conditions import parse_condition, parse_conditions
 from peanchor.errors import SchemaError
 from peanchor.grid.cells import Cell, grid_cells
-from peanchor.presets import preset_shifts
 from peanchor.results import (
     ANALYSIS_JSON,
     RESULTS_JSON,
@@ -91,11 +91,13 @@ def _cells_from_manifest(out: Path, manifest: dict[str, Any] | None) -> tuple[li
     return cells, inferred
 
 
-def _planned_shifts(preset: str | None, img_size: int) -> dict[str, dict[str, Any]]:
-    """The shifts an analysis of this grid would use (for a results.json written before any analysis)."""
-    from peanchor.analysis.corruptions import evaluation_shifts
+def _planned_shifts(preset: str | None, img_size: int, specs: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The shifts an analysis of this grid would use, and their sources (for a results.json written before any
+    analysis)."""
+    from peanchor.analysis.shift_specs import measured_shifts, parse_shift_specs
 
-    return {k: s.describe() for k, s in evaluation_shifts(preset_shifts(preset, img_size), img_size).items()}
+    shifts, sources = measured_shifts(preset, img_size, parse_shift_specs(specs))
+    return {k: s.describe() for k, s in shifts.items()}, sources
 
 
 def assemble_results(out: str | Path, wall_seconds: float | None = None) -> Results:
@@ -124,7 +126,8 @@ def assemble_results(out: str | Path, wall_seconds: float | None = None) -> Resu
             results.missing.append(cell.name)
             continue
         analysis = read_analysis(analysis_file)
-        results.shifts = results.shifts or analysis.shifts
+        if not results.shifts:
+            results.shifts, results.shift_sources = analysis.shifts, analysis.shift_sources
         results.severity_table = results.severity_table or analysis.severity_table
         train = TrainSummary(val_acc=summary.get("val_acc"), seconds=summary.get("seconds"), epochs=summary.get("epochs"))
         compute += float(train.seconds or 0.0) + float(analysis.seconds or 0.0)
@@ -135,7 +138,8 @@ def assemble_results(out: str | Path, wall_seconds: float | None = None) -> Resu
     data = meta.get("data") or {}
     results.dataset, results.img_size = data.get("name"), data.get("img_size")
     if not results.shifts and isinstance(results.img_size, int):  # no analysis yet: the shifts it would use
-        results.shifts = _planned_shifts(results.preset, results.img_size)
+        results.shifts, results.shift_sources = _planned_shifts(results.preset, results.img_size,
+                                                                list(meta.get("shifts") or []))  # fmt: skip
     results.compute_seconds = compute
     results.versions = _versions()
     results.analysis = meta.get("analysis") or None

@@ -1,7 +1,9 @@
-"""What a ``peanchor reproduce`` invocation asks for: :class:`ReproduceOptions` (preset, grid, data, ``--set``, shard,
-device, jobs), each cell's training config, and ``--list`` (the ``peanchor train`` command of every cell).
+"""What a ``peanchor reproduce`` invocation asks for: :class:`ReproduceOptions` (preset, grid, data, ``--set``,
+``--shift``, shard, device, jobs), each cell's training config, and ``--list`` (the ``peanchor train`` command of
+every cell).
 
-Imports: :mod:`peanchor.grid.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.presets`.
+Imports: :mod:`peanchor.grid.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.presets`, :mod:`peanchor.analysis`
+(``--shift``, when checked).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class ReproduceOptions:
     data_root: str | None = None
     class_list: str | None = None
     set_items: list[str] = field(default_factory=list)
+    shifts: list[str] = field(default_factory=list)  # --shift specs (peanchor.analysis.shift_specs)
     severities: bool = False
     shard: tuple[int, int] = (1, 1)
     device: str | None = None
@@ -69,6 +72,12 @@ class ReproduceOptions:
         if self.jobs < 1:
             raise ConfigError(f"--jobs {self.jobs}: expected >= 1")
         self.out = Path(self.out) if self.out is not None else Path("runs") / f"reproduce-{self.preset}"
+        self.shift_specs()  # a bad --shift fails here, before anything is trained
+
+    def shift_specs(self) -> list[Any]:  # -> list[ShiftSpec]
+        from peanchor.analysis.shift_specs import parse_shift_specs
+
+        return parse_shift_specs(self.shifts)
 
     @property
     def out_dir(self) -> Path:

@@ -1,10 +1,11 @@
 """One cell, start to finish: train it (or reuse the finished run), then analyse it (or reuse its analysis).
 
 Whether a stored analysis can be reused is decided here and nowhere else (:func:`reusable`): it must be of this
-schema, made from the same weights, on the same evaluation data, with the same settings, α grid and shifts.
+schema, made from the same weights, on the same evaluation data, with the same settings, α grid and shifts (a
+``--shift`` that changes one, adds one or is dropped again means analysing again).
 
 Imports: :mod:`peanchor.training`, :mod:`peanchor.checkpoint`, :mod:`peanchor.analysis`, :mod:`peanchor.results`,
-:mod:`peanchor.presets`, :mod:`peanchor.grid.options` (torch-heavy ones inside the functions that use them).
+:mod:`peanchor.grid.options` (torch-heavy ones inside the functions that use them).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any
 from peanchor.errors import PeanchorError, SchemaError
 from peanchor.grid.cells import Cell
 from peanchor.grid.options import ReproduceOptions
-from peanchor.presets import preset_shifts
 from peanchor.results import ANALYSIS_JSON, AnalysisResult, read_analysis
 
 __all__ = ["AnalysisRequest", "Evaluation", "attempt", "eval_data_key", "reusable", "stderr_log"]
@@ -64,7 +64,7 @@ class AnalysisRequest:
     data: dict[str, Any]  # the evaluation data spec (eval_data_key of it)
     max_images: int | None
     alphas: list[float]  # [] for a model trained with RPT (the sweep is for models trained with a PE)
-    shifts: dict[str, dict[str, Any]]  # name → description: the preset's, or the resolution rule's
+    shifts: dict[str, dict[str, Any]]  # name → description: the preset's or the resolution rule's, with --shift
     rpi_draws: int
     seed: int
     severities: bool
@@ -106,8 +106,8 @@ def _run_cell(
 ) -> None:
     """Train (or reuse) and analyse (or reuse) one cell, filling ``status`` as it goes (its ``stage``
     says where an exception came from)."""
-    from peanchor.analysis.corruptions import evaluation_shifts
     from peanchor.analysis.evaluate import evaluate_model
+    from peanchor.analysis.shift_specs import measured_shifts
     from peanchor.checkpoint import load_model, model_digest
     from peanchor.results import write_analysis
     from peanchor.training.loop import train
@@ -127,7 +127,7 @@ def _run_cell(
     status["stage"] = "analyze"
     plan = options.plan
     img_size = config.data.img_size
-    shifts = evaluation_shifts(preset_shifts(config.preset, img_size), img_size)
+    shifts, shift_sources = measured_shifts(config.preset, img_size, options.shift_specs())
     wanted = AnalysisRequest(
         digest=model_digest(run_dir), data=config.data.to_dict(), max_images=plan.max_images,
         alphas=list(plan.alphas) if not cell.condition.rpt else [],
@@ -150,6 +150,7 @@ def _run_cell(
             "kind": "run_dir", "run_dir": str(run_dir), "model_digest": wanted.digest, "model_args": model.model_args,
             "condition": cell.condition.name, "seed": cell.seed, "data": wanted.data, "max_images": plan.max_images,
         }  # fmt: skip
+        result.shift_sources = shift_sources
         write_analysis(result, run_dir / "analysis")
         status["analyzed"] = True
         log(f"{cell.name}: analysed, {result.forward_passes} passes in {result.seconds:.1f} s "

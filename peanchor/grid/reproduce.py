@@ -75,6 +75,7 @@ def _manifest(options: ReproduceOptions) -> dict[str, Any]:
         "seeds": list(range(options.seeds or 1)),
         "data": first.data.to_dict(),
         "set": list(options.set_items),
+        "shifts": list(options.shifts),
         "analysis": {"alphas": list(plan.alphas), "max_images": plan.max_images, "rpi_draws": plan.rpi_draws,
                      "seed": plan.seed, "batch_size": plan.batch_size or first.train.eval_batch_size,
                      "severities": options.severities},
@@ -84,14 +85,18 @@ def _manifest(options: ReproduceOptions) -> dict[str, Any]:
 def _preflight(options: ReproduceOptions, cells: Sequence[Cell]) -> None:
     """Refuse, before anything under OUT is touched, what would make every cell fail the same way:
     a run directory that holds a different config (e.g. a rerun with another ``--set``), or data that
-    cannot be read (a missing ``--data-root``). Per-cell failures (a diverging run) are recorded instead."""
+    cannot be read (a missing ``--data-root``), a ``--shift`` that does not fit the images. Per-cell failures (a
+    diverging run) are recorded instead."""
     from peanchor.data import build_eval_dataset
     from peanchor.training.run_dir import check_run_dir
+
+    from peanchor.analysis.shift_specs import measured_shifts
 
     checked: set[str] = set()
     for cell in cells:
         config = options.cell_config(cell)
         check_run_dir(config, options.cell_dir(cell))  # read-only; RunDirError names the differing keys
+        measured_shifts(config.preset, config.data.img_size, options.shift_specs())  # e.g. a blur kernel too large
         key = json.dumps(eval_data_key(config.data.to_dict()), sort_keys=True)
         if key not in checked:
             checked.add(key)

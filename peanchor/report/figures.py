@@ -259,12 +259,10 @@ def _plot_severities(results: Results, directory: Path) -> FigureFile | None:
     groups = {c: ms for c, ms in groups.items() if ms}
     if not groups:
         return None
-    kinds: list[str] = []
+    kinds: list[str] = []  # every kind swept, in the order it was measured
     for ms in groups.values():
         for m in ms:
             kinds += [k for k in m.severities or {} if k not in kinds]
-    first = [k for k in ("jpeg", "blur") if k in kinds]
-    kinds = first + [k for k in kinds if k not in first]
     styles = _styles(list(groups))
     fig, axes = _new_figure(len(kinds), width_per_panel=4.0, sharey=True)
     for ax, kind in zip(axes, kinds):

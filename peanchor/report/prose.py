@@ -187,7 +187,8 @@ class _Builder:
 
     def paper_comparison(self) -> None:
         conds = list(self.groups) + [c for c in REFERENCE if c not in self.groups]
-        metrics = [("clean_acc", "clean acc"), ("fs_jpeg", "FS jpeg"), ("fs_blur", "FS blur")]
+        # The paper measured JPEG and blur: those of ours that share a name with them sit beside its numbers.
+        metrics = [("clean_acc", "clean acc")] + [(f"fs_{k}", f"FS {k}") for k in PAPER.shifts if k in self.shifts]
         header = ["condition", "n (ours)"]
         for _, name in metrics:
             header += [f"{name} (ours)", f"{name} ({PAPER.label})"]
@@ -200,8 +201,8 @@ class _Builder:
                 row += [ours.cell() if ours else "—", f"{ref.mean:.4f} ± {ref.std:.4f}" if ref else "—"]
             rows.append(row)
         self.doc.add(Heading(2, f"Ours beside the paper ({PAPER.label})"), Table(
-            header, rows, f"paper: mean ± std over {PAPER.seeds} seeds; {PAPER.model} at {PAPER.img_size} px; JPEG "
-            "quality 5 and blur kernel 5, σ 2.5."))  # fmt: skip
+            header, rows, f"paper: mean ± std over {PAPER.seeds} seeds; {PAPER.model} at {PAPER.img_size} px; shifts "
+            f"{', '.join(_describe_shift(spec) for spec in PAPER.shifts.values())}."))  # fmt: skip
         differences = self.setting_differences()
         if differences:
             self.doc.add(Paragraph(
@@ -243,11 +244,16 @@ class _Builder:
                 "the paper.")  # fmt: skip
 
     def shifts_section(self) -> None:
-        shifts = self.r.shifts
+        shifts, sources = self.r.shifts, self.r.shift_sources or {}
         keys = list(shifts) + [k for k in PAPER.shifts if k not in shifts]
         rows = [[k, _describe_shift(shifts[k]) if k in shifts else "—",
                  _describe_shift(PAPER.shifts[k]) if k in PAPER.shifts else "—"] for k in keys]  # fmt: skip
-        self.doc.add(Heading(2, "Shifts"), Table(["shift", "ours", PAPER.label], rows,
+        header = ["shift", "ours", PAPER.label]
+        if sources:  # where each of ours came from: the preset, a --shift, or the resolution rule
+            header.insert(2, "from")
+            for row, k in zip(rows, keys):
+                row.insert(2, sources.get(k, "—"))
+        self.doc.add(Heading(2, "Shifts"), Table(header, rows,
                                                  "applied to uint8 images after the resize, before normalisation."))
         if self.r.severity_table:
             self.doc.add(Paragraph(f"Severity sweeps use the {self.r.severity_table} table."))

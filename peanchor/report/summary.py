@@ -63,20 +63,21 @@ def models_by_condition(results: Results) -> dict[str, list[ModelResult]]:
 
 
 def shift_keys(results: Results) -> list[str]:
-    """The shift names used in the results (``jpeg``, ``blur`` first, then any others)."""
-    keys: set[str] = set(results.shifts)
+    """Every shift measured in the results: those of ``results.shifts`` in their order (the preset's, then any
+    ``--shift`` added), then any other name a model or sweep point carries, sorted."""
+    keys: set[str] = set()
     for m in results.models:
         keys.update(m.fragility)
     for p in results.alpha_sweep:
         keys.update(p.fragility)
-    first = [k for k in ("jpeg", "blur") if k in keys]
+    first = list(results.shifts)
     return first + sorted(keys - set(first))
 
 
 def primary_shift(results: Results) -> str | None:
-    """The shift used for the ΔSSDC–FS correlation: ``jpeg`` when present."""
+    """The shift used for the ΔSSDC–FS correlation: ``jpeg`` when present (the paper's), else the first."""
     keys = shift_keys(results)
-    return keys[0] if keys else None
+    return "jpeg" if "jpeg" in keys else (keys[0] if keys else None)
 
 
 # ---- summaries over seeds ----------------------------------------------------------------------

@@ -1,0 +1,186 @@
+"""Shifts chosen on the command line: ``--shift KIND:key=value[,key=value]`` (repeatable, on ``analyze`` and
+``reproduce``), and the one rule that turns a model's preset plus those specs into the shifts it is measured under.
+
+::
+
+    --shift jpeg:quality=10                   JPEG at quality 10
+    --shift blur:sigma=1.5,kernel_size=9      Gaussian blur, σ 1.5, 9×9 kernel (without kernel_size: the skimage rule)
+    --shift gaussian_noise:sigma=0.08,seed=1  additive noise on the [0, 1] scale (seed 0 by default)
+    --shift contrast:factor=0.3               ImageNet-C contrast
+    --shift pixelate:factor=0.5               ImageNet-C pixelate
+    --shift jpeg:severity=4                   the severity-4 value of the table for the model's resolution
+
+Which shifts a model is measured under (:func:`measured_shifts`): its preset's, set for the preset's resolution
+(:func:`peanchor.presets.preset_shifts`), or without one the resolution rule
+(:func:`peanchor.analysis.corruptions.paper_shifts`); then each ``--shift`` replaces the shift of its kind or, for a
+kind not there yet, is added. A shift is recorded in the result files under its kind's name with every parameter it
+ran with (a blur's kernel included), and where it came from (``shift_sources``).
+
+Imports: :mod:`peanchor.analysis.corruptions`, :mod:`peanchor.presets`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from peanchor.analysis.corruptions import (
+    SEVERITY_TABLES,
+    SHIFT_KINDS,
+    SHIFT_PARAMS,
+    Shift,
+    paper_shifts,
+    paper_shifts_source,
+    table_name,
+)
+from peanchor.errors import ConfigError
+from peanchor.presets import preset_shifts
+
+__all__ = ["ShiftSpec", "measured_shifts", "parse_shift_spec", "parse_shift_specs"]
+
+# The parameter each kind needs and its severity table sets (the others of SHIFT_PARAMS are optional).
+_MAIN = {"jpeg": "quality", "blur": "sigma", "gaussian_noise": "sigma", "contrast": "factor", "pixelate": "factor"}
+_INTEGER = ("quality", "kernel_size", "seed", "severity")
+# What severity=N may be combined with: parameters that the tables do not set.
+_WITH_SEVERITY = {"gaussian_noise": ("seed",)}
+SEVERITIES = range(1, 6)
+
+def _kinds_line() -> str:
+    return "; ".join(f"{k} ({', '.join(SHIFT_PARAMS[k])})" for k in SHIFT_KINDS) + "; each also takes severity=1..5"
+
+
+@dataclass(frozen=True)
+class ShiftSpec:
+    """One parsed ``--shift``: a kind with either its parameters or a severity of its table."""
+
+    text: str
+    kind: str
+    params: tuple[tuple[str, int | float], ...] = ()
+    severity: int | None = None
+
+    def shift(self, img_size: int) -> Shift:
+        """The :class:`Shift` this spec means for ``img_size`` px images (every default resolved)."""
+        values = dict(self.params)
+        try:
+            if self.severity is not None:
+                table = SEVERITY_TABLES[table_name(img_size)][self.kind][self.severity - 1]
+                main = _MAIN[self.kind]
+                values[main] = int(table) if main == "quality" else float(table)
+            return Shift(self.kind, **values).resolved(img_size)  # type: ignore[arg-type]
+        except ConfigError as e:
+            raise ConfigError(f"--shift {self.text!r}: {e}") from None
+
+    def source(self, img_size: int) -> str:
+        """Where the shift came from, as the result files record it."""
+        if self.severity is None:
+            return f"--shift {self.text}"
+        return f"--shift {self.text} ({table_name(img_size)} severity {self.severity})"
+
+
+def _number(spec: str, key: str, raw: str) -> int | float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if key in _INTEGER:
+        if not (math.isfinite(value) and value == int(value)) or "." in raw or "e" in raw.lower():
+            raise ConfigError(f"--shift {spec!r}: {key}={raw!r} is not an integer")
+        return int(value)
+    if not math.isfinite(value):
+        raise ConfigError(f"--shift {spec!r}: {key}={raw!r} is not a finite number")
+    return value
+
+
+def parse_shift_spec(text: str) -> ShiftSpec:
+    """``"blur:sigma=1.5,kernel_size=9"`` → a checked :class:`ShiftSpec` (values are checked as a 32 px shift; the
+    resolution-dependent checks run again in :meth:`ShiftSpec.shift`).
+
+    >>> parse_shift_spec("blur:sigma=1.5,kernel_size=9").shift(32).describe()
+    {'kind': 'blur', 'kernel_size': 9, 'sigma': 1.5}
+    >>> parse_shift_spec("jpeg:severity=4").shift(32).describe(), parse_shift_spec("jpeg:severity=4").shift(224).quality
+    ({'kind': 'jpeg', 'quality': 50}, 10)
+    """
+    spec = text.strip()
+    kind, sep, rest = spec.partition(":")
+    kind = kind.strip().lower()
+    if not sep or not kind:
+        raise ConfigError(f"--shift {text!r}: expected KIND:key=value[,key=value], e.g. jpeg:quality=10 or "
+                          "blur:sigma=1.5,kernel_size=9")  # fmt: skip
+    if kind not in SHIFT_PARAMS:
+        raise ConfigError(f"--shift {text!r}: unknown shift kind {kind!r}; valid: {_kinds_line()}")
+    allowed = (*SHIFT_PARAMS[kind], "severity")
+    values: dict[str, int | float] = {}
+    for item in (i for i in rest.split(",") if i.strip()):
+        key, eq, raw = (part.strip() for part in item.partition("="))
+        if not eq or not key or not raw:
+            raise ConfigError(f"--shift {text!r}: {item.strip()!r} is not key=value")
+        if key not in allowed:
+            raise ConfigError(f"--shift {text!r}: {kind} takes {', '.join(allowed[:-1])} or severity=1..5; "
+                              f"got {key!r}")  # fmt: skip
+        if key in values:
+            raise ConfigError(f"--shift {text!r}: {key} is given twice")
+        values[key] = _number(text, key, raw)
+    severity = values.pop("severity", None)
+    if severity is not None:
+        if severity not in SEVERITIES:
+            raise ConfigError(f"--shift {text!r}: severity must be an integer in 1..5, got {severity}")
+        extra = [k for k in values if k not in _WITH_SEVERITY.get(kind, ())]
+        if extra:
+            raise ConfigError(f"--shift {text!r}: severity={severity} takes {kind}'s parameters from the table; "
+                              f"give either severity or {', '.join(extra)}")  # fmt: skip
+    else:
+        if _MAIN[kind] not in values:
+            raise ConfigError(f"--shift {text!r}: {kind} needs {_MAIN[kind]}=... (or severity=1..5); it takes "
+                              f"{', '.join(SHIFT_PARAMS[kind])}")  # fmt: skip
+    parsed = ShiftSpec(spec, kind, tuple(values.items()), int(severity) if severity is not None else None)
+    parsed.shift(32)  # the value checks (quality 1..100, σ > 0, ...) now, not after a training run
+    return parsed
+
+
+def parse_shift_specs(texts: Iterable[str]) -> list[ShiftSpec]:
+    """Every ``--shift`` of one command; one per kind (each is recorded under its kind's name).
+
+    >>> [s.kind for s in parse_shift_specs(["jpeg:quality=10", "contrast:factor=0.3"])]
+    ['jpeg', 'contrast']
+    """
+    specs: list[ShiftSpec] = []
+    for text in texts:
+        spec = parse_shift_spec(text)
+        earlier = next((s for s in specs if s.kind == spec.kind), None)
+        if earlier is not None:
+            raise ConfigError(f"--shift {text!r}: {spec.kind} is already given ({earlier.text!r}); one shift per kind "
+                              "(use --severities for the whole severity sweep)")  # fmt: skip
+        specs.append(spec)
+    return specs
+
+
+def measured_shifts(
+    preset: str | None, img_size: int, specs: Sequence[ShiftSpec] = ()
+) -> tuple[dict[str, Shift], dict[str, str]]:
+    """The shifts a model of ``preset`` at ``img_size`` px is measured under, and where each one comes from.
+
+    >>> shifts, sources = measured_shifts("cpu", 32, parse_shift_specs(["jpeg:quality=10", "contrast:factor=0.3"]))
+    >>> {k: s.describe() for k, s in shifts.items()}["jpeg"], list(shifts), sources["contrast"]
+    ({'kind': 'jpeg', 'quality': 10}, ['jpeg', 'blur', 'contrast'], '--shift contrast:factor=0.3')
+    """
+    specs_by_preset = preset_shifts(preset, img_size)
+    if specs_by_preset is not None:
+        base = {name: Shift.from_dict(dict(spec)) for name, spec in specs_by_preset.items()}
+        origin = f"preset {preset}"
+    else:
+        base, origin = paper_shifts(img_size), f"resolution rule ({paper_shifts_source(img_size)})"
+    measured = {name: (shift.resolved(img_size), origin) for name, shift in base.items()}
+    for spec in specs:
+        # The shift(s) of this kind give way to the spec, which takes the place of the first one, under the
+        # kind's name; a kind not measured yet comes last.
+        own = [name for name, (shift, _) in measured.items() if shift.kind == spec.kind] or [None]
+        entry = (spec.shift(img_size), spec.source(img_size))
+        rebuilt = {}
+        for name, value in measured.items():
+            if name == own[0]:
+                rebuilt[spec.kind] = entry
+            elif name not in own:
+                rebuilt[name] = value
+        measured = rebuilt if own[0] is not None else {**measured, spec.kind: entry}
+    return {name: shift for name, (shift, _) in measured.items()}, {name: src for name, (_, src) in measured.items()}
