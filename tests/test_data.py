@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pickle
@@ -668,7 +667,6 @@ def test_hf_rows_adapter_without_datasets():
     assert dataset[3][0].shape == (3, 8, 8)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("datasets") is None, reason="needs the optional 'datasets' package")
 def test_hf_save_to_disk(tmp_path):
     import datasets
 

@@ -59,7 +59,11 @@ def load_hf_splits(
         try:
             splits = datasets.load_from_disk(str(path))
         except (FileNotFoundError, ValueError, OSError) as e:
-            raise DataError(f"{path} is not a folder written by datasets' save_to_disk: {e}") from e
+            raise DataError(
+                f"{path} is not a dataset saved with datasets' save_to_disk (no dataset_dict.json or state.json in it): "
+                "expected a DatasetDict.save_to_disk folder with a train and a validation split, or set data.hf_name "
+                "to read one from the local HF cache"
+            ) from e
         source = str(path)
     else:
         raise DataError(
