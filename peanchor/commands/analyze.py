@@ -8,7 +8,8 @@ plus a :class:`~peanchor.data.DataSpec`; another source (e.g. ``--timm NAME [--w
 through :mod:`peanchor.adapters`) plugs in there and everything after it is shared.
 
 Imports: at parse time nothing heavy; when run, :mod:`peanchor.analysis`, :mod:`peanchor.results`,
-:mod:`peanchor.presets`, :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`.
+:mod:`peanchor.presets`, :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`, :mod:`peanchor.tracking`
+(``--tensorboard``).
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     ev.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N")
     ev.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the RPI permutations and the bootstrap")
     ev.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ev.add_argument("--tensorboard", action="store_true", help="also log the analysis scalars (accuracy, FS per shift, "
+                    "SSDC per layer, ΔSSDC, the α sweep) to TensorBoard event files in OUT/tensorboard "
+                    "(pip install 'peanchor[tensorboard]')")  # fmt: skip
     p.set_defaults(func=run)
     return p
 
@@ -243,6 +247,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--batch-size {args.batch_size}: expected >= 1")
     alphas = [] if args.no_alpha else (parse_alphas(args.alphas) if args.alphas else list(DEFAULT_ALPHAS))
     shift_specs = parse_shift_specs(args.shift)
+    if args.tensorboard:
+        from peanchor.tracking import require_tensorboard
+
+        require_tensorboard()
     subject = resolve_subject(args)
     out = Path(args.out) if args.out else subject.default_out
     if out is None:
@@ -266,6 +274,12 @@ def run(args: argparse.Namespace) -> int:
     path = write_analysis(result, out)
     print(summary_text(result, subject.name))
     print(f"wrote {path} and {path.with_suffix('.csv')}")
+    if args.tensorboard:
+        from peanchor.tracking import TENSORBOARD_DIR, TensorBoardLog, log_analysis
+
+        with TensorBoardLog(out / TENSORBOARD_DIR) as log:
+            log_analysis(log, result)
+        print(f"TensorBoard: tensorboard --logdir {out / TENSORBOARD_DIR}")
     return 0
 
 

@@ -55,6 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--jobs", default="auto", metavar="N",
                    help="cells trained and analysed at once, each in a single-threaded process (default auto: one per "
                    "CPU core on CPU, 1 on a GPU or for a preset whose cells take seconds, e.g. smoke)")  # fmt: skip
+    p.add_argument("--tensorboard", action="store_true", help="also log each cell's training and analysis to "
+                   "TensorBoard (OUT/runs/<cell>/tensorboard, .../analysis/tensorboard) and the report's figures to "
+                   "OUT/tensorboard (pip install 'peanchor[tensorboard]')")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
     return p
@@ -79,6 +82,7 @@ def options_from_args(args: argparse.Namespace):  # -> ReproduceOptions
         shard=parse_shard(args.shard) if args.shard else (1, 1),
         device=args.device,
         progress=not args.no_progress,
+        tensorboard=args.tensorboard,
         debug=bool(getattr(args, "debug", False)),
         jobs=resolve_jobs(args.jobs, args.preset, args.device),
     )

@@ -1,6 +1,7 @@
 """``peanchor train``: train one ViT condition into a resumable run directory.
 
-Imports: :mod:`peanchor.presets` (choices); when run, :mod:`peanchor.training`.
+Imports: :mod:`peanchor.presets` (choices); when run, :mod:`peanchor.training` and, with ``--tensorboard``,
+:mod:`peanchor.tracking`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 from pathlib import Path
 
 from peanchor.presets import PRESET_NAMES, preset_help
+
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
@@ -43,6 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N")
     p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    p.add_argument("--tensorboard", action="store_true", help="also log loss, accuracy, learning rate and throughput "
+                   "to TensorBoard event files in RUN/tensorboard (pip install 'peanchor[tensorboard]')")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
     return p
@@ -77,7 +81,17 @@ def run(args: argparse.Namespace) -> int:
 
     from peanchor.training.loop import train
 
-    summary = train(config, out, progress=not args.no_progress)
+    tracker = None
+    if args.tensorboard:
+        from peanchor.tracking import TrainingLog, require_tensorboard
+
+        require_tensorboard()
+        tracker = TrainingLog(out)
+    try:
+        summary = train(config, out, progress=not args.no_progress, tracker=tracker)
+    finally:
+        if tracker is not None:
+            tracker.close()
     if os.environ.get("RANK", "0") != "0":
         return 0  # under torchrun, rank 0 reports
     acc = summary.get("val_acc")

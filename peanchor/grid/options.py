@@ -61,6 +61,7 @@ class ReproduceOptions:
     shard: tuple[int, int] = (1, 1)
     device: str | None = None
     progress: bool = True
+    tensorboard: bool = False  # also log training, analyses and the report's figures to TensorBoard
     debug: bool = False  # re-raise a cell's error instead of recording it
     jobs: int = 1  # cells run at once, each in its own single-threaded process (CPU)
 
@@ -73,6 +74,10 @@ class ReproduceOptions:
             raise ConfigError(f"--jobs {self.jobs}: expected >= 1")
         self.out = Path(self.out) if self.out is not None else Path("runs") / f"reproduce-{self.preset}"
         self.shift_specs()  # a bad --shift fails here, before anything is trained
+        if self.tensorboard:
+            from peanchor.tracking import require_tensorboard
+
+            require_tensorboard()
 
     def shift_specs(self) -> list[Any]:  # -> list[ShiftSpec]
         from peanchor.analysis.shift_specs import parse_shift_specs

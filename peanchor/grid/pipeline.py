@@ -5,7 +5,8 @@ schema, made from the same weights, on the same evaluation data, with the same s
 ``--shift`` that changes one, adds one or is dropped again means analysing again).
 
 Imports: :mod:`peanchor.training`, :mod:`peanchor.checkpoint`, :mod:`peanchor.analysis`, :mod:`peanchor.results`,
-:mod:`peanchor.grid.options` (torch-heavy ones inside the functions that use them).
+:mod:`peanchor.grid.options`, :mod:`peanchor.tracking` (``--tensorboard``); torch-heavy ones inside the functions
+that use them.
 """
 
 from __future__ import annotations
@@ -116,7 +117,16 @@ def _run_cell(
     status["stage"] = "config"
     config = options.cell_config(cell)
     status["stage"] = "train"
-    summary = train(config, run_dir, progress=options.progress)
+    tracker = None
+    if options.tensorboard:
+        from peanchor.tracking import TrainingLog
+
+        tracker = TrainingLog(run_dir)
+    try:
+        summary = train(config, run_dir, progress=options.progress, tracker=tracker)
+    finally:
+        if tracker is not None:
+            tracker.close()
     if summary.get("status") == "stopped":
         raise PeanchorError(f"training of {run_dir} stopped before its last epoch")
     trained = summary.get("status") != "already_finished"
@@ -137,6 +147,7 @@ def _run_cell(
     stored = _stored_analysis(run_dir / "analysis", log, cell)
     if stored is not None and reusable(stored, wanted):
         status["analyzed"] = False
+        result = stored
     else:
         evalset = evaluation.evalset(config.data, plan.max_images)
         model = load_model(run_dir)
@@ -155,6 +166,13 @@ def _run_cell(
         status["analyzed"] = True
         log(f"{cell.name}: analysed, {result.forward_passes} passes in {result.seconds:.1f} s "
             f"(clean {result.clean_acc:.3f}, ΔSSDC {result.delta_ssdc:.3f})")  # fmt: skip
+    if options.tensorboard:
+        from peanchor.tracking import TENSORBOARD_DIR, TensorBoardLog, has_events, log_analysis
+
+        events = run_dir / "analysis" / TENSORBOARD_DIR
+        if status["analyzed"] or not has_events(events):  # a reused analysis is logged once
+            with TensorBoardLog(events) as tb:
+                log_analysis(tb, result)
     status["stage"] = "done"
     status["status"] = "ok"
 

@@ -17,7 +17,7 @@ rewritten only when their content changes. A failing cell is recorded and the ot
 non-zero exit at the end.
 
 Imports: the rest of :mod:`peanchor.grid`, :mod:`peanchor.report` (its public ``write_report``), the training
-loop and data (preflight checks).
+loop and data (preflight checks), :mod:`peanchor.analysis` (the shifts), :mod:`peanchor.tracking` (``--tensorboard``).
 """
 
 from __future__ import annotations
@@ -103,6 +103,15 @@ def _preflight(options: ReproduceOptions, cells: Sequence[Cell]) -> None:
             build_eval_dataset(config.data)  # DataError for a missing root / an empty split
 
 
+def _log_figures(out: Path, *, again: bool) -> None:
+    """The report's figures into OUT/tensorboard: when the report was (re)written, or once for an older report."""
+    from peanchor.tracking import TENSORBOARD_DIR, TensorBoardLog, has_events, log_figures
+
+    if again or not has_events(out / TENSORBOARD_DIR):
+        with TensorBoardLog(out / TENSORBOARD_DIR) as log:
+            log_figures(log, sorted((out / "figures").glob("*.png")))
+
+
 def reproduce(options: ReproduceOptions, log: Callable[[str], None] = stderr_log) -> ReproduceOutcome:
     """Run this shard's cells (train + analyse), then (unsharded) assemble results.json and the report."""
     start = time.perf_counter()
@@ -136,4 +145,6 @@ def reproduce(options: ReproduceOptions, log: Callable[[str], None] = stderr_log
         results, wrote = None, False
         if count == 1:
             results, wrote = write_results_and_report(out, start if did_work else None)
+            if options.tensorboard:
+                _log_figures(out, again=wrote)
     return ReproduceOutcome(cells=mine, failed=failed, results=results, wrote_report=wrote, did_work=did_work)

@@ -240,8 +240,12 @@ def train_one_epoch(
     rpt_generator: torch.Generator,
     ctx: DistContext,
     progress: bool,
+    tracker: Any = None,
 ) -> dict[str, float]:
-    """One pass over ``loader``; returns ``train_loss``, ``train_acc``, ``lr`` (last step), ``steps``.
+    """One pass over ``loader``; returns ``train_loss``, ``train_acc``, ``lr`` (last step), ``steps``, ``seconds``.
+
+    ``tracker`` (e.g. :class:`peanchor.tracking.TrainingLog`) gets ``step(step, loss=, lr=)`` every
+    ``train.log_every`` steps: the running mean loss of the epoch so far, on this process.
 
     Raises :class:`TrainingDiverged` at the first non-finite loss (before the optimizer steps on it).
     """
@@ -251,6 +255,7 @@ def train_one_epoch(
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
     params = [p for g in optimizer.param_groups for p in g["params"]]
     lr = o.lr
+    start = time.perf_counter()
     bar = tqdm(
         total=len(loader), desc=f"epoch {epoch + 1}", leave=False, disable=None if progress and ctx.is_main else True
     )
@@ -287,11 +292,16 @@ def train_one_epoch(
         totals[2] += n
         bar.update(1)
         if (i + 1) % config.train.log_every == 0 or i + 1 == len(loader):
-            bar.set_postfix(loss=f"{totals[0].item() / totals[2].item():.4f}", lr=f"{lr:.2e}")
+            running = totals[0].item() / totals[2].item()
+            bar.set_postfix(loss=f"{running:.4f}", lr=f"{lr:.2e}")
+            if tracker is not None:
+                tracker.step(step + 1, loss=running, lr=lr)
     bar.close()
+    seconds = time.perf_counter() - start
     ctx.all_reduce_sum(totals)
     loss_sum, correct, count = totals.tolist()
-    return {"train_loss": loss_sum / count, "train_acc": correct / count, "lr": lr, "steps": len(loader)}
+    return {"train_loss": loss_sum / count, "train_acc": correct / count, "lr": lr, "steps": len(loader),
+            "seconds": seconds}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -299,25 +309,32 @@ def train_one_epoch(
 
 
 def train(
-    config: TrainConfig, out_dir: str | Path, *, progress: bool = True, max_epochs: int | None = None
+    config: TrainConfig,
+    out_dir: str | Path,
+    *,
+    progress: bool = True,
+    max_epochs: int | None = None,
+    tracker: Any = None,
 ) -> dict[str, Any]:
     """Train ``config`` into ``out_dir`` (resuming it if it holds the same config) and return the summary.
 
     ``max_epochs`` stops after that many completed epochs without finishing the run (the returned
     dict then has ``status == "stopped"``); rerunning continues it. Rerunning a finished run does
-    nothing and returns its summary with ``status == "already_finished"``.
+    nothing and returns its summary with ``status == "already_finished"``. ``tracker`` (e.g.
+    :class:`peanchor.tracking.TrainingLog`, rank 0 only) is told every ``log_every`` steps and every epoch.
     """
     validate(config)
     out_dir = Path(out_dir)
     ctx = setup_distributed(config.train.device)
     try:
-        return _train(config, out_dir, ctx, progress=progress, max_epochs=max_epochs)
+        return _train(config, out_dir, ctx, progress=progress, max_epochs=max_epochs,
+                      tracker=tracker if ctx.is_main else None)  # fmt: skip
     finally:
         ctx.close()
 
 
 def _train(
-    config: TrainConfig, out_dir: Path, ctx: DistContext, *, progress: bool, max_epochs: int | None
+    config: TrainConfig, out_dir: Path, ctx: DistContext, *, progress: bool, max_epochs: int | None, tracker: Any
 ) -> dict[str, Any]:
     # Refuse a conflicting directory before touching it (not even the lock file).
     main_first(ctx, lambda: check_run_dir(config, out_dir), others=False)
@@ -325,7 +342,7 @@ def _train(
     lock = fileio.RunLock(out_dir)  # held by rank 0 only; a second process is refused
     main_first(ctx, lock.acquire, others=False)
     try:
-        return _train_locked(config, out_dir, ctx, progress=progress, max_epochs=max_epochs)
+        return _train_locked(config, out_dir, ctx, progress=progress, max_epochs=max_epochs, tracker=tracker)
     finally:
         lock.release()
         if created and ctx.is_main:
@@ -335,7 +352,7 @@ def _train(
 
 
 def _train_locked(
-    config: TrainConfig, out_dir: Path, ctx: DistContext, *, progress: bool, max_epochs: int | None
+    config: TrainConfig, out_dir: Path, ctx: DistContext, *, progress: bool, max_epochs: int | None, tracker: Any
 ) -> dict[str, Any]:
     t = config.train
 
@@ -403,7 +420,7 @@ def _train_locked(
         stats = train_one_epoch(
             fwd, train_loader, optimizer, config=config, epoch=epoch, first_step=epoch * steps_per_epoch,
             total_steps=total_steps, warmup_steps=warmup_steps, num_patches=model.num_patches, mean=mean, std=std,
-            rpt_generator=generators["rpt"], ctx=ctx, progress=progress,
+            rpt_generator=generators["rpt"], ctx=ctx, progress=progress, tracker=tracker,
         )  # fmt: skip
         val = evaluate(model, val_loader, mean=mean, std=std, device=ctx.device, amp=amp, ctx=ctx)
         row = {
@@ -421,6 +438,8 @@ def _train_locked(
             # State first: metrics.csv is always rebuilt from the state's history.
             save_train_state(state_path, model, optimizer, state, to_dict(config))
             write_metrics(out_dir / METRICS_FILE, state.history)
+        if tracker is not None:
+            tracker.epoch(row, step=state.global_step, images=stats["steps"] * t.batch_size, seconds=stats["seconds"])
         epochs_bar.update(1)
         epochs_bar.set_postfix(loss=f"{row['train_loss']:.4f}", val_acc=f"{row['val_acc']:.4f}")
     epochs_bar.close()
