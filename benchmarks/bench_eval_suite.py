@@ -42,7 +42,7 @@ BATCH = 256
 
 
 def cpu_preset_model(num_classes: int, pe: str) -> torch.nn.Module:
-    """The model of ``--preset cpu`` (PAPER.md prototype size), untrained: timing does not need weights."""
+    """The model of ``--preset cpu`` (the prototype size of docs/study.md), untrained: timing does not need weights."""
     m = preset_config("cpu").model
     return create_model(m.name, pe=pe, num_classes=num_classes, img_size=32, patch_size=m.patch_size, **m.overrides)
 

@@ -120,7 +120,7 @@ def _ms(mean: float, std: float) -> MeanStd:
 
 
 # The paper's numbers: ImageNet-100, ViT with 12 blocks, width 384, 8 heads, patch 16 at 224 px, 4 seeds
-# (PAPER.md, "Reference numbers"). Conditions the paper did not run have no reference.
+# (docs/study.md, "Reference numbers"). Conditions the paper did not run have no reference.
 _STAYS_NEAR_0 = "stays near 0"
 _PEAKS_EARLY = "peaks around 0.5-0.6 by layers 1-2, then declines"
 CONDITIONS: dict[str, Condition] = {

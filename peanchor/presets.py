@@ -107,7 +107,7 @@ def _cpu() -> TrainConfig:
         ),
         # Measured on scenes v3 (2 cores): batch 64 leaves the ViT plateau far sooner than 128 for
         # the same compute, and learned PE parameters train at 10x the learning rate without weight
-        # decay, so a learned APE can become geometric within the budget (PAPER.md's levers).
+        # decay, so a learned APE can become geometric within the budget (docs/study.md, the levers).
         optim=OptimConfig(lr=1e-3, weight_decay=0.05, warmup_epochs=0.5, min_lr=1e-5, pe_lr_mult=10.0),
         train=RunConfig(epochs=3, batch_size=64, eval_batch_size=500, num_workers=0),
     )
@@ -117,7 +117,7 @@ def _paper() -> TrainConfig:
     from peanchor.data.spec import DataSpec
     from peanchor.training.config import ModelConfig, OptimConfig, RunConfig, TrainConfig
 
-    # The paper's setup (PAPER.md); schedule, smoothing and augmentation are "Our decisions".
+    # The paper's setup (docs/study.md); schedule, smoothing and augmentation are our choices (ibid.).
     return TrainConfig(
         preset="paper",
         data=DataSpec(name="imagenet100", img_size=224, augment="rrc_flip"),
@@ -131,7 +131,7 @@ def _paper() -> TrainConfig:
 
 
 # At <= 48 px the paper's JPEG q5 / blur σ 2.5 push every model to chance, so the small presets use CIFAR-10-C
-# severity 3 (JPEG 58, σ 0.7 with the skimage-rule kernel 7); see PAPER.md, "Our decisions".
+# severity 3 (JPEG 58, σ 0.7 with the skimage-rule kernel 7); see docs/study.md, "Shifts".
 _CIFAR_C_SEVERITY_3: dict[str, dict[str, Any]] = {
     "jpeg": {"kind": "jpeg", "quality": 58},
     "blur": {"kind": "blur", "kernel_size": 7, "sigma": 0.7},

@@ -1,4 +1,4 @@
-"""Corruptions: the tables are PAPER.md's, every shift is deterministic and shape-preserving, and stronger
+"""Corruptions: the tables are the ones docs/study.md cites, every shift is deterministic and shape-preserving, and stronger
 severities disrupt more."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """``peanchor import paper``: the paper's checkpoint layout → a run directory that computes the same logits.
 
-The checkpoints here are built from random weights in the author's exact layout (PAPER.md, "The
+The checkpoints here are built from random weights in the author's exact layout (docs/study.md, "The
 paper's released checkpoints"), and the expected logits come from a straight-line float64 forward
-pass written from the equations in PAPER.md; it uses nothing from peanchor's model code.
+pass written from the equations in docs/study.md; it uses nothing from peanchor's model code.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def reference_logits(
     alpha: float = 1.0,
     perm: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The author's forward pass, straight from PAPER.md, in float64. ``alpha`` scales APE/SPE."""
+    """The author's forward pass, straight from docs/study.md, in float64. ``alpha`` scales APE/SPE."""
     w = {k: v.double() for k, v in sd.items()}
     d = w["cls_token"].shape[-1]
     p = w["patcher.conv.weight"].shape[-1]
@@ -183,7 +183,7 @@ CASES = [
     ("spe", {"cls_pos": False}),
     ("rope", {}),
     ("ablated", {}),
-    ("ape", {"sincos_everywhere": False}),  # PAPER.md's reading: sincos_pe only in SPE models
+    ("ape", {"sincos_everywhere": False}),  # docs/study.md's reading: sincos_pe only in SPE models
 ]
 
 

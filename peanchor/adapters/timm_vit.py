@@ -8,7 +8,7 @@
 calls timm's own submodules, so that
 
 * ``token_perm`` reorders the patch tokens right after patch embedding and before any positional
-  code is added, i.e. the PE stays attached to slots (PAPER.md, RPI);
+  code is added, i.e. the PE stays attached to slots (docs/study.md, "Interventions");
 * ``pe_scale`` (α) multiplies the learned ``pos_embed`` table (all of it, prefix rows included
   where it has them, like the paper's APE) and/or the RoPE *angles* (our extension: the rotary
   table is rebuilt with timm's own builder from α-scaled frequencies or coordinates, which

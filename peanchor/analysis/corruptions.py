@@ -32,7 +32,7 @@ Kinds and where they come from:
 
 Severity tables (1–5) are the ones in Hendrycks & Dietterich's generation scripts
 (``hendrycks/robustness``: ``make_imagenet_c.py`` for 224 px, ``make_tinyimagenet_c.py`` for 64 px,
-``make_cifar_c.py`` for 32 px). The JPEG and blur rows are the ones quoted in PAPER.md. Two
+``make_cifar_c.py`` for 32 px). The JPEG and blur rows are the ones docs/study.md lists. Two
 departures apply to every kind: float results are *rounded* to uint8 (ImageNet-C truncates with
 ``np.uint8``, at most one grey level of difference), and nothing is re-encoded afterwards
 (ImageNet-C and Tiny-ImageNet-C stored their images as JPEG, quality 85).
@@ -118,7 +118,7 @@ SEVERITY_TABLES: dict[str, dict[str, tuple[float, ...]]] = {
 # The image side each table was designed for.
 TABLE_RESOLUTION: dict[str, int] = {"imagenet-c": 224, "cifar-10-c": 32, "tiny-imagenet-c": 64}
 
-# The paper's own shifts (PAPER.md, "Robustness"), used as is at >= 160 px.
+# The paper's own shifts (docs/study.md, "Models in the paper"), used as is at >= 160 px.
 PAPER_SHIFTS: dict[str, dict[str, Any]] = PAPER.shifts
 
 
@@ -345,7 +345,7 @@ def paper_shifts(img_size: int) -> dict[str, Shift]:
 
     At >= 160 px these are the paper's (JPEG quality 5; blur kernel 5, σ 2.5). Smaller images would be
     pushed to chance by them, so <= 48 px uses CIFAR-10-C severity 3 (JPEG 58, σ 0.7) and anything
-    between uses Tiny-ImageNet-C severity 3 (JPEG 50, σ 1.0); see PAPER.md, "Our decisions". Blur
+    between uses Tiny-ImageNet-C severity 3 (JPEG 50, σ 1.0); see docs/study.md, "Shifts". Blur
     kernels there follow :func:`default_blur_kernel_size`.
 
     >>> {k: s.describe() for k, s in paper_shifts(224).items()}

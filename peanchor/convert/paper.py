@@ -25,7 +25,7 @@ final_feed_forward.*                 head.*                    (no final norm)
 ==================================== =========================================================
 
 Conditions: ``ape`` → ``ape``; ``rpt`` → ``ape`` (trained with RPT, ``train.rpt: true``); ``spe`` →
-``sincos``; ``rope`` → ``rope`` (θ = 10000, the quarter split of PAPER.md is our axial RoPE's layout);
+``sincos``; ``rope`` → ``rope`` (θ = 10000, the quarter split of docs/study.md is our axial RoPE's layout);
 ``ablated`` → ``none``.
 
 What the weights can and cannot tell: an SPE checkpoint is recognised by its ``sincos_pe`` buffer
@@ -76,7 +76,7 @@ SPE_TABLE_MODES: tuple[str, ...] = ("check", "as-ape")
 DEFAULT_NUM_HEADS = 8  # the paper: 8 heads of 48 at width 384
 SINCOS_ATOL = 1e-5
 
-# The author's model reads a CLS position parameter as `self.cls_pos`; PAPER.md does not name it, so a
+# The author's model reads a CLS position parameter as `self.cls_pos`; the paper does not name it, so a
 # few spellings are accepted. Only SPE models have one.
 CLS_POS_KEYS: tuple[str, ...] = ("cls_pos", "cls_pos_embedding", "cls_pos_embed", "cls_pe")
 # Where a torch.save'd dict may nest the state dict, in order of preference.
