@@ -495,8 +495,12 @@ def test_imagenet100_both_layouts_give_a_file_the_same_label(tmp_path):
             _write_jpeg(full / split / wnid / f"{wnid}_{split}.JPEG", h=8, w=8, seed=k)
     class_list = tmp_path / "imagenet100.txt"
     class_list.write_text("\n".join(wnids) + "\n")
+    from peanchor.cli import main
+
     view = DataSpec(name="imagenet100", root=str(full), class_list=str(class_list), img_size=8)
-    folder = data.materialize_imagenet100(full, class_list, tmp_path / "in100")
+    folder = tmp_path / "in100"
+    argv = ["data", "imagenet100", "--imagenet-root", str(full), "--class-list", str(class_list), "--out", str(folder)]
+    assert main(argv) == 0
     copy = DataSpec(name="imagenet100", root=str(folder), img_size=8)
 
     def labels(spec: DataSpec) -> tuple[list[str], dict[str, int]]:
@@ -507,6 +511,18 @@ def test_imagenet100_both_layouts_give_a_file_the_same_label(tmp_path):
     assert view_classes == copy_classes == sorted(wnids)
     assert view_labels == copy_labels and len(view_labels) == 200
     assert view_labels[f"{wnids[0]}_val.JPEG"] == sorted(wnids).index(wnids[0])
+    # a model trained on the view scores the same on the materialised folder
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "smoke", "--data", "imagenet100", "--data-root", str(full), "--class-list",
+                 str(class_list), "--img-size", "8", "--epochs", "3", "--set", "train.batch_size=20", "--no-progress",
+                 "--out", str(run)]) == 0  # fmt: skip
+    analyses = []
+    for extra in ([], ["--data-root", str(folder), "--set", "data.class_list=null"]):
+        out = tmp_path / f"analysis{len(analyses)}"
+        assert main(["analyze", str(run), "--no-alpha", "--no-progress", "--out", str(out), *extra]) == 0
+        analyses.append(json.loads((out / "analysis.json").read_text()))
+    assert analyses[1]["source"]["data"]["class_list"] is None
+    assert analyses[0]["clean_acc"] == analyses[1]["clean_acc"] > 0
 
 
 def test_imagenet100_full_root_needs_class_list(fake_imagenet):
