@@ -295,6 +295,9 @@ CASES = [
     ("analyze-pickle-checkpoint", ["analyze", "{ws}/run_pickle", "--out", "{new}"], "pickle"),
     ("analyze-unknown-dataset", ["analyze", "{ws}/run_ok", "--data", "bogus_ds", "--out", "{new}"], "bogus_ds"),
     ("analyze-bad-alphas", ["analyze", "{ws}/run_ok", "--alphas", "1,x", "--out", "{new}"], "--alphas"),
+    ("analyze-unknown-shift-kind", ["analyze", "{ws}/run_ok", "--shift", "jpg:quality=5", "--out", "{new}"], "jpg"),
+    ("analyze-shift-out-of-range", ["analyze", "{ws}/run_ok", "--shift", "jpeg:quality=101"], "1..100"),
+    ("analyze-shift-unknown-key", ["analyze", "{ws}/run_ok", "--shift", "blur:radius=3", "--out", "{new}"], "radius"),
     ("analyze-negative-images", ["analyze", "{ws}/run_ok", "--images", "0", "--out", "{new}"], "--images"),
     (
         "analyze-empty-dataset",
@@ -334,6 +337,11 @@ CASES = [
         "rope",
     ),
     ("reproduce-bad-shard", ["reproduce", *SMOKE, "--conditions", "none", "--shard", "3/2", "--out", "{new}"], "3/2"),
+    (
+        "reproduce-negative-sigma",
+        ["reproduce", *SMOKE, "--conditions", "none", "--shift", "blur:sigma=-1", "--out", "{new}"],
+        "sigma",
+    ),
     (
         "reproduce-zero-seeds",
         ["reproduce", *SMOKE, "--conditions", "none", "--seeds", "0", "--out", "{new}"],
