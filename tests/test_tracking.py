@@ -89,8 +89,10 @@ def test_analysis_events_match_analysis_json(tb_run):
 
 
 def test_without_the_flag_nothing_of_tensorboard_is_imported_or_written(tmp_path):
+    """Neither `import peanchor` nor building the CLI imports tensorboard (or datasets); a run writes no events."""
     code = ("import sys, peanchor, peanchor.cli; peanchor.cli.build_parser(); "
-            "bad = [m for m in sys.modules if m.split('.')[0] == 'tensorboard' or m == 'torch.utils.tensorboard']; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorboard', 'datasets') "
+            "or m == 'torch.utils.tensorboard']; "
             "print(bad); sys.exit(1 if bad else 0)")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
