@@ -1,0 +1,90 @@
+"""The position probe against a closed-form least-squares solution (numpy), streamed in any batching."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from peanchor.metrics.position_probe import PositionProbeAccumulator, heldout_mask, slot_coordinates
+
+GRID = (3, 4)
+
+
+def reference_r2(tokens: np.ndarray, heldout: np.ndarray, ridge: float) -> np.ndarray:
+    """(L, 2) held-out R²: ridge with an unpenalised intercept, solved as an augmented least-squares problem
+    (``np.linalg.lstsq``) on every fit token, and R² computed from the held-out predictions directly."""
+    _, layers, n, d = tokens.shape
+    y = slot_coordinates(GRID).numpy()  # (N, 2)
+    out = np.empty((layers, 2))
+    for layer in range(layers):
+        fit_x = tokens[~heldout, layer].reshape(-1, d)
+        fit_y = np.tile(y, (int((~heldout).sum()), 1))
+        mu, ybar = fit_x.mean(axis=0), fit_y.mean(axis=0)
+        centred = fit_x - mu
+        lam = ridge * np.trace(centred.T @ centred / len(fit_x)) / d  # λ relative to the mean feature variance
+        # min (1/m)|Y - XW|² + λ|W|²  ⇔  least squares on [X; sqrt(mλ) I] against [Y; 0]
+        a = np.vstack([centred, np.sqrt(len(fit_x) * lam) * np.eye(d)])
+        b = np.vstack([fit_y - ybar, np.zeros((d, 2))])
+        w = np.linalg.lstsq(a, b, rcond=None)[0]  # (D, 2)
+        test_x = tokens[heldout, layer].reshape(-1, d)
+        test_y = np.tile(y, (int(heldout.sum()), 1))
+        pred = (test_x - mu) @ w + ybar
+        out[layer] = 1 - ((test_y - pred) ** 2).sum(axis=0) / ((test_y - test_y.mean(axis=0)) ** 2).sum(axis=0)
+    return out
+
+
+def structured_tokens(b: int, layers: int, d: int, seed: int = 0) -> torch.Tensor:
+    """Random tokens with a large offset, some layers carrying a noisy linear code of the slot's (row, col)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, layers, GRID[0] * GRID[1], d, generator=g, dtype=torch.float64) + 4.0
+    code = slot_coordinates(GRID) @ torch.randn(2, d, generator=g, dtype=torch.float64)  # (N, D)
+    for layer in range(layers):
+        x[:, layer] += 3 * (layer / max(layers - 1, 1)) * code
+    return x  # (B, L, N, D): layer 0 knows nothing, the last layer a lot
+
+
+@pytest.mark.parametrize("ridge", [1e-3, 0.3])
+def test_probe_equals_closed_form_least_squares(ridge):
+    tokens = structured_tokens(30, 3, 6)
+    heldout = heldout_mask(30, 0.4, seed=2)
+    acc = PositionProbeAccumulator(GRID, ridge=ridge)
+    for start, stop in ((0, 7), (7, 8), (8, 30)):  # uneven batches, one of a single image
+        acc.update(tokens[start:stop], heldout[start:stop])
+    expected = reference_r2(tokens.numpy(), heldout.numpy(), ridge)
+    np.testing.assert_allclose(acc.compute().numpy(), expected, rtol=0, atol=1e-10)
+    assert acc.num_images == (18, 12)
+    assert expected[0].max() < 0.1 < 0.9 < expected[-1].min()  # the test data spans no structure to a lot
+
+
+def test_float32_tokens_agree_with_float64():
+    tokens = structured_tokens(24, 2, 8, seed=1)
+    heldout = heldout_mask(24, seed=0)
+    r2 = []
+    for dtype in (torch.float64, torch.float32):
+        acc = PositionProbeAccumulator(GRID)
+        acc.update(tokens.to(dtype), heldout)
+        r2.append(acc.compute())
+    torch.testing.assert_close(r2[1], r2[0], rtol=0, atol=1e-5)  # the mean shift keeps float32 sums accurate
+
+
+def test_heldout_split_is_fixed_by_its_seed():
+    a, b = heldout_mask(100, 0.25, seed=7), heldout_mask(100, 0.25, seed=7)
+    assert torch.equal(a, b) and int(a.sum()) == 25
+    assert not torch.equal(a, heldout_mask(100, 0.25, seed=8))
+    assert int(heldout_mask(2, 0.01).sum()) == 1 and int(heldout_mask(2, 0.99).sum()) == 1
+
+
+def test_bad_input_is_a_clear_value_error():
+    with pytest.raises(ValueError, match="at least 2 images"):
+        heldout_mask(1)
+    with pytest.raises(ValueError, match="fraction"):
+        heldout_mask(10, 1.0)
+    with pytest.raises(ValueError, match="ridge"):
+        PositionProbeAccumulator(GRID, ridge=0.0)
+    acc = PositionProbeAccumulator(GRID)
+    acc.update(structured_tokens(3, 1, 4), torch.zeros(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="fit and held-out"):
+        acc.compute()  # every image went to the fit split
+    with pytest.raises(ValueError, match="do not match"):
+        acc.update(structured_tokens(3, 2, 4), torch.ones(3, dtype=torch.bool))
