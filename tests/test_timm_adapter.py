@@ -19,7 +19,7 @@ timm = pytest.importorskip("timm")
 from safetensors.torch import save_file  # noqa: E402
 
 from peanchor.adapters import TimmViT, load_timm_model, read_state_dict  # noqa: E402
-from peanchor.adapters.timm_vit import _rope_kinds  # noqa: E402
+from peanchor.adapters.timm_rope import rope_kinds  # noqa: E402
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError  # noqa: E402
 from peanchor.interventions import permute_tokens, random_permutation  # noqa: E402
 from peanchor.metrics import SSDCAccumulator  # noqa: E402
@@ -192,7 +192,7 @@ def test_rope_tables_rebuilt_with_scaled_angles(name):
     model = build(name, {})
     rope = model.model.rope
     native = model._rope(1.0)
-    rebuild = _rope_kinds()[type(rope)][1]
+    rebuild = rope_kinds()[type(rope)][1]
     dynamic = bool(model.model.dynamic_img_size)
     torch.testing.assert_close(rebuild(rope, list(model.grid), 1.0, dynamic), native, rtol=0, atol=1e-6)
     sin1, cos1 = native.chunk(2, dim=-1)
@@ -321,3 +321,70 @@ def test_pickle_module_is_not_needed_for_safetensors(tmp_path, monkeypatch):
     monkeypatch.setattr(pickle, "Unpickler", no_unpickling)
     monkeypatch.setattr(torch, "load", no_unpickling)
     assert set(read_state_dict(tmp_path / "w.safetensors")) == set(source.model.state_dict())
+
+
+# ---- attention weights (the attention-distance lens) ---------------------------------------------------------
+
+
+def eager_twin(model: TimmViT, name: str, extra: dict) -> torch.nn.Module:
+    """The same timm model and weights, built with timm's global switch to eager attention."""
+    from timm.layers import set_fused_attn, use_fused_attn
+
+    before = use_fused_attn()
+    set_fused_attn(False)
+    try:
+        twin = timm.create_model(name, pretrained=False, **dict(SMALL, **extra, init_values=1.0))
+    finally:
+        set_fused_attn(before)
+    twin.load_state_dict(model.model.state_dict())
+    return twin.eval()
+
+
+@pytest.mark.parametrize(("name", "extra", "pe_name"), [m[1:] for m in MODELS], ids=IDS)
+def test_attention_weights_are_timms_own(name, extra, pe_name):
+    """The weights our pass hands out equal timm's own extraction (``timm.utils.AttentionExtract`` hooks on a twin
+    built with eager attention), block by block, and asking for them changes neither the logits nor the model."""
+    from timm.utils import AttentionExtract
+
+    model = build(name, extra, lively=True)
+    x = images()
+    with torch.no_grad():
+        reference = AttentionExtract(eager_twin(model, name, extra), method="hook")(x)  # name → (B, H, T, T)
+        maps = model.attention_maps(x)  # (B, L, H, T, T)
+        logits, _ = model.forward_with_tokens(x, attention=lambda i, w: None)
+        plain = model(x)
+    assert model.has_attention_weights
+    assert maps.shape == (3, model.depth, 4, model.num_prefix + model.num_patches, model.num_prefix + model.num_patches)
+    assert len(reference) == model.depth
+    for layer, weights in enumerate(reference.values()):
+        torch.testing.assert_close(maps[:, layer], weights, rtol=0, atol=1e-6)
+    torch.testing.assert_close(logits, plain, rtol=0, atol=1e-5)  # eager and fused attention agree
+    owners = [b if not hasattr(b, "attn") else b.attn for b in model.model.blocks]
+    assert all(o.fused_attn for o in owners)  # the fused kernel is back
+
+
+def test_no_pe_timm_model_attention_under_rpi_is_the_permuted_attention():
+    model = build("vit_small_patch16_224", {"pos_embed": "none"}, lively=True)
+    perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(5))
+    index = torch.cat([torch.arange(model.num_prefix), perm + model.num_prefix])
+    with torch.no_grad():
+        normal, shuffled = model.attention_maps(images()), model.attention_maps(images(), token_perm=perm)
+    torch.testing.assert_close(shuffled, normal[..., index, :][..., index], rtol=0, atol=1e-5)
+
+
+def test_an_unknown_attention_module_leaves_the_model_without_weights():
+    model = build("vit_small_patch16_224", {})
+
+    class Custom(torch.nn.Module):  # same interface, not a module whose eager path we know
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x, **kwargs):
+            return self.inner(x, **kwargs)
+
+    model.model.blocks[1].attn = Custom(model.model.blocks[1].attn)
+    wrapped = TimmViT(model.model)
+    assert not wrapped.has_attention_weights
+    with pytest.raises(ValueError, match="cannot hand out its attention weights"):
+        wrapped.attention_maps(images())

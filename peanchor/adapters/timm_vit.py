@@ -14,7 +14,9 @@ calls timm's own submodules, so that
   table is rebuilt with timm's own builder from α-scaled frequencies or coordinates, which
   interpolates towards no rotation);
 * the SSDC probe point (each block's first norm output, prefix tokens dropped) is captured by
-  forward hooks on that norm during the block's own, unchanged forward.
+  forward hooks on that norm during the block's own, unchanged forward;
+* attention weights, when asked for, come from timm's own eager attention path
+  (:mod:`peanchor.adapters.timm_attention`).
 
 With ``token_perm=None`` (or the identity) and α = 1 the logits are those of ``timm_model(images)``.
 
@@ -30,16 +32,16 @@ Supported families (exact classes, so subclasses with their own forward are refu
 timm is imported lazily: this module imports without it, and every entry point raises
 ``PeanchorError("timm is not installed: ...")`` when it is missing.
 
-Imports: torch, timm (lazily); :mod:`peanchor.models.probe`, :mod:`peanchor.interventions`, :mod:`peanchor.weights`.
+Imports: torch, timm (lazily); :mod:`peanchor.adapters` (timm_rope, timm_attention), :mod:`peanchor.models.probe`,
+:mod:`peanchor.interventions`, :mod:`peanchor.weights`.
 """
 
 from __future__ import annotations
 
 import difflib
-import inspect
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,9 +50,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from peanchor.adapters.timm_attention import attention_modules, capture_attention
+from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
 from peanchor.interventions import permute_tokens
-from peanchor.models.probe import ProbedModel
+from peanchor.models.probe import AttentionSink, ProbedModel
 from peanchor.weights import load_strict, read_state_dict as read_weights_file
 
 SUPPORTED_FAMILIES = (
@@ -91,73 +95,6 @@ def _hub_offline() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-# --------------------------------------------------------------------------------------------
-# Rotary tables at a given α
-
-
-def _rope_kinds() -> dict[type, tuple[str, Callable[[nn.Module, list[int], float, bool], Tensor]]]:
-    """timm rope class → (our name, builder of its table with every angle multiplied by α)."""
-    from timm.layers import pos_embed_sincos as pes
-
-    kinds: dict[type, tuple[str, Callable[[nn.Module, list[int], float, bool], Tensor]]] = {}
-    if hasattr(pes, "RotaryEmbeddingCat") and hasattr(pes, "build_rotary_pos_embed"):
-        kinds[pes.RotaryEmbeddingCat] = ("rope", _scaled_rope_cat)
-    if hasattr(pes, "RotaryEmbeddingMixed") and hasattr(pes, "get_mixed_freqs"):
-        kinds[pes.RotaryEmbeddingMixed] = ("rope_mixed", _scaled_rope_mixed)
-    dinov3 = getattr(pes, "RotaryEmbeddingDinoV3", None)
-    if dinov3 is not None and hasattr(pes, "make_coords_dinov3") and hasattr(dinov3, "_get_pos_embed_from_coords"):
-        kinds[pes.RotaryEmbeddingDinoV3] = ("rope_dinov3", _scaled_rope_dinov3)
-    return kinds
-
-
-def _scaled_rope_cat(rope: nn.Module, shape: list[int], alpha: float, dynamic: bool) -> Tensor:
-    """Axial RoPE: angle = grid coordinate × band, so bands × α scale every angle by α."""
-    from timm.layers.pos_embed_sincos import build_rotary_pos_embed
-
-    # The same grid options timm's RotaryEmbeddingCat passes, limited to what this timm accepts.
-    options = {
-        "in_pixels": rope.in_pixels,
-        "ref_feat_shape": rope.ref_feat_shape,
-        "grid_offset": rope.grid_offset,
-        "grid_indexing": rope.grid_indexing,
-        "rotate_half": getattr(rope, "rotate_half", None),
-        "grid_type": getattr(rope, "grid_type", None),
-        "normalize_coords": getattr(rope, "normalize_coords", None),
-    }
-    accepted = inspect.signature(build_rotary_pos_embed).parameters
-    options = {k: v for k, v in options.items() if k in accepted and v is not None}
-    sin, cos = build_rotary_pos_embed(
-        shape, bands=rope.bands * alpha, device=rope.bands.device, dtype=torch.float32, **options
-    )  # each (N, head_dim)
-    return torch.cat([sin, cos], dim=-1)  # (N, 2 * head_dim)
-
-
-def _scaled_rope_mixed(rope: nn.Module, shape: list[int], alpha: float, dynamic: bool) -> Tensor:
-    """Mixed RoPE: angle = x·f_x + y·f_y with learned frequencies, so freqs × α scale the angles."""
-    from timm.layers.pos_embed_sincos import get_mixed_freqs, get_mixed_grid
-
-    if not dynamic and rope.t_x is not None:
-        t_x, t_y = rope.t_x, rope.t_y  # (N,) each, the cached grid timm uses
-    else:
-        t_x, t_y = get_mixed_grid(shape, grid_indexing=rope.grid_indexing, device=rope.freqs.device)
-    return get_mixed_freqs(rope.freqs * alpha, t_x, t_y)  # (depth, H, N, 2 * head_dim)
-
-
-def _scaled_rope_dinov3(rope: nn.Module, shape: list[int], alpha: float, dynamic: bool) -> Tensor:
-    """DINOv3 RoPE: angle = 2π · coordinate / period, so coordinates × α scale the angles."""
-    from timm.layers.pos_embed_sincos import make_coords_dinov3
-
-    coords = make_coords_dinov3(
-        shape[0],
-        shape[1],
-        normalize_coords=rope.normalize_coords,
-        grid_indexing=rope.grid_indexing,
-        grid_offset=rope.grid_offset,
-    )  # (N, 2)
-    sin, cos = rope._get_pos_embed_from_coords(coords * alpha)  # each (N, head_dim)
-    return torch.cat([sin, cos], dim=-1)  # (N, 2 * head_dim)
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,9 +144,9 @@ class TimmViT(ProbedModel, nn.Module):
                 )
         rope = getattr(model, "rope", None) if family == "eva" else None
         rope_name = None
-        self._rope_builder: Callable[[nn.Module, list[int], float, bool], Tensor] | None = None
+        self._rope_builder: RopeBuilder | None = None
         if rope is not None:
-            kinds = _rope_kinds()
+            kinds = rope_kinds()
             if type(rope) not in kinds:
                 raise ConfigError(
                     f"timm rotary embedding {type(rope).__name__} is not supported; "
@@ -219,6 +156,7 @@ class TimmViT(ProbedModel, nn.Module):
         self.model = model
         self.family = family
         self._probe_attr = [probe_norms[type(b)] for b in model.blocks]
+        self._attention = attention_modules(model.blocks)  # None: this model's weights cannot be had
         has_ape = model.pos_embed is not None
         name = "_".join(p for p in (rope_name, "ape" if has_ape else None) if p) or "none"
         self._pe = TimmPE(name=f"timm:{name}", scalable=has_ape or rope is not None, has_ape=has_ape, rope=rope_name)
@@ -238,6 +176,11 @@ class TimmViT(ProbedModel, nn.Module):
     @property
     def pe_name(self) -> str:
         return self._pe.name
+
+    @property
+    def has_attention_weights(self) -> bool:  # type: ignore[override]
+        """Whether every block's attention is one timm module :mod:`~peanchor.adapters.timm_attention` reads."""
+        return self._attention is not None
 
     @property
     def scalable(self) -> bool:
@@ -368,6 +311,7 @@ class TimmViT(ProbedModel, nn.Module):
         collect: bool,
         head: bool,
         num_layers: int | None = None,
+        attention: AttentionSink | None = None,
     ) -> tuple[Tensor | None, Tensor | None]:
         m = self.model
         last = self.depth if num_layers is None else num_layers
@@ -385,7 +329,8 @@ class TimmViT(ProbedModel, nn.Module):
         rope = self._rope(pe_scale)  # (N, 2hd), (depth, H, N, 2hd) for mixed, or None
         per_block = bool(getattr(m, "rope_mixed", False)) and rope is not None
         probes: list[Tensor] = []
-        with self._capture_probes(probes if collect else None):
+        weights = capture_attention(self._attention or [], attention)  # timm's eager path while a sink listens
+        with self._capture_probes(probes if collect else None), weights:
             for i, block in enumerate(m.blocks):
                 if not head and i == last - 1:
                     self._probe_norm(i)(x)  # the last probe needs no attention/MLP; the hook records it

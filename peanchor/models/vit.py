@@ -2,13 +2,19 @@
 
 Read top-down: attention → MLP → block → model. Interventions are arguments of ``forward``:
 ``token_perm`` reorders patch content across slots before the PE is applied, and ``pe_scale`` is the
-paper's α. The SSDC probe point (each block's LN1 output) comes from the same forward pass.
+paper's α. The SSDC probe point (each block's LN1 output) comes from the same forward pass, and so do the
+attention weights when an analysis asks for them (``attention=``): SDPA does not return its weights, so such a
+pass computes the attention as SDPA's math written out (softmax of q·kᵀ/√d plus the attention bias, from q
+and k after RoPE, CLS included as a key; then @ v) and hands the weights on. Its logits equal the fused
+pass's to float rounding.
 
 Imports: torch; :mod:`peanchor.pe`, :mod:`peanchor.interventions`, :mod:`peanchor.models.probe`.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,7 +23,7 @@ from torch import Tensor, nn
 from torchvision.ops import StochasticDepth
 
 from peanchor.interventions import permute_tokens
-from peanchor.models.probe import ProbedModel
+from peanchor.models.probe import AttentionSink, ProbedModel
 from peanchor.pe import PEContext, RotaryTables, create_pe
 
 
@@ -32,7 +38,14 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    def forward(self, x: Tensor, rope: RotaryTables | None, bias: Tensor | None, num_prefix: int) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        rope: RotaryTables | None,
+        bias: Tensor | None,
+        num_prefix: int,
+        weights_sink: Callable[[Tensor], None] | None = None,
+    ) -> Tensor:
         b, t, d = x.shape
         # One Linear, split into q, k, v in that order, each (heads, head_dim): the paper's layout.
         q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)  # (B, H, T, hd)
@@ -40,9 +53,15 @@ class Attention(nn.Module):
             q, k = rope.apply(q, num_prefix), rope.apply(k, num_prefix)
         if bias is not None:
             bias = bias.to(q.dtype)
-        x = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, dropout_p=self.attn_drop if self.training else 0.0
-        )  # (B, H, T, hd)
+        if weights_sink is None:
+            x = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias, dropout_p=self.attn_drop if self.training else 0.0
+            )  # (B, H, T, hd)
+        else:  # SDPA's math, written out so that its weights can be handed on: the same q, k, bias and scale
+            logits = torch.matmul(q, k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, H, T, T)
+            weights = (logits if bias is None else logits + bias).softmax(dim=-1)
+            weights_sink(weights)
+            x = torch.matmul(F.dropout(weights, self.attn_drop, self.training), v)  # (B, H, T, hd)
         return self.proj_drop(self.proj(x.transpose(1, 2).reshape(b, t, d)))
 
 
@@ -80,10 +99,15 @@ class Block(nn.Module):
         self.drop_path = StochasticDepth(drop_path, "row")
 
     def forward(
-        self, x: Tensor, rope: RotaryTables | None, bias: Tensor | None, num_prefix: int
+        self,
+        x: Tensor,
+        rope: RotaryTables | None,
+        bias: Tensor | None,
+        num_prefix: int,
+        weights_sink: Callable[[Tensor], None] | None = None,
     ) -> tuple[Tensor, Tensor]:
         h = self.norm1(x)  # (B, T, D): what attention sees
-        x = x + self.drop_path(self.attn(h, rope, bias, num_prefix))
+        x = x + self.drop_path(self.attn(h, rope, bias, num_prefix, weights_sink))
         x = x + self.drop_path(self.mlp(self.norm2(x)))
         return x, h
 
@@ -104,6 +128,7 @@ class VisionTransformer(ProbedModel, nn.Module):
     """ViT with a CLS token and a pluggable positional encoding (``self.pe``)."""
 
     num_prefix = 1
+    has_attention_weights = True
 
     def __init__(
         self,
@@ -171,6 +196,7 @@ class VisionTransformer(ProbedModel, nn.Module):
         collect: bool,
         head: bool,
         num_layers: int | None = None,
+        attention: AttentionSink | None = None,
     ) -> tuple[Tensor | None, Tensor | None]:
         last = len(self.blocks) if num_layers is None else num_layers  # probes wanted without a head
         x = self.patch_embed(images)  # (B, N, D)
@@ -190,6 +216,7 @@ class VisionTransformer(ProbedModel, nn.Module):
                 rope.layer(i) if rope is not None else None,
                 bias[i if bias.shape[0] > 1 else 0] if bias is not None else None,
                 self.num_prefix,
+                functools.partial(attention, i) if attention is not None else None,
             )
             if collect:
                 probes.append(h[:, self.num_prefix :])  # (B, N, D)
