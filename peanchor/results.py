@@ -15,8 +15,9 @@ What is read is validated by pydantic against these dataclasses (strict JSON typ
 first key at fault. ``fragility`` is exactly ``1 - acc / clean_acc`` and ``delta_ssdc`` exactly
 ``ssdc.rpi[1] - ssdc.rpi[0]``.
 
-A new measure of a model is one field: of :class:`Measures` (per model, at α = 1), :class:`SSDCLayers` (per
-layer) or :class:`SweepPoint` (per α). It then travels from analysis.json into every model (or sweep row) of
+Beside SSDC, two more lenses on the same passes are per layer: :class:`AttentionDistanceLayers` (per layer and
+head) and :class:`PositionProbeLayers` (docs/lenses.md defines both). A new measure of a model is one field: of
+:class:`Measures` (per model, at α = 1), :class:`SSDCLayers` (per layer) or :class:`SweepPoint` (per α). It then travels from analysis.json into every model (or sweep row) of
 results.json by itself; only :func:`analysis_rows` lists the CSV's rows by hand.
 
 Imports: :mod:`peanchor.fileio`, :mod:`peanchor.errors`; pydantic lazily (to read).
@@ -45,10 +46,14 @@ __all__ = [
     "SCHEMA_VERSION",
     "AnalysisResult",
     "AnalysisSettings",
+    "AttentionDistanceLayers",
     "FailedCell",
+    "HeadLayers",
+    "LayerPair",
     "Measures",
     "ModelInfo",
     "ModelResult",
+    "PositionProbeLayers",
     "Results",
     "SSDCLayers",
     "SweepPoint",
@@ -63,7 +68,7 @@ __all__ = [
     "write_results",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: attention distance and the position probe; the CSV's head column
 ANALYSIS_SCHEMA = "peanchor.analysis"
 RESULTS_SCHEMA = "peanchor.results"
 ANALYSIS_JSON = "analysis.json"
@@ -104,6 +109,49 @@ class SSDCLayers:
 
 
 @dataclass(kw_only=True)
+class LayerPair:
+    """A value per layer, with tokens in order and under RPI (mean over RPI draws)."""
+
+    normal: list[float]
+    rpi: list[float]
+
+
+@dataclass(kw_only=True)
+class HeadLayers:
+    """A value per layer and head, ``[layer][head]``, with tokens in order and under RPI (mean over RPI draws)."""
+
+    normal: list[list[float]]
+    rpi: list[list[float]]
+
+    def layer_means(self, mode: str) -> list[float]:
+        """The mean over heads of every layer, for ``mode`` ``"normal"`` or ``"rpi"``."""
+        return [sum(heads) / len(heads) if heads else float("nan") for heads in getattr(self, mode)]
+
+
+@dataclass(kw_only=True)
+class AttentionDistanceLayers:
+    """Mean attention distance per layer and head, in patches on the slot grid: over query patches and images, the
+    attention-weighted distance to the patch keys (prefix tokens excluded as queries, and as keys with the patch
+    weights renormalised), Manhattan and Euclidean."""
+
+    manhattan: HeadLayers
+    euclidean: HeadLayers
+    prefix_mass: HeadLayers  # mean weight the patch queries give the prefix tokens (CLS, registers)
+    uniform: dict[str, float]  # metric → the distance of attention spread evenly over the patches
+
+
+@dataclass(kw_only=True)
+class PositionProbeLayers:
+    """Held-out R² per layer of a ridge probe from the layer's patch tokens (the SSDC probe point) to their
+    slot's grid row and column, fitted on ``fit_images`` and scored on the other ``heldout_images``."""
+
+    row: LayerPair
+    col: LayerPair
+    fit_images: int
+    heldout_images: int
+
+
+@dataclass(kw_only=True)
 class Measures:
     """What a model is measured as at α = 1; shared by analysis.json and each model of results.json."""
 
@@ -115,6 +163,8 @@ class Measures:
     fragility: dict[str, float]  # shift name → 1 - acc / clean_acc
     severities: dict[str, list[float]] | None = _optional()  # kind → top-1 at severity 1..5
     severity_fragility: dict[str, list[float]] | None = _optional()
+    attention_distance: AttentionDistanceLayers | None = _optional()  # absent where the weights cannot be had
+    position_probe: PositionProbeLayers | None = _optional()  # absent with fewer than 2 images
 
 
 @dataclass(kw_only=True)
@@ -151,6 +201,8 @@ class AnalysisSettings:
     batch_size: int
     evalset: str  # the fingerprint of the evaluation images
     device: str
+    probe_ridge: float  # the position probe's λ relative to the mean feature variance
+    probe_holdout: float  # the fraction of the images the probe is scored on (drawn with ``seed``)
 
 
 @dataclass(kw_only=True)
@@ -338,14 +390,16 @@ def _read_document(path: Path) -> Any:
 # ----------------------------------------------------------------------------------------------
 # analysis.json and analysis.csv
 
-CSV_COLUMNS: tuple[str, ...] = ("metric", "layer", "alpha", "shift", "severity", "value")
+CSV_COLUMNS: tuple[str, ...] = ("metric", "layer", "head", "alpha", "shift", "severity", "value")
 
 
 def analysis_rows(result: AnalysisResult) -> Iterator[dict[str, Any]]:
     """One row per (metric, layer / α / shift / severity) of an analysis: the long format of ``analysis.csv``."""
 
-    def row(metric: str, value: Any, layer: Any = "", alpha: Any = 1.0, shift: str = "", severity: Any = "") -> dict:
-        return {"metric": metric, "layer": layer, "alpha": alpha, "shift": shift, "severity": severity, "value": value}
+    def row(metric: str, value: Any, layer: Any = "", alpha: Any = 1.0, shift: str = "", severity: Any = "",
+            head: Any = "") -> dict:  # fmt: skip
+        return {"metric": metric, "layer": layer, "head": head, "alpha": alpha, "shift": shift, "severity": severity,
+                "value": value}  # fmt: skip
 
     yield row("clean_acc", result.clean_acc)
     yield row("rpi_acc", result.rpi_acc)
@@ -358,6 +412,19 @@ def analysis_rows(result: AnalysisResult) -> Iterator[dict[str, Any]]:
             for layer, v in enumerate(values):
                 yield row(f"ssdc_{key}_{bound}", v, layer=layer)
     yield row("delta_ssdc", result.delta_ssdc)
+    distance = result.attention_distance
+    for key in ("manhattan", "euclidean", "prefix_mass") if distance else ():
+        name = "attention_prefix_mass" if key == "prefix_mass" else f"attention_distance_{key}"
+        for mode in ("normal", "rpi"):
+            for layer, heads in enumerate(getattr(getattr(distance, key), mode)):
+                for head, v in enumerate(heads):
+                    yield row(f"{name}_{mode}", v, layer=layer, head=head)
+    for metric, v in (distance.uniform if distance else {}).items():
+        yield row(f"attention_distance_{metric}_uniform", v)
+    for target in ("row", "col") if result.position_probe else ():
+        for mode in ("normal", "rpi"):
+            for layer, v in enumerate(getattr(getattr(result.position_probe, target), mode)):
+                yield row(f"probe_r2_{target}_{mode}", v, layer=layer)
     for name, v in result.acc.items():
         yield row("acc", v, shift=name)
         yield row("fragility", result.fragility[name], shift=name)

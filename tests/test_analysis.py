@@ -50,19 +50,10 @@ def evalset() -> EvalSet:
 
 
 @pytest.fixture(scope="module")
-def trained_ape() -> torch.nn.Module:
+def trained_ape(fit_briefly) -> torch.nn.Module:
     """A vit_micro with APE trained for a few dozen steps (well above chance on the quadrant task)."""
     images, labels = quadrant_images(512, seed=0)
-    model = micro("ape").train()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    g = torch.Generator().manual_seed(0)
-    for _ in range(40):
-        idx = torch.randint(0, len(labels), (64,), generator=g)
-        loss = torch.nn.functional.cross_entropy(model(normalize(images[idx], INFO.mean, INFO.std)), labels[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model.eval()
+    return fit_briefly(micro("ape"), images, labels, INFO)
 
 
 @pytest.fixture(scope="module")

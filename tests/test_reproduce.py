@@ -283,14 +283,16 @@ def test_an_analysis_is_reused_only_for_the_same_weights_data_settings_and_shift
         delta_ssdc=0.2, acc={"jpeg": 0.4}, fragility={"jpeg": 0.2}, shifts=shifts, alpha_sweep=[], num_images=200,
         forward_passes=4, passes={}, seconds=1.0, timing={}, model=ModelInfo(pe="ape", depth=2, grid=[4, 4], scalable=True),
         settings=AnalysisSettings(alphas=[1.0, 0.0], rpi_draws=1, seed=0, ssdc_mode="mean_similarity", metric="manhattan",
-                                  bootstrap=0, severities=False, batch_size=25, evalset="x", device="cpu"),
+                                  bootstrap=0, severities=False, batch_size=25, evalset="x", device="cpu",
+                                  probe_ridge=1e-3, probe_holdout=0.5),
         source={"model_digest": "abc", "data": {**data, "cache_dir": "/somewhere"}, "max_images": None},
     )  # fmt: skip
     wanted = AnalysisRequest(digest="abc", data={**data, "train_size": 9999}, max_images=None, alphas=[1.0, 0.0],
                              shifts=shifts, rpi_draws=1, seed=0, severities=False, batch_size=25)  # fmt: skip
     assert reusable(stored, wanted)  # training-only data fields and caches do not matter
     for change in ({"digest": "other"}, {"shifts": {"jpeg": {"kind": "jpeg", "quality": 30}}}, {"alphas": [1.0]},
-                   {"batch_size": 50}, {"severities": True}, {"max_images": 100}, {"data": {**data, "val_size": 100}}):
+                   {"batch_size": 50}, {"severities": True}, {"max_images": 100}, {"data": {**data, "val_size": 100}},
+                   {"probe_ridge": 1e-2}, {"probe_holdout": 0.25}):
         assert not reusable(stored, dataclasses.replace(wanted, **change)), change
     unscalable = dataclasses.replace(stored, model=dataclasses.replace(stored.model, scalable=False),
                                      settings=dataclasses.replace(stored.settings, alphas=[]))  # fmt: skip

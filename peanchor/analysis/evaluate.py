@@ -1,4 +1,5 @@
-"""The evaluation suite: geometry (SSDC, ΔSSDC), robustness (accuracy, Fragility Score) and the α sweep.
+"""The evaluation suite: geometry (SSDC, ΔSSDC, attention distance, the position probe), robustness (accuracy,
+Fragility Score) and the α sweep.
 
 Everything is measured from as few passes over the evaluation set as possible, and geometry comes
 out of the same passes as accuracy:
@@ -6,8 +7,8 @@ out of the same passes as accuracy:
 ========================== ============================================================ ==========
 pass                       yields                                                       model call
 ========================== ============================================================ ==========
-clean, α = 1               clean top-1 and SSDC per layer (RPI off)                     forward_with_tokens
-RPI draw k, α = 1          SSDC per layer under RPI, RPI top-1                          forward_with_tokens
+clean, α = 1               clean top-1 and the three lenses per layer (RPI off)         forward_with_tokens
+RPI draw k, α = 1          the three lenses per layer under RPI, RPI top-1              forward_with_tokens
 shift s, α = 1             top-1 under each shift (and each severity, on request)       forward
 clean / shift s, α ≠ 1     the α sweep's accuracies (RPI off)                           forward
 RPI draw k, α ≠ 1          ΔSSDC at α: only probes 0 and 1 are needed                   spatial_tokens(num_layers=2)
@@ -17,6 +18,10 @@ RPI draw k, α ≠ 1          ΔSSDC at α: only probes 0 and 1 are needed      
 ``num_layers=2`` pass counts as one too; ``passes`` in the result itemises them). Passes that
 would repeat an identical computation (a severity equal to a main shift, α = 1 in the sweep) are
 reused, not rerun.
+
+The three lenses (docs/lenses.md) come from the same full passes: SSDC, the mean attention distance per layer
+and head (where the model hands out its attention weights) and the position-decoding probe, fitted on a split
+of the evaluation images drawn with ``seed`` (the same split in every pass) and scored on the rest.
 
 RPI draws one permutation of the patch tokens per forward call (i.e. per batch), shared by the
 batch, from a ``torch.Generator`` seeded with ``seed + draw``. The same stream is used at every α,
@@ -49,9 +54,11 @@ from tqdm.auto import tqdm
 from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.corruptions import Shift, paper_shifts, severity_table, table_name
 from peanchor.analysis.evalset import EvalSet
+from peanchor.analysis.lenses import LensPlan
 from peanchor.analysis.passes import PassRunner, PassSpec, is_scalable
 from peanchor.errors import ConfigError, DataError
 from peanchor.metrics import SSDCAccumulator, fragility_score
+from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
 from peanchor.results import AnalysisResult, AnalysisSettings, ModelInfo, SSDCLayers, SweepPoint
 
 __all__ = ["DEFAULT_ALPHAS", "evaluate_model"]
@@ -116,6 +123,8 @@ def evaluate_model(
     device: str | torch.device | None = None,
     progress: bool | None = None,
     cache: CorruptedCache | None = None,
+    probe_ridge: float = DEFAULT_RIDGE,
+    probe_holdout: float = DEFAULT_HOLDOUT,
 ) -> AnalysisResult:
     """Geometry, robustness and (for scalable PEs) the α sweep of ``model`` on ``evalset``.
 
@@ -134,6 +143,8 @@ def evaluate_model(
         severities: also measure the severity 1–5 sweeps (α = 1) of every kind in ``shifts``, from the table for
             the images' resolution (:func:`~peanchor.analysis.corruptions.severity_table`).
         cache: where corrupted sets are memoised; share one across models to corrupt only once.
+        probe_ridge: the position probe's ridge λ, relative to the mean feature variance.
+        probe_holdout: the fraction of the evaluation images the probe is scored on (the rest fit it).
 
     Returns:
         An :class:`~peanchor.results.AnalysisResult`. ``fragility`` is exactly ``1 - acc / clean_acc``
@@ -149,6 +160,10 @@ def evaluate_model(
         raise ConfigError(f"batch_size={batch_size}: expected >= 1")
     if bootstrap < 0:
         raise ConfigError(f"bootstrap={bootstrap}: expected >= 0")
+    if not (isinstance(probe_ridge, (int, float)) and math.isfinite(probe_ridge) and probe_ridge > 0):
+        raise ConfigError(f"probe_ridge={probe_ridge!r}: expected a finite number > 0")
+    if not (isinstance(probe_holdout, (int, float)) and 0 < probe_holdout < 1):
+        raise ConfigError(f"probe_holdout={probe_holdout!r}: expected a fraction strictly between 0 and 1")
     grid = tuple(int(g) for g in model.grid)
     if evalset.img_size != getattr(info, "img_size", evalset.img_size):
         raise DataError(f"evaluation images are {evalset.img_size} px but the dataset info says {info.img_size} px")
@@ -200,6 +215,7 @@ def evaluate_model(
     def make_accumulator() -> SSDCAccumulator:
         return SSDCAccumulator(grid, metric=metric, mode=ssdc_mode, bootstrap=bootstrap, seed=seed)
 
+    lenses = LensPlan.for_model(model, len(evalset), seed=seed, ridge=probe_ridge, holdout=probe_holdout)
     was_training = model.training
     model.to(dev).eval()
     t_passes = time.perf_counter()
@@ -208,7 +224,7 @@ def evaluate_model(
                   leave=False) as bar:  # fmt: skip
             runner = PassRunner(
                 model, evalset, info.mean, info.std, sets=sets, batch_size=batch_size, device=dev, seed=seed,
-                make_accumulator=make_accumulator, bar=bar,
+                make_accumulator=make_accumulator, bar=bar, lenses=lenses,
             )  # fmt: skip
             for spec in plan:
                 bar.set_postfix_str(spec.label, refresh=False)
@@ -228,6 +244,8 @@ def evaluate_model(
         bounds = [normal_acc.confidence_interval(CI_LEVEL), runner.run(rpi[0]).accumulator.confidence_interval(CI_LEVEL)]  # type: ignore[union-attr]
         ssdc.normal_ci, ssdc.rpi_ci = ([_floats(low), _floats(high)] for low, high in bounds)
         ssdc.ci_level = CI_LEVEL
+    attention_distance = lenses.attention_layers(runner.run(clean).attention, [runner.run(p).attention for p in rpi])
+    position_probe = lenses.probe_layers(runner.run(clean).position, [runner.run(p).position for p in rpi])
 
     # ---- robustness (α = 1)
     clean_acc = runner.accuracy(clean)
@@ -262,6 +280,8 @@ def evaluate_model(
         severity_fragility={k: [fragility_score(clean_acc, a) for a in v] for k, v in sev_acc.items()} if severities else None,
         severity_shifts={k: [s.describe() for s in group] for k, group in severity_shifts.items()} if severities else None,
         severity_table=table_name(evalset.img_size) if severities else None,
+        attention_distance=attention_distance,
+        position_probe=position_probe,
         shifts={name: s.describe() for name, s in shifts.items()},
         alpha_sweep=sweep,
         num_images=len(evalset),
@@ -273,6 +293,6 @@ def evaluate_model(
         settings=AnalysisSettings(
             alphas=alpha_list, rpi_draws=rpi_draws, seed=seed, ssdc_mode=ssdc_mode, metric=metric,
             bootstrap=bootstrap, severities=severities, batch_size=batch_size, evalset=evalset.fingerprint,
-            device=str(dev),
+            device=str(dev), probe_ridge=float(probe_ridge), probe_holdout=float(probe_holdout),
         ),
     )  # fmt: skip

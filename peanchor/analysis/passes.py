@@ -1,13 +1,16 @@
-"""Passes over an evaluation set: one model call per batch, accuracy and SSDC probes from the same forward.
+"""Passes over an evaluation set: one model call per batch, accuracy and the lenses (SSDC, attention distance,
+the position probe) from the same forward.
 
 A :class:`PassSpec` names a pass (which images, which α, which probes, which RPI draw); :class:`PassRunner`
 runs each distinct pass once on one device and keeps its result, so that the suite can plan every pass up
 front and collapse duplicates (:mod:`peanchor.analysis.evaluate`).
 
 Models only need the probe interface of :class:`peanchor.models.VisionTransformer` (``grid``, ``depth``,
-``forward(x, token_perm, pe_scale)``, ``forward_with_tokens(...)``, ``spatial_tokens(..., num_layers=)``).
+``forward(x, token_perm, pe_scale)``, ``forward_with_tokens(...)``, ``spatial_tokens(..., num_layers=)``), and
+``forward_with_tokens(..., attention=sink)`` where the model ``has_attention_weights``.
 
-Imports: :mod:`peanchor.metrics` (the SSDC accumulator), :mod:`peanchor.interventions`, :mod:`peanchor.data`.
+Imports: :mod:`peanchor.metrics` (the accumulators), :mod:`peanchor.interventions`, :mod:`peanchor.data`,
+:mod:`peanchor.analysis` (corruptions, evalset, lenses).
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ from torch import Tensor, nn
 
 from peanchor.analysis.corruptions import Shift
 from peanchor.analysis.evalset import EvalSet
+from peanchor.analysis.lenses import LensPlan
 from peanchor.interventions import random_permutation
 from peanchor.metrics import SSDCAccumulator
+from peanchor.metrics.attention_distance import AttentionDistanceAccumulator
+from peanchor.metrics.position_probe import PositionProbeAccumulator
 
 __all__ = ["PassResult", "PassRunner", "PassSpec", "Probes", "is_scalable"]
 
@@ -66,6 +72,8 @@ class PassSpec:
 class PassResult:
     correct: int | None = None
     accumulator: SSDCAccumulator | None = None
+    attention: AttentionDistanceAccumulator | None = None  # full probed passes of a model with attention weights
+    position: PositionProbeAccumulator | None = None  # full probed passes
 
 
 class PassRunner:
@@ -84,6 +92,7 @@ class PassRunner:
         seed: int,
         make_accumulator: Any,
         bar: Any,
+        lenses: LensPlan | None = None,
     ) -> None:
         from peanchor.data import normalize
 
@@ -93,6 +102,8 @@ class PassRunner:
         self.sets = dict(sets)  # images key → uint8 (N, 3, S, S), CPU (or already on the device)
         self.batch_size, self.device, self.seed = batch_size, device, seed
         self.make_accumulator = make_accumulator
+        self.lenses = lenses
+        self.heldout = lenses.heldout.to(device) if lenses is not None and lenses.heldout is not None else None
         self.bar = bar
         self.done: dict[PassSpec, PassResult] = {}
         self.labels = evalset.labels.to(device)
@@ -122,6 +133,10 @@ class PassRunner:
         num_patches = grid[0] * grid[1]
         generator = torch.Generator().manual_seed(self.seed + spec.rpi_draw) if spec.rpi_draw is not None else None
         acc = self.make_accumulator() if spec.probes != "none" else None
+        full = spec.probes == "all" and self.lenses is not None
+        attention = self.lenses.attention_accumulator() if full else None  # type: ignore[union-attr]
+        position = self.lenses.position_accumulator() if full else None  # type: ignore[union-attr]
+        lens_kwargs = {"attention": attention} if attention is not None else {}
         autocast = (
             torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else contextlib.nullcontext()
         )
@@ -135,9 +150,12 @@ class PassRunner:
                     perm = random_permutation(num_patches, generator=generator).to(self.device)  # (N,)
                 labels = self.labels[start : start + batch.shape[0]]
                 if spec.probes == "all":
-                    # (B, C) and (B, L, N, D): accuracy and geometry from the same pass
-                    logits, tokens = model.forward_with_tokens(x, token_perm=perm, pe_scale=spec.alpha)
+                    # (B, C) and (B, L, N, D): accuracy and geometry from the same pass; attention weights
+                    # are reduced block by block as the model hands them out
+                    logits, tokens = model.forward_with_tokens(x, token_perm=perm, pe_scale=spec.alpha, **lens_kwargs)
                     acc.update(tokens)
+                    if position is not None and self.heldout is not None:
+                        position.update(tokens, self.heldout[start : start + batch.shape[0]])
                 elif spec.probes == "first2":  # ΔSSDC needs probes 0 and 1 only: stop after block 0
                     tokens = model.spatial_tokens(x, token_perm=perm, pe_scale=spec.alpha, num_layers=self.first_layers)
                     acc.update(tokens)  # (B, 2, N, D)
@@ -148,7 +166,7 @@ class PassRunner:
                     correct += (logits.argmax(dim=-1) == labels).sum()
                 if self.bar is not None:
                     self.bar.update(1)
-        result = PassResult(int(correct.item()) if spec.probes != "first2" else None, acc)
+        result = PassResult(int(correct.item()) if spec.probes != "first2" else None, acc, attention, position)
         self.done[spec] = result
         return result
 

@@ -1,6 +1,7 @@
-"""``peanchor analyze``: SSDC per layer (normal and under RPI), ΔSSDC, accuracy and Fragility Score under
-the shifts of the run's preset (a model without one: the resolution rule of ``paper_shifts``; ``--shift`` replaces
-or adds one, see :mod:`peanchor.analysis.shift_specs`), and the α sweep, for one trained model.
+"""``peanchor analyze``: SSDC, the mean attention distance per head and the position-decoding probe per layer
+(each normal and under RPI), ΔSSDC, accuracy and Fragility Score under the shifts of the run's preset (a model
+without one: the resolution rule of ``paper_shifts``; ``--shift`` replaces or adds one, see
+:mod:`peanchor.analysis.shift_specs`), and the α sweep, for one trained model.
 
 The model and its data come from a *subject*: today a run directory (``peanchor train`` or
 ``peanchor import``). :func:`resolve_subject` is the one place that turns arguments into a model
@@ -37,11 +38,13 @@ SHIFT_HELP = (
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "analyze",
-        help="measure SSDC (normal / RPI), ΔSSDC, Fragility Scores and the α sweep of a trained model",
-        description="Evaluate one model: SSDC per layer with and without random permutation at inference (RPI), "
-        "ΔSSDC = SSDC_RPI(layer 1) - SSDC_RPI(layer 0), top-1 accuracy clean and under the preset's shifts (JPEG and "
-        "blur; --shift changes or adds one), the Fragility Score 1 - acc/clean, and for scalable PEs (ape, sincos, "
-        "rope, ...) the PE-scale (α) sweep. Writes analysis.json and analysis.csv (tidy, long format).",
+        help="measure SSDC, attention distance and a position probe (normal / RPI), ΔSSDC, Fragility Scores and "
+        "the α sweep of a trained model",
+        description="Evaluate one model: per layer, with and without random permutation at inference (RPI), SSDC, "
+        "the mean attention distance of every head and the held-out R² of a linear probe for each token's grid row "
+        "and column; ΔSSDC = SSDC_RPI(layer 1) - SSDC_RPI(layer 0), top-1 accuracy clean and under the preset's "
+        "shifts (JPEG and blur; --shift changes or adds one), the Fragility Score 1 - acc/clean, and for scalable PEs "
+        "(ape, sincos, rope, ...) the PE-scale (α) sweep. Writes analysis.json and analysis.csv (tidy, long format).",
     )
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run directory (from peanchor train or import)")
     p.add_argument("--out", metavar="DIR", help="where to write analysis.json/.csv (default: RUN_DIR/analysis, "
@@ -70,6 +73,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     ev.add_argument("--shift", action="append", default=[], metavar="KIND:K=V[,K=V]", help=SHIFT_HELP)
     ev.add_argument("--severities", action="store_true", help="also the severity 1-5 sweep of every measured kind "
                     "(the ImageNet-C-style table for the model's resolution)")  # fmt: skip
+    ev.add_argument("--probe-ridge", type=float, metavar="X", help="the position probe's ridge λ relative to the mean "
+                    "feature variance (default: 1e-3)")  # fmt: skip
+    ev.add_argument("--probe-holdout", type=float, metavar="F", help="fraction of the images the position probe is "
+                    "scored on, drawn with --seed; the rest fit it (default: 0.5)")  # fmt: skip
     ev.add_argument("--alphas", metavar="LIST", help="PE scales for the α sweep, e.g. 1,0.5,0 (default: 1.0, 0.9, ..., 0.0)")
     ev.add_argument("--no-alpha", action="store_true", help="skip the α sweep")
     ev.add_argument("--batch-size", type=int, metavar="N", help="evaluation batch size (default: the run's eval batch size)")
@@ -235,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
     from peanchor.analysis.evalset import EvalSet
     from peanchor.analysis.evaluate import DEFAULT_ALPHAS, evaluate_model
     from peanchor.analysis.shift_specs import measured_shifts, parse_shift_specs
+    from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
     from peanchor.results import write_analysis
 
     if args.rpi_draws < 1:
@@ -245,6 +253,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--images {args.images}: expected >= 1")
     if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size {args.batch_size}: expected >= 1")
+    if args.probe_ridge is not None and not (math.isfinite(args.probe_ridge) and args.probe_ridge > 0):
+        raise ConfigError(f"--probe-ridge {args.probe_ridge}: expected a number > 0")
+    if args.probe_holdout is not None and not 0 < args.probe_holdout < 1:
+        raise ConfigError(f"--probe-holdout {args.probe_holdout}: expected a fraction strictly between 0 and 1")
     alphas = [] if args.no_alpha else (parse_alphas(args.alphas) if args.alphas else list(DEFAULT_ALPHAS))
     shift_specs = parse_shift_specs(args.shift)
     if args.tensorboard:
@@ -268,6 +280,8 @@ def run(args: argparse.Namespace) -> int:
         ssdc_mode="per_image" if args.per_image else "mean_similarity",
         metric="euclidean" if args.euclidean else "manhattan", bootstrap=args.bootstrap, severities=args.severities,
         batch_size=args.batch_size or subject.eval_batch_size or 256, device=args.device, progress=progress,
+        probe_ridge=DEFAULT_RIDGE if args.probe_ridge is None else args.probe_ridge,
+        probe_holdout=DEFAULT_HOLDOUT if args.probe_holdout is None else args.probe_holdout,
     )  # fmt: skip
     result.source = {**subject.source, "data": spec.to_dict()}
     result.shift_sources = shift_sources
@@ -296,6 +310,18 @@ def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.result
     lines.append("  SSDC normal " + " ".join(_f(v, 2) for v in r.ssdc.normal))
     lines.append("  SSDC RPI    " + " ".join(_f(v, 2) for v in r.ssdc.rpi))
     lines.append(f"  ΔSSDC (RPI, layer 1 - layer 0) {_f(r.delta_ssdc)}")
+    if r.attention_distance is not None:
+        distance = r.attention_distance.manhattan
+        uniform = _f(r.attention_distance.uniform.get("manhattan"), 2)
+        for mode, label in (("normal", "normal"), ("rpi", "RPI   ")):
+            lines.append(f"  attention distance {label} " + " ".join(_f(v, 2) for v in distance.layer_means(mode))
+                         + f"  (mean over heads, Manhattan, in patches; uniform {uniform})")  # fmt: skip
+    if r.position_probe is not None:
+        probe = r.position_probe
+        for mode, label in (("normal", "normal"), ("rpi", "RPI   ")):
+            pairs = zip(getattr(probe.row, mode), getattr(probe.col, mode))
+            lines.append(f"  probe R² {label} " + " ".join(f"{_f(a, 2)}/{_f(b, 2)}" for a, b in pairs)
+                         + f"  (row/col, held out: {probe.heldout_images} of {probe.fit_images + probe.heldout_images} images)")  # fmt: skip
     for kind, values in (r.severity_fragility or {}).items():
         lines.append(f"  {kind} severities 1-5: FS " + " ".join(_f(v, 2) for v in values))
     if r.alpha_sweep:

@@ -73,14 +73,17 @@ class AnalysisRequest:
     ssdc_mode: str = "mean_similarity"
     metric: str = "manhattan"
     bootstrap: int = 0
+    probe_ridge: float = 1e-3  # evaluate_model's defaults (peanchor.metrics.position_probe)
+    probe_holdout: float = 0.5
 
 
 def reusable(stored: AnalysisResult, wanted: AnalysisRequest) -> bool:
     """Whether ``stored`` answers ``wanted`` (device, timings and the evaluation fingerprint may differ)."""
     s, src = stored.settings, stored.source
-    same_settings = (s.rpi_draws, s.seed, s.ssdc_mode, s.metric, s.bootstrap, s.severities, s.batch_size) == (
+    same_settings = (s.rpi_draws, s.seed, s.ssdc_mode, s.metric, s.bootstrap, s.severities, s.batch_size,
+                     s.probe_ridge, s.probe_holdout) == (
         wanted.rpi_draws, wanted.seed, wanted.ssdc_mode, wanted.metric, wanted.bootstrap, wanted.severities,
-        wanted.batch_size,
+        wanted.batch_size, wanted.probe_ridge, wanted.probe_holdout,
     )  # fmt: skip
     same_alphas = s.alphas == (wanted.alphas if stored.model.scalable else [])
     same_shifts = stored.shifts == wanted.shifts
@@ -155,7 +158,7 @@ def _run_cell(
             model, evalset, evalset.info, shifts=shifts,
             alphas=wanted.alphas, rpi_draws=wanted.rpi_draws, seed=wanted.seed, severities=wanted.severities,
             batch_size=wanted.batch_size, device=options.device, progress=None if options.progress else False,
-            cache=evaluation.cache,
+            cache=evaluation.cache, probe_ridge=wanted.probe_ridge, probe_holdout=wanted.probe_holdout,
         )  # fmt: skip
         result.source = {
             "kind": "run_dir", "run_dir": str(run_dir), "model_digest": wanted.digest, "model_args": model.model_args,

@@ -1,0 +1,240 @@
+"""The lenses beside SSDC in the models and the evaluation suite: the attention weights are the ones each block
+uses, the suite's numbers equal the accumulators run by hand, and the issue's three invariants.
+
+Invariant models: the sin-cos model is tested at init (its layer 0 is LN1 of a fixed smooth code plus small
+random patch embeddings, so it is decodable by construction) and after a short training run on a small
+spatial task; the no-PE models are trained briefly (their invariants hold for any weights, so training only makes the
+test harder: content then does carry position).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from peanchor.analysis.evalset import EvalSet
+from peanchor.analysis.evaluate import evaluate_model
+from peanchor.analysis.lenses import LensPlan
+from peanchor.analysis.passes import PassRunner
+from peanchor.data import DataInfo, normalize
+from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from peanchor.interventions import random_permutation
+from peanchor.models import create_model
+from peanchor.metrics.attention_distance import AttentionDistanceAccumulator
+from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE, PositionProbeAccumulator, heldout_mask
+from peanchor.pe import PE_NAMES, PE_REGISTRY
+from peanchor.results import analysis_rows
+
+INFO = DataInfo(2, 16, IMAGENET_MEAN, IMAGENET_STD, ["red", "green"], "sky-and-blob")
+BATCH = 16
+
+
+def scene_images(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """16 px scenes whose content carries position: a bright sky over dark ground, and a 6×6 blob anywhere whose
+    colour (red / green) is the label, so that a model without a PE can learn the task too."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.rand(n, 3, 16, 16, generator=g) * 60).to(torch.uint8)  # (n, 3, 16, 16) noise
+    x[:, 2, :6] += 150  # sky
+    labels = torch.randint(0, 2, (n,), generator=g)
+    corners = torch.randint(0, 11, (n, 2), generator=g)
+    for k in range(n):
+        r, c = corners[k].tolist()
+        x[k, int(labels[k]), r : r + 6, c : c + 6] = 250
+    return x, labels
+
+
+def micro(pe: str, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return create_model("vit_micro", pe=pe, num_classes=2).eval()
+
+
+@pytest.fixture(scope="module")
+def evalset() -> EvalSet:
+    images, labels = scene_images(256, seed=5)
+    return EvalSet.from_tensors(images, labels, INFO)
+
+
+@pytest.fixture(scope="module")
+def trained(fit_briefly) -> dict[str, torch.nn.Module]:
+    """vit_micro models trained briefly on the blob-colour task (well above chance)."""
+    images, labels = scene_images(512, seed=0)
+    return {pe: fit_briefly(micro(pe), images, labels, INFO) for pe in ("none", "sincos", "ape")}
+
+
+def images(n: int = 4, seed: int = 2) -> torch.Tensor:
+    x, _ = scene_images(n, seed=seed)
+    return normalize(x, INFO.mean, INFO.std)
+
+
+# ---- the weights are the ones the block uses ------------------------------------------------------
+
+
+@pytest.mark.parametrize("pe", PE_NAMES)
+def test_attention_weights_times_v_are_the_fused_attention_output(pe):
+    """The weights a probed pass hands out (after RoPE, with relbias's bias, CLS a key) times the plain pass's v
+    give the plain pass's fused SDPA output, block by block; the logits agree too."""
+    model = micro(pe, seed=1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(4)  # peaked attention, large positional terms: a wrong bias or rotation would show
+    perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(0))
+    alpha = 0.5 if PE_REGISTRY[pe].scalable else 1.0
+    outputs, values = [], []
+    hooks = [b.attn.proj.register_forward_pre_hook(lambda _m, inp: outputs.append(inp[0])) for b in model.blocks]
+    hooks += [b.attn.qkv.register_forward_hook(lambda _m, _i, out: values.append(out)) for b in model.blocks]
+    with torch.inference_mode():
+        plain = model(images(), token_perm=perm, pe_scale=alpha)  # fused SDPA
+        for h in hooks:
+            h.remove()
+        maps = model.attention_maps(images(), token_perm=perm, pe_scale=alpha)  # (B, L, H, T, T)
+        logits, _ = model.forward_with_tokens(images(), token_perm=perm, pe_scale=alpha, attention=lambda i, w: None)
+    b, layers, heads, t, _ = maps.shape
+    assert (layers, heads, t) == (model.depth, 2, 1 + model.num_patches)
+    torch.testing.assert_close(maps.sum(dim=-1), torch.ones(b, layers, heads, t), rtol=0, atol=1e-5)
+    for layer in range(layers):
+        v = values[layer].view(b, t, 3, heads, -1)[:, :, 2].transpose(1, 2)  # (B, H, T, hd)
+        recombined = (maps[:, layer] @ v).transpose(1, 2).reshape(b, t, -1)  # (B, T, D)
+        torch.testing.assert_close(recombined, outputs[layer], rtol=0, atol=1e-5)
+    torch.testing.assert_close(logits, plain, rtol=0, atol=1e-5)  # the written-out attention is SDPA's
+
+
+# ---- invariants -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", ["init", "trained"])
+def test_no_pe_attention_under_rpi_is_the_permuted_attention(state, trained):
+    """Without a PE the model is permutation-equivariant: under RPI slot i holds the content of position
+    perm[i], so its attention to slot j is the unshuffled attention from perm[i] to perm[j] (CLS stays CLS)."""
+    model = trained["none"] if state == "trained" else micro("none")
+    perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(3))
+    index = torch.cat([torch.zeros(1, dtype=torch.long), perm + 1])  # CLS first, then the slots' sources
+    with torch.inference_mode():
+        normal = model.attention_maps(images(8))  # (B, L, H, T, T)
+        shuffled = model.attention_maps(images(8), token_perm=perm)
+    torch.testing.assert_close(shuffled, normal[..., index, :][..., index], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("pe", ["ape", "sincos"])
+def test_with_a_pe_attention_under_rpi_is_not_the_permuted_attention(pe, trained):
+    """The control: a trained PE model's attention depends on slots, so the no-PE invariant fails clearly."""
+    model = trained[pe]
+    perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(3))
+    index = torch.cat([torch.zeros(1, dtype=torch.long), perm + 1])
+    with torch.inference_mode():
+        normal, shuffled = model.attention_maps(images(8)), model.attention_maps(images(8), token_perm=perm)
+    assert (shuffled - normal[..., index, :][..., index]).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("state", ["init", "trained"])
+def test_sincos_layer_0_is_decodable_with_and_without_rpi(state, trained, evalset):
+    model = trained["sincos"] if state == "trained" else micro("sincos")
+    r = evaluate_model(model, evalset, INFO, alphas=(), batch_size=BATCH, device="cpu", progress=False)
+    probe = r.position_probe
+    assert probe is not None and (probe.fit_images, probe.heldout_images) == (128, 128)
+    for values in (probe.row.normal, probe.col.normal, probe.row.rpi, probe.col.rpi):
+        assert values[0] >= 0.9, probe
+
+
+def test_no_pe_probe_is_about_zero_under_rpi_at_every_layer(trained, evalset):
+    r = evaluate_model(trained["none"], evalset, INFO, alphas=(), rpi_draws=2, batch_size=BATCH, device="cpu",
+                       progress=False)  # fmt: skip
+    probe = r.position_probe
+    assert probe is not None and r.clean_acc > 0.9  # trained: the blob's colour needs no position
+    for values in (probe.row.rpi, probe.col.rpi):
+        assert max(values) <= 0.05, probe
+    # The tokens in order are another matter: sky and ground are content that carries the row.
+    assert probe.row.normal[0] > 0.5
+
+
+# ---- the suite's numbers are the accumulators run by hand -----------------------------------------
+
+
+@pytest.mark.parametrize("pe", PE_NAMES)
+def test_suite_lenses_equal_the_accumulators_run_by_hand(pe, evalset):
+    model = micro(pe)
+    r = evaluate_model(model, evalset, INFO, alphas=(), batch_size=64, device="cpu", progress=False, seed=4)
+    heldout = heldout_mask(len(evalset), DEFAULT_HOLDOUT, seed=4)
+    by_hand = []
+    for draw in (None, 0):  # the normal pass, then RPI draw 0 (one permutation per batch from seed + draw)
+        g = torch.Generator().manual_seed(4 + draw) if draw is not None else None
+        attention = AttentionDistanceAccumulator(model.grid)
+        probe = PositionProbeAccumulator(model.grid, DEFAULT_RIDGE)
+        with torch.inference_mode():
+            for start in range(0, len(evalset), 64):
+                x = normalize(evalset.images[start : start + 64], INFO.mean, INFO.std)
+                perm = random_permutation(model.num_patches, generator=g) if g is not None else None
+                _, tokens = model.forward_with_tokens(x, token_perm=perm, attention=attention)
+                probe.update(tokens, heldout[start : start + 64])
+        by_hand.append((attention.compute(), probe.compute()))
+    distance = r.attention_distance
+    for (att, pr), mode in zip(by_hand, ("normal", "rpi")):
+        for key in ("manhattan", "euclidean", "prefix_mass"):
+            torch.testing.assert_close(torch.tensor(getattr(getattr(distance, key), mode), dtype=torch.float64), att[key],
+                                       rtol=0, atol=1e-12)  # fmt: skip
+        got = torch.tensor([getattr(r.position_probe.row, mode), getattr(r.position_probe.col, mode)], dtype=torch.float64)
+        torch.testing.assert_close(got.T, pr, rtol=0, atol=1e-12)
+    assert distance.uniform["manhattan"] == pytest.approx(2.5)  # a 4x4 grid
+    rows = list(analysis_rows(r))
+    heads = [row for row in rows if row["metric"] == "attention_distance_manhattan_rpi"]
+    assert len(heads) == model.depth * 2 and {row["head"] for row in heads} == {0, 1}
+    assert [row["value"] for row in rows if row["metric"] == "probe_r2_col_normal"] == r.position_probe.col.normal
+
+
+def test_rpi_draws_average_the_lenses(evalset):
+    model = micro("rope")
+    one = evaluate_model(model, evalset, INFO, alphas=(), rpi_draws=1, batch_size=64, device="cpu", progress=False)
+    two = evaluate_model(model, evalset, INFO, alphas=(), rpi_draws=2, batch_size=64, device="cpu", progress=False)
+    assert one.position_probe.row.normal == two.position_probe.row.normal  # the same normal pass and split
+    assert one.attention_distance.manhattan.rpi != two.attention_distance.manhattan.rpi  # a second draw counts
+
+
+def test_lenses_need_what_the_model_and_data_allow(evalset):
+    class NoWeights(torch.nn.Module):
+        """The minimal probe interface without attention weights (e.g. a foreign model)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = micro("ape")
+            self.grid, self.depth, self.num_patches = self.inner.grid, self.inner.depth, self.inner.num_patches
+
+        def forward(self, x, token_perm=None, pe_scale=1.0):
+            return self.inner(x, token_perm, pe_scale)
+
+        def forward_with_tokens(self, x, token_perm=None, pe_scale=1.0):  # no attention= keyword at all
+            return self.inner.forward_with_tokens(x, token_perm, pe_scale)
+
+    r = evaluate_model(NoWeights(), evalset, INFO, alphas=(), batch_size=128, device="cpu", progress=False)
+    assert r.attention_distance is None and r.position_probe is not None
+    single = EvalSet.from_tensors(evalset.images[:1], evalset.labels[:1], INFO)
+    r = evaluate_model(micro("ape"), single, INFO, alphas=(), batch_size=8, device="cpu", progress=False)
+    assert r.position_probe is None and r.attention_distance is not None  # one image cannot be split
+
+
+def test_pass_runner_without_a_lens_plan_feeds_only_ssdc(evalset):
+    """The lenses are an addition to the passes: a runner built without a plan does what it did before."""
+    from peanchor.analysis.passes import PassSpec
+    from peanchor.metrics import SSDCAccumulator
+
+    model = micro("ape")
+    runner = PassRunner(model, evalset, INFO.mean, INFO.std, sets={"clean": evalset.images}, batch_size=128,
+                        device=torch.device("cpu"), seed=0, make_accumulator=lambda: SSDCAccumulator(model.grid), bar=None)  # fmt: skip
+    result = runner.run(PassSpec("clean", 1.0, "all", None))
+    assert result.accumulator is not None and result.attention is None and result.position is None
+    plan = LensPlan.for_model(model, len(evalset), seed=0, ridge=DEFAULT_RIDGE, holdout=DEFAULT_HOLDOUT)
+    assert plan.attention and plan.heldout is not None and int(plan.heldout.sum()) == len(evalset) // 2
+
+
+def test_bad_probe_settings_are_user_errors(evalset):
+    from peanchor.errors import ConfigError
+
+    for kwargs in ({"probe_ridge": 0.0}, {"probe_ridge": float("inf")}, {"probe_holdout": 1.0}, {"probe_holdout": 0}):
+        with pytest.raises(ConfigError):
+            evaluate_model(micro("ape"), evalset, INFO, alphas=(), device="cpu", progress=False, **kwargs)
+
+
+def test_reproduce_compares_against_the_suites_probe_defaults():
+    from peanchor.grid.pipeline import AnalysisRequest
+
+    request = AnalysisRequest(digest="", data={}, max_images=None, alphas=[], shifts={}, rpi_draws=1, seed=0,
+                              severities=False, batch_size=1)  # fmt: skip
+    assert (request.probe_ridge, request.probe_holdout) == (DEFAULT_RIDGE, DEFAULT_HOLDOUT)
