@@ -297,6 +297,22 @@ def test_analyze_command_writes_json_and_csv(run_dir, tmp_path, capsys):
     assert (out / "analysis.csv").exists()
     printed = capsys.readouterr().out
     assert "SSDC RPI" in printed and "ΔSSDC" in printed
+    assert "attention distance RPI" in printed and "probe R² RPI" in printed and "held out: 32 of 64" in printed
+    assert len(doc["attention_distance"]["manhattan"]["rpi"]) == 2 and len(doc["position_probe"]["col"]["normal"]) == 2
+
+
+def test_analyze_probe_settings_are_recorded_and_checked(run_dir, tmp_path, capsys):
+    out = tmp_path / "probe"
+    assert main(["analyze", str(run_dir), "--out", str(out), "--images", "40", "--no-alpha", "--probe-ridge", "0.1",
+                 "--probe-holdout", "0.25", "--device", "cpu", "--no-progress"]) == 0  # fmt: skip
+    doc = json.loads((out / "analysis.json").read_text())
+    assert (doc["settings"]["probe_ridge"], doc["settings"]["probe_holdout"]) == (0.1, 0.25)
+    assert (doc["position_probe"]["fit_images"], doc["position_probe"]["heldout_images"]) == (30, 10)
+    capsys.readouterr()
+    for flag, value in (("--probe-ridge", "0"), ("--probe-holdout", "1"), ("--probe-holdout", "-0.5")):
+        assert main(["analyze", str(run_dir), "--out", str(out), flag, value, "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"peanchor: error: {flag}") and err.count("\n") == 1
 
 
 def test_analyze_defaults_and_options(run_dir, capsys):
