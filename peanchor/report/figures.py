@@ -295,9 +295,12 @@ def _plot_severities(results: Results, directory: Path) -> FigureFile | None:
 
 def make_figures(results: Results, directory: str | Path) -> list[FigureFile]:
     """Draw every figure the results allow into ``directory`` (PNG + PDF each); skip those without data."""
+    from peanchor.report.lenses import plot_attention_heads, plot_lenses_per_layer  # built on this module's helpers
+
     directory = Path(directory)
     made = []
-    for plot in (_plot_ssdc_per_layer, _plot_alpha_sweep, _plot_correlation, _plot_severities):
+    for plot in (_plot_ssdc_per_layer, plot_lenses_per_layer, plot_attention_heads, _plot_alpha_sweep,
+                 _plot_correlation, _plot_severities):  # fmt: skip
         fig = plot(results, directory)
         if fig is not None:
             made.append(fig)

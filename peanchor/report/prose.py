@@ -5,7 +5,7 @@ Every sentence about the results is generated from comparisons of the numbers (:
 the prose says what these numbers show and nothing more; the paper's numbers come from :mod:`peanchor.conditions`
 and are labelled as the paper's.
 
-Imports: :mod:`peanchor.report.summary`, :mod:`peanchor.report.document`, :mod:`peanchor.conditions`,
+Imports: :mod:`peanchor.report` (summary, document, lenses), :mod:`peanchor.conditions`,
 :mod:`peanchor.results`.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 
 from peanchor.conditions import CONDITIONS, PAPER, label, ordered
 from peanchor.report.document import Bullets, FigureBlock, FigureFile, Heading, Paragraph, Report, Table
+from peanchor.report.lenses import LENS_INTRO, lens_sentences, lens_table
 from peanchor.report.summary import (
     MIN_SEEDS_FOR_CLAIMS,
     N_BOOT,
@@ -184,6 +185,18 @@ class _Builder:
         if notes and "ssdc_per_layer" in self.figures:
             self.doc.add(Paragraph(f"For comparison, the paper's SSDC per layer under RPI ({PAPER.label}):"),
                          Bullets(notes))  # fmt: skip
+
+    def lenses_section(self) -> None:
+        table = lens_table(self.r)
+        if table is None:
+            return
+        self.doc.add(Heading(2, "Three lenses on spatial structure"), Paragraph(LENS_INTRO))
+        self.figure("lenses_per_layer")
+        self.doc.add(table)
+        sentences = lens_sentences(self.r)
+        if sentences:
+            self.doc.add(Bullets(sentences))
+        self.figure("attention_distance_heads")
 
     def paper_comparison(self) -> None:
         conds = list(self.groups) + [c for c in REFERENCE if c not in self.groups]
@@ -397,9 +410,9 @@ class _Builder:
         self.doc.add(Heading(2, "Run"), Paragraph(text + f" Reference numbers: {PAPER.citation}."))
 
     def build(self) -> Report:
-        for section in (self.intro, self.findings, self.main_table, self.paper_comparison, self.shifts_section,
-                        self.paired_section, self.alpha_section, self.correlation_section, self.severity_section,
-                        self.models_table, self.failed_section, self.run_section):  # fmt: skip
+        for section in (self.intro, self.findings, self.main_table, self.lenses_section, self.paper_comparison,
+                        self.shifts_section, self.paired_section, self.alpha_section, self.correlation_section,
+                        self.severity_section, self.models_table, self.failed_section, self.run_section):  # fmt: skip
             section()
         return self.doc
 
