@@ -17,8 +17,9 @@ first key at fault. ``fragility`` is exactly ``1 - acc / clean_acc`` and ``delta
 
 Beside SSDC, two more lenses on the same passes are per layer: :class:`AttentionDistanceLayers` (per layer and
 head) and :class:`PositionProbeLayers` (docs/lenses.md defines both). A new measure of a model is one field: of
-:class:`Measures` (per model, at α = 1), :class:`SSDCLayers` (per layer) or :class:`SweepPoint` (per α). It then travels from analysis.json into every model (or sweep row) of
-results.json by itself; only :func:`analysis_rows` lists the CSV's rows by hand.
+:class:`Measures` (per model, at α = 1), :class:`SSDCLayers` (per layer) or :class:`SweepPoint` (per α). It then
+travels from analysis.json into every model (or sweep row) of results.json by itself; only :func:`analysis_rows`
+lists the CSV's rows by hand.
 
 Imports: :mod:`peanchor.fileio`, :mod:`peanchor.errors`; pydantic lazily (to read).
 """

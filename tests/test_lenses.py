@@ -217,7 +217,8 @@ def test_pass_runner_without_a_lens_plan_feeds_only_ssdc(evalset):
 
     model = micro("ape")
     runner = PassRunner(model, evalset, INFO.mean, INFO.std, sets={"clean": evalset.images}, batch_size=128,
-                        device=torch.device("cpu"), seed=0, make_accumulator=lambda: SSDCAccumulator(model.grid), bar=None)  # fmt: skip
+                        device=torch.device("cpu"), seed=0, bar=None,
+                        make_accumulator=lambda: SSDCAccumulator(model.grid))  # fmt: skip
     result = runner.run(PassSpec("clean", 1.0, "all", None))
     assert result.accumulator is not None and result.attention is None and result.position is None
     plan = LensPlan.for_model(model, len(evalset), seed=0, ridge=DEFAULT_RIDGE, holdout=DEFAULT_HOLDOUT)

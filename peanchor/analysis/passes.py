@@ -103,7 +103,7 @@ class PassRunner:
         self.batch_size, self.device, self.seed = batch_size, device, seed
         self.make_accumulator = make_accumulator
         self.lenses = lenses
-        self.heldout = lenses.heldout.to(device) if lenses is not None and lenses.heldout is not None else None
+        self.heldout = lenses.heldout if lenses is not None else None  # (n,) bool, CPU: the probe's held-out images
         self.bar = bar
         self.done: dict[PassSpec, PassResult] = {}
         self.labels = evalset.labels.to(device)

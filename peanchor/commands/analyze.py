@@ -320,8 +320,9 @@ def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.result
         probe = r.position_probe
         for mode, label in (("normal", "normal"), ("rpi", "RPI   ")):
             pairs = zip(getattr(probe.row, mode), getattr(probe.col, mode))
+            total = probe.fit_images + probe.heldout_images
             lines.append(f"  probe R² {label} " + " ".join(f"{_f(a, 2)}/{_f(b, 2)}" for a, b in pairs)
-                         + f"  (row/col, held out: {probe.heldout_images} of {probe.fit_images + probe.heldout_images} images)")  # fmt: skip
+                         + f"  (row/col, held out: {probe.heldout_images} of {total} images)")  # fmt: skip
     for kind, values in (r.severity_fragility or {}).items():
         lines.append(f"  {kind} severities 1-5: FS " + " ".join(_f(v, 2) for v in values))
     if r.alpha_sweep:

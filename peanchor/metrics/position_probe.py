@@ -101,8 +101,9 @@ class PositionProbeAccumulator:
             raise ValueError("tokens must be a floating-point tensor (B, L, N, D)")
         b, layers, n, d = tokens.shape
         if n != self._targets.shape[0]:
-            raise ValueError(f"tokens have N={n} but the grid {self.grid[0]}x{self.grid[1]} has {self._targets.shape[0]}")
-        heldout = torch.as_tensor(heldout, dtype=torch.bool).to(tokens.device)
+            rows, cols = self.grid
+            raise ValueError(f"tokens have N={n} but the grid {rows}x{cols} has {rows * cols} positions")
+        heldout = torch.as_tensor(heldout, dtype=torch.bool).cpu()  # the split is read on the host: no device sync
         if heldout.shape != (b,):
             raise ValueError(f"heldout must be a bool tensor (B,) = ({b},), got {tuple(heldout.shape)}")
         dtype = torch.float64 if tokens.dtype == torch.float64 else torch.float32
@@ -118,19 +119,20 @@ class PositionProbeAccumulator:
                              f"(L={self._shift.shape[0]}, D={self._shift.shape[1]}, {self._shift.device})")  # fmt: skip
         assert self._sx is not None and self._sxx is not None and self._sxy is not None
         targets = self._targets.to(dtype)  # (N, 2)
-        splits = [(split, select, int(select.sum())) for split, select in enumerate((~heldout, heldout))]
+        # Each split's images, by index: one gathering copy per layer, then everything in place.
+        splits = [(split, select.nonzero().squeeze(1)) for split, select in enumerate((~heldout, heldout))]
+        splits = [(split, index.to(tokens.device, non_blocking=True)) for split, index in splits if index.numel()]
         for layer in range(layers):
-            shifted = tokens[:, layer].to(dtype) - self._shift[layer].to(dtype)  # (B, N, D)
-            for split, select, count in splits:
-                if count == 0:
-                    continue
-                x = shifted[select] if count < b else shifted  # (b', N, D)
-                flat = x.reshape(-1, d)  # (b'·N, D)
-                self._sx[split, layer] += flat.sum(dim=0).to(torch.float64)  # of shifted values: no cancellation
+            shift = self._shift[layer].to(dtype)  # (D,)
+            for split, index in splits:
+                x = tokens[:, layer].index_select(0, index).to(dtype).sub_(shift)  # (b', N, D), shifted
+                flat = x.view(-1, d)  # (b'·N, D)
+                per_slot = x.sum(dim=0)  # (N, D)
+                self._sx[split, layer] += per_slot.sum(dim=0).to(torch.float64)  # shifted values: no cancellation
                 self._sxx[split, layer] += (flat.T @ flat).to(torch.float64)  # (D, D)
-                self._sxy[split, layer] += (x.sum(dim=0).T @ targets).to(torch.float64)  # (D, 2)
-        for split, _, count in splits:
-            self._images[split] += count
+                self._sxy[split, layer] += (per_slot.T @ targets).to(torch.float64)  # (D, 2)
+        for split, index in splits:
+            self._images[split] += index.numel()
 
     def compute(self) -> Tensor:
         """Held-out R² per layer and target (row, col): float64 CPU ``(L, 2)``.

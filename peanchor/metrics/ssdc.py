@@ -372,15 +372,14 @@ class SSDCAccumulator:
             return
 
         dtype = torch.float64 if tokens.dtype == torch.float64 else torch.float32
-        if self.mode == "mean_similarity":
-            x = F.normalize(tokens.to(dtype), dim=-1, eps=_NORMALISE_EPS)  # (B, L, N, D) unit tokens
-            if self.bootstrap:
-                self._update_mean_bootstrap(x)
-            else:
-                # Sum over the batch of X_b X_b^T == X X^T with the batch folded into the feature dim:
-                # one matmul per layer instead of B.
-                xl = x.permute(1, 2, 0, 3).reshape(num_layers, n, b * d)  # (L, N, B*D)
-                self._sim_sum += torch.matmul(xl, xl.transpose(1, 2))  # (L, N, N)
+        if self.mode == "mean_similarity" and self.bootstrap:
+            self._update_mean_bootstrap(F.normalize(tokens.to(dtype), dim=-1, eps=_NORMALISE_EPS))  # unit tokens
+        elif self.mode == "mean_similarity":
+            # Layer by layer, so that the unit tokens of a layer stay in cache: one batched matmul gives every
+            # image's similarity matrix, summed over the batch in float64.
+            for layer in range(num_layers):
+                x = F.normalize(tokens[:, layer].to(dtype), dim=-1, eps=_NORMALISE_EPS)  # (B, N, D) unit tokens
+                self._sim_sum[layer] += torch.matmul(x, x.transpose(-1, -2)).sum(dim=0, dtype=torch.float64)
         else:
             self._update_per_image(tokens, dtype)
         self._num_images += b

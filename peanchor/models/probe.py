@@ -19,9 +19,10 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-#: Called once per block during a pass with (block index, attention weights ``(B, H, T, T)``): the softmax
-#: over keys of that block's attention, from the q and k it uses (after RoPE, with any attention bias), the
-#: ``num_prefix`` prefix tokens (CLS, registers) first, then the patches in slot order.
+#: Called during a pass with (block index, attention weights ``(b, H, T, T)``): the softmax over keys of that
+#: block's attention, from the q and k it uses (after RoPE, with any attention bias), the ``num_prefix`` prefix
+#: tokens (CLS, registers) first, then the patches in slot order. Per block it is called once for the whole batch,
+#: or several times in a row with consecutive slices of the batch (``b`` images each) that together cover it.
 AttentionSink = Callable[[int, Tensor], None]
 
 
@@ -78,6 +79,6 @@ class ProbedModel:
     def attention_maps(self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0) -> Tensor:
         """Every block's attention weights, ``(B, L, H, T, T)`` with ``T = num_prefix + N`` (prefix tokens
         first). Convenient for a look at a few images; an analysis over many feeds an :data:`AttentionSink`."""
-        maps: list[Tensor] = []
-        self.forward_with_tokens(images, token_perm, pe_scale, attention=lambda _layer, w: maps.append(w))
-        return torch.stack(maps, dim=1)
+        maps: dict[int, list[Tensor]] = {}
+        self.forward_with_tokens(images, token_perm, pe_scale, attention=lambda i, w: maps.setdefault(i, []).append(w))
+        return torch.stack([torch.cat(maps[i]) for i in sorted(maps)], dim=1)

@@ -27,6 +27,11 @@ from peanchor.models.probe import AttentionSink, ProbedModel
 from peanchor.pe import PEContext, RotaryTables, create_pe
 
 
+# Attention weights materialised at a time when an analysis asks for them (floats): about 1 MB on the CPU.
+_CPU_WEIGHT_CHUNK = 1 << 18
+_WEIGHT_CHUNK = 1 << 28
+
+
 class Attention(nn.Module):
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0, proj_drop: float = 0.0):
         super().__init__()
@@ -57,12 +62,32 @@ class Attention(nn.Module):
             x = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=bias, dropout_p=self.attn_drop if self.training else 0.0
             )  # (B, H, T, hd)
-        else:  # SDPA's math, written out so that its weights can be handed on: the same q, k, bias and scale
-            logits = torch.matmul(q, k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, H, T, T)
-            weights = (logits if bias is None else logits + bias).softmax(dim=-1)
-            weights_sink(weights)
-            x = torch.matmul(F.dropout(weights, self.attn_drop, self.training), v)  # (B, H, T, hd)
+        else:
+            x = self._attention_with_weights(q, k, v, bias, weights_sink)
         return self.proj_drop(self.proj(x.transpose(1, 2).reshape(b, t, d)))
+
+
+    def _attention_with_weights(
+        self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, sink: Callable[[Tensor], None]
+    ) -> Tensor:
+        """SDPA's math written out, so that its weights can be handed to ``sink``: the same q, k, bias and scale.
+
+        Images go through in chunks whose (c, H, T, T) weights stay in the CPU's cache (one image at 224 px), which
+        keeps the written-out attention close to the fused kernel's speed; ``sink`` gets each chunk in turn.
+        """
+        b, h, t, _ = q.shape
+        budget = _CPU_WEIGHT_CHUNK if q.device.type == "cpu" else _WEIGHT_CHUNK
+        chunk = max(1, budget // (h * t * t))
+        out = []
+        for start in range(0, b, chunk):
+            part = slice(start, start + chunk)
+            logits = torch.matmul(q[part], k[part].transpose(-2, -1)).mul_(q.shape[-1] ** -0.5)  # (c, H, T, T)
+            if bias is not None:
+                logits += bias
+            weights = logits.softmax(dim=-1)
+            sink(weights)
+            out.append(torch.matmul(F.dropout(weights, self.attn_drop, self.training), v[part]))  # (c, H, T, hd)
+        return torch.cat(out) if len(out) > 1 else out[0]  # (B, H, T, hd)
 
 
 class Mlp(nn.Module):

@@ -128,15 +128,17 @@ def lens_sentences(results: Results) -> list[str]:
     uniform = _uniform([m for ms in groups.values() for m in ms])
     distance = ranked("distance_rpi")
     if len(distance) >= 2 and finite(uniform):
-        out.append(f"Under RPI, the mean attention distance ranges from {fmt(distance[0][1], 2)} ({_c(distance[0][0])}) "
-                   f"to {fmt(distance[-1][1], 2)} ({_c(distance[-1][0])}); attention spread evenly over the patches "
-                   f"has {fmt(uniform, 2)}.")  # fmt: skip
+        (low, low_value), (high, high_value) = distance[0], distance[-1]
+        out.append(f"Under RPI, the mean attention distance ranges from {fmt(low_value, 2)} ({_c(low)}) to "
+                   f"{fmt(high_value, 2)} ({_c(high)}); attention spread evenly over the patches has "
+                   f"{fmt(uniform, 2)}.")  # fmt: skip
     shared = [c for c in means if finite(means[c]["ssdc_rpi"]) and finite(means[c]["probe_rpi"])]
     pairs = [(a, b) for i, a in enumerate(shared) for b in shared[i + 1 :]]
     if pairs:
         agree = sum((means[a]["ssdc_rpi"] - means[b]["ssdc_rpi"]) * (means[a]["probe_rpi"] - means[b]["probe_rpi"]) > 0
                     for a, b in pairs)  # fmt: skip
-        out.append(f"Under RPI, max SSDC and max probe R² order {agree} of {len(pairs)} pairs of conditions the same way.")
+        out.append(f"Under RPI, max SSDC and max probe R² order {agree} of {len(pairs)} pairs of conditions the same "
+                   "way.")  # fmt: skip
     return out
 
 
