@@ -28,6 +28,7 @@ def test_ssdc_probe_matches_the_paper_style_hooks():
     assert record["max_abs_diff"] <= bench.TOLERANCE
     assert len(record["ssdc_probe"]) == record["layers"] == 2
     assert record["ratio_probe"] > 0 and record["ratio_paper"] > 0
+    assert record["ratio_lenses"] > 0 and len(record["attention_distance"]) == 2 and len(record["probe_r2"]) == 2
 
 
 def test_per_image_ssdc_equals_scipy_per_image_and_per_layer():
