@@ -16,12 +16,13 @@ from peanchor.cli import build_parser, main
 from peanchor.errors import ConfigError
 from peanchor.conditions import CONDITIONS, DEFAULT_CONDITIONS, parse_condition, parse_conditions
 from peanchor.presets import PRESETS
+from peanchor.results import SCHEMA_VERSION
 from peanchor.grid import ReproduceOptions, grid_cells, list_commands, parse_shard, shard_cells, split_set_items
 
 TOP_KEYS = {"preset", "dataset", "img_size", "shifts", "conditions", "seeds", "models", "alpha_sweep", "failed",
             "wall_seconds", "versions"}  # fmt: skip
 MODEL_KEYS = {"name", "condition", "pe", "rpt", "seed", "clean_acc", "ssdc", "delta_ssdc", "acc", "fragility", "train",
-              "run_dir"}  # fmt: skip
+              "run_dir", "attention_distance", "position_probe"}  # fmt: skip
 SWEEP_KEYS = {"model", "condition", "seed", "alpha", "delta_ssdc", "clean_acc", "acc", "fragility"}
 
 
@@ -106,6 +107,27 @@ def test_rerun_reuses_everything(smoke, capsys):
     captured = capsys.readouterr()
     assert "nothing to do" in captured.out and captured.err.count("reused") == len(DEFAULT_CONDITIONS)
     assert elapsed < 20, f"a no-op rerun took {elapsed:.1f} s"
+
+
+@pytest.mark.slow
+def test_an_analysis_of_an_older_schema_is_made_again(smoke, tmp_path, capsys):
+    """A cell analysed before the lenses existed (schema_version 1) is analysed again; the others are reused."""
+    src, _, _ = smoke
+    out = tmp_path / "older"
+    _copy_runs(src, out)
+    stale = out / "runs" / "ape-s0" / "analysis" / "analysis.json"
+    doc = json.loads(stale.read_text())
+    doc["schema_version"] = SCHEMA_VERSION - 1
+    for key in ("attention_distance", "position_probe"):
+        del doc[key]
+    stale.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["reproduce", "--preset", "smoke", "--out", str(out), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "ape-s0: analysing again" in err and f"schema_version {SCHEMA_VERSION - 1}" in err
+    assert err.count("reused") == len(DEFAULT_CONDITIONS) - 1
+    again = json.loads(stale.read_text())
+    assert again["schema_version"] == SCHEMA_VERSION and again["position_probe"]["row"]["rpi"]
 
 
 @pytest.mark.slow
