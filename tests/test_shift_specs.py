@@ -151,7 +151,7 @@ def test_analyze_measures_and_records_exactly_the_shifts_asked_for(run_dir, tmp_
     for name, spec in doc["shifts"].items():
         assert doc["acc"][name] == pytest.approx(_accuracy(model, images, labels, Shift.from_dict(spec)), abs=1e-9)
     rows = (out / "analysis.csv").read_text().splitlines()
-    assert any(r.startswith("fragility,,1.0,pixelate,,") for r in rows)
+    assert any(r.startswith("fragility,,,1.0,pixelate,,") for r in rows)  # metric, layer, head, alpha, shift, severity
     printed = capsys.readouterr().out
     assert "pixelate" in printed and "gaussian_noise" in printed
 
