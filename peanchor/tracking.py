@@ -12,7 +12,9 @@ Event files go beside the files they describe, each folder one TensorBoard run (
 ``ANALYSIS/tensorboard/``           an analysis (``ANALYSIS`` is where analysis.json goes, ``RUN/analysis`` by
                                     default): ``analysis/clean_acc``, ``analysis/rpi_acc``,
                                     ``analysis/delta_ssdc``, ``acc/<shift>`` and ``fs/<shift>`` at step 0;
-                                    ``ssdc/normal`` and ``ssdc/rpi`` with the layer as the step;
+                                    ``ssdc/normal`` and ``ssdc/rpi`` with the layer as the step, and so
+                                    ``attention_distance/{normal,rpi}`` (Manhattan, mean over heads) and
+                                    ``probe_r2/{row,col}/{normal,rpi}`` (docs/lenses.md);
                                     ``severity_fs/<kind>`` with the severity (1-5) as the step;
                                     ``alpha/delta_ssdc``, ``alpha/clean_acc`` and ``alpha/fs/<shift>`` with
                                     100·α as the step; the shifts measured, as text.
@@ -136,6 +138,12 @@ def log_analysis(log: TensorBoardLog, result: AnalysisResult) -> None:
     for mode in ("normal", "rpi"):
         for layer, value in enumerate(getattr(result.ssdc, mode)):
             log.scalar(f"ssdc/{mode}", value, layer)
+        distance = result.attention_distance.manhattan.layer_means(mode) if result.attention_distance else []
+        for layer, value in enumerate(distance):
+            log.scalar(f"attention_distance/{mode}", value, layer)
+        for target in ("row", "col") if result.position_probe else ():
+            for layer, value in enumerate(getattr(getattr(result.position_probe, target), mode)):
+                log.scalar(f"probe_r2/{target}/{mode}", value, layer)
     for kind, values in (result.severity_fragility or {}).items():
         for severity, value in enumerate(values, 1):
             log.scalar(f"severity_fs/{kind}", value, severity)
