@@ -3,9 +3,11 @@
 Each sub-command lives in :mod:`peanchor.commands` as a module with ``add_parser(subparsers)``; the
 parser it adds sets ``func`` to a callable taking the parsed arguments and returning an exit code.
 User errors (:class:`~peanchor.errors.PeanchorError`) become one line on stderr and a non-zero
-exit; ``--debug`` shows their traceback too.
+exit; ``--debug`` shows their traceback too. A run stopped by SIGTERM/SIGINT after saving its state
+(:class:`~peanchor.interrupts.Interrupted`) exits with 128 + the signal number: 143 or 130.
 
-Imports: :mod:`peanchor.errors` and the :mod:`peanchor.commands` modules (which import the rest lazily).
+Imports: :mod:`peanchor.errors`, :mod:`peanchor.interrupts` and the :mod:`peanchor.commands` modules (which
+import the rest lazily).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import NoReturn
 
 from peanchor import __version__
 from peanchor.errors import PeanchorError
+from peanchor.interrupts import Interrupted
 
 COMMANDS = ("train", "analyze", "reproduce", "report", "data", "import_")
 
@@ -74,6 +77,11 @@ def _main(argv: list[str]) -> int:
         return 0 if not argv or argv == ["--debug"] else 2
     try:
         return int(args.func(args) or 0)
+    except Interrupted as e:  # SIGTERM/SIGINT: saved and resumable; 128 + the signal, as a shell reports it
+        if args.debug:
+            raise
+        print(f"peanchor: {e}", file=sys.stderr)
+        return e.exit_code
     except PeanchorError as e:
         if args.debug:
             raise

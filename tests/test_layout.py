@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "peanchor"
 
 # The data flow, upstream first; a module may import its own stage and any stage before it.
 STAGES: list[tuple[str, ...]] = [
-    ("errors", "fileio", "conditions", "results", "tracking", "metrics", "interventions", "weights", "data", "pe"),
+    ("errors", "interrupts", "fileio", "conditions", "results", "tracking", "metrics", "interventions", "weights", "data",
+     "pe"),
     ("models",),
     ("checkpoint", "adapters"),
     ("training", "presets", "convert"),  # convert writes run directories, as training does
