@@ -42,8 +42,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="output directory (default: runs/reproduce-<preset>)")
     p.add_argument("--list", action="store_true", help="print the peanchor train command of every cell and the "
                    "final steps, then exit")
-    p.add_argument("--shard", metavar="I/N", help="run only shard I of N (1-based, round-robin over cells); the "
-                   "report is written by `peanchor report OUT` once every shard is done")
+    p.add_argument("--shard", metavar="I/N|auto", help="run only shard I of N (1-based: 1/N ... N/N; round-robin "
+                   "over cells), or auto: this Slurm array task's shard (from SLURM_ARRAY_TASK_ID, _MIN and _COUNT, "
+                   "so a 0- or 1-based array runs every cell once); the report is written by `peanchor report OUT` "
+                   "once every shard is done")
     p.add_argument("--shift", action="append", default=[], metavar="KIND:K=V[,K=V]",
                    help=SHIFT_HELP + "; changing the shifts analyses every cell again (trained runs are reused)")
     p.add_argument("--severities", action="store_true", help="also measure the severity 1-5 sweep of every measured "
@@ -53,8 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "with a prefix (e.g. ape:optim.pe_lr_mult=10); repeatable")
     p.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N: for training and analysis")
     p.add_argument("--jobs", default="auto", metavar="N",
-                   help="cells trained and analysed at once, each in a single-threaded process (default auto: one per "
-                   "CPU core on CPU, 1 on a GPU or for a preset whose cells take seconds, e.g. smoke)")  # fmt: skip
+                   help="cells trained and analysed at once, each in its own process: on CPU single-threaded, on GPUs "
+                   "one GPU each, round-robin over CUDA_VISIBLE_DEVICES (default auto: one per CPU this job may use, "
+                   "one per visible GPU, 1 for --device cuda:N or a preset whose cells take seconds, e.g. smoke)")  # fmt: skip
     p.add_argument("--tensorboard", action="store_true", help="also log each cell's training and analysis to "
                    "TensorBoard (OUT/runs/<cell>/tensorboard, .../analysis/tensorboard) and the report's figures to "
                    "OUT/tensorboard (pip install 'peanchor[tensorboard]')")  # fmt: skip

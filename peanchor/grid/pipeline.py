@@ -5,8 +5,8 @@ schema, made from the same weights, on the same evaluation data, with the same s
 ``--shift`` that changes one, adds one or is dropped again means analysing again).
 
 Imports: :mod:`peanchor.training`, :mod:`peanchor.checkpoint`, :mod:`peanchor.analysis`, :mod:`peanchor.results`,
-:mod:`peanchor.grid.options`, :mod:`peanchor.tracking` (``--tensorboard``); torch-heavy ones inside the functions
-that use them.
+:mod:`peanchor.interrupts`, :mod:`peanchor.grid.options`, :mod:`peanchor.tracking` (``--tensorboard``); torch-heavy
+ones inside the functions that use them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from peanchor import interrupts
 from peanchor.errors import PeanchorError, SchemaError
+from peanchor.interrupts import Interrupted
 from peanchor.grid.cells import Cell
 from peanchor.grid.options import ReproduceOptions
 from peanchor.results import ANALYSIS_JSON, AnalysisResult, read_analysis
@@ -134,6 +136,9 @@ def _run_cell(
         raise PeanchorError(f"training of {run_dir} stopped before its last epoch")
     trained = summary.get("status") != "already_finished"
     status["trained"] = trained
+    signum = interrupts.requested()
+    if signum is not None:  # the signal came during the last epoch: the run finished; stop before analysing
+        raise Interrupted(signum, f"{cell.name} is trained; its analysis runs when the command is rerun")
     if trained:
         log(f"{cell.name}: trained, val acc {summary.get('val_acc', math.nan):.4f} ({summary.get('seconds', 0):.0f} s)")
 
@@ -187,7 +192,7 @@ def attempt(
     status: dict[str, Any] = {"name": cell.name, "condition": cell.condition.name, "seed": cell.seed}
     try:
         _run_cell(options, cell, evaluation, log, status)
-    except KeyboardInterrupt:
+    except Interrupted:  # a stop signal: the training checkpointed; the whole run stops, resumable
         raise
     except Exception as e:  # one failed cell must not stop the others
         if options.debug:

@@ -16,20 +16,24 @@ analysis is reused when :func:`peanchor.grid.pipeline.reusable` says so, and ``r
 rewritten only when their content changes. A failing cell is recorded and the others go on; the caller gets a
 non-zero exit at the end.
 
-Imports: the rest of :mod:`peanchor.grid`, :mod:`peanchor.report` (its public ``write_report``), the training
-loop and data (preflight checks), :mod:`peanchor.analysis` (the shifts), :mod:`peanchor.tracking` (``--tensorboard``).
+Imports: the rest of :mod:`peanchor.grid`, :mod:`peanchor.interrupts`, :mod:`peanchor.report` (its public
+``write_report``), the training loop and data (preflight checks), :mod:`peanchor.analysis` (the shifts),
+:mod:`peanchor.tracking` (``--tensorboard``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from peanchor import fileio
+from peanchor import fileio, interrupts
+from peanchor.errors import ConfigError
 from peanchor.grid.assemble import MANIFEST, read_json, update_results
 from peanchor.grid.cells import Cell, shard_cells
 from peanchor.grid.executor import attempt_cells
@@ -113,7 +117,23 @@ def _log_figures(out: Path, *, again: bool) -> None:
 
 
 def reproduce(options: ReproduceOptions, log: Callable[[str], None] = stderr_log) -> ReproduceOutcome:
-    """Run this shard's cells (train + analyse), then (unsharded) assemble results.json and the report."""
+    """Run this shard's cells (train + analyse), then (unsharded) assemble results.json and the report.
+
+    SIGTERM/SIGINT stop it cleanly: the cell in training writes a resumable checkpoint, every lock is released,
+    and :class:`~peanchor.interrupts.Interrupted` is raised (exit code 143 / 130); rerunning continues.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError(
+            "peanchor reproduce runs whole cells, one process each, and does not run under torchrun: on one "
+            "multi-GPU node use `peanchor reproduce --jobs N` (one cell per GPU); to train one cell on several "
+            "GPUs, launch its `peanchor train` line from `peanchor reproduce --list` with torchrun, then rerun "
+            "reproduce without torchrun to analyse and report"
+        )
+    with interrupts.handling():
+        return _reproduce(options, log)
+
+
+def _reproduce(options: ReproduceOptions, log: Callable[[str], None]) -> ReproduceOutcome:
     start = time.perf_counter()
     out = options.out_dir
     index, count = options.shard
@@ -129,22 +149,29 @@ def reproduce(options: ReproduceOptions, log: Callable[[str], None] = stderr_log
         manifest = _manifest(options)
         if read_json(out / MANIFEST) != manifest:
             fileio.write_json(out / MANIFEST, manifest)
-        for n, (cell, status) in enumerate(attempt_cells(options, mine, log), 1):
-            prefix = f"[{n}/{len(mine)}] {cell.name}"
-            worked = bool(status.get("trained") or status.get("analyzed"))
-            if status["status"] == "failed":
-                failed.append(status)
-                log(f"{prefix}: FAILED ({status['error']})")
-            elif not worked:
-                log(f"{prefix}: reused")
-            did_work = did_work or worked or status["status"] == "failed"
-            status_path = out / "status" / f"{cell.name}.json"
-            previous = read_json(status_path)
-            if not isinstance(previous, dict) or any(previous.get(k) != status.get(k) for k in ("status", "error")):
-                fileio.write_json(status_path, status)
+        with contextlib.closing(attempt_cells(options, mine, log)) as outcomes:  # closed early on a stop signal
+            for n, (cell, status) in enumerate(outcomes, 1):
+                did_work = _record(out, cell, status, f"[{n}/{len(mine)}] {cell.name}", failed, log) or did_work
         results, wrote = None, False
         if count == 1:
             results, wrote = write_results_and_report(out, start if did_work else None)
             if options.tensorboard:
                 _log_figures(out, again=wrote)
     return ReproduceOutcome(cells=mine, failed=failed, results=results, wrote_report=wrote, did_work=did_work)
+
+
+def _record(
+    out: Path, cell: Cell, status: dict[str, Any], prefix: str, failed: list[dict[str, Any]], log: Callable[[str], None]
+) -> bool:
+    """Log a cell's outcome and write its status file (when it changed); True if the cell did any work."""
+    worked = bool(status.get("trained") or status.get("analyzed"))
+    if status["status"] == "failed":
+        failed.append(status)
+        log(f"{prefix}: FAILED ({status['error']})")
+    elif not worked:
+        log(f"{prefix}: reused")
+    status_path = out / "status" / f"{cell.name}.json"
+    previous = read_json(status_path)
+    if not isinstance(previous, dict) or any(previous.get(k) != status.get(k) for k in ("status", "error")):
+        fileio.write_json(status_path, status)
+    return worked or status["status"] == "failed"
