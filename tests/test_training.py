@@ -20,6 +20,7 @@ from peanchor.checkpoint import load_model, read_metadata, save_model, write_saf
 from peanchor.errors import CheckpointError, ConfigError, RunDirError, TrainingDiverged
 from peanchor.fileio import RunLock
 from peanchor.models import create_model
+from peanchor.training import epoch as epoch_steps
 from peanchor.training import loop
 from peanchor.presets import PRESETS, resolve_config
 from peanchor.training.config import TrainConfig, from_dict, load_config, to_dict, to_yaml
@@ -308,11 +309,16 @@ def test_nonfinite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, cache_dir,
     run = tmp_path / "run"
     train(cfg, run, progress=False, max_epochs=1)
     before = snapshot(run)
-    real_lr = loop.lr_at
-    monkeypatch.setattr(loop, "lr_at", lambda step, *a: 1e12 if step >= 5 else real_lr(step, *a))  # blow up in epoch 2
-    with pytest.raises(TrainingDiverged, match=r"loss became (nan|inf) at epoch 2 step \d+; lower optim\.lr"):
+    log_before = (run / "train.log").read_text()
+    real_lr = epoch_steps.lr_at
+    # lr 1e12 from global step 5 (epoch 2 step 2) on: that update makes the loss of epoch 2 step 3 non-finite. The
+    # loss is read only at the end of the epoch (log_every 50), yet the message names the first bad step.
+    monkeypatch.setattr(epoch_steps, "lr_at", lambda step, *a: 1e12 if step >= 5 else real_lr(step, *a))
+    with pytest.raises(TrainingDiverged, match=r"loss became (nan|inf) at epoch 2 step 3; lower optim\.lr"):
         train(cfg, run, progress=False)
-    assert snapshot(run) == before
+    after = snapshot(run)
+    assert {k: v for k, v in after.items() if k != "train.log"} == {k: v for k, v in before.items() if k != "train.log"}
+    assert (run / "train.log").read_text().startswith(log_before)  # the log only grew
     assert not (run / ".lock").exists() and not (run / "model.safetensors").exists()
 
 

@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from peanchor.data import cifar, folder, hf, imagenet100, scenes
-from peanchor.data.arrays import ArrayDataset
+from peanchor.data.arrays import ArrayDataset, defer_augmentation
 from peanchor.data.imagenet100 import materialize_imagenet100, read_class_list
 from peanchor.data.prepared import build_prepared, decode_throughput, prepare_dataset
 from peanchor.data.scenes import SCENES_CLASSES, generate_scenes, save_sample_grid
@@ -48,6 +48,7 @@ __all__ = [
     "build_datasets",
     "build_eval_dataset",
     "decode_throughput",
+    "defer_augmentation",
     "eval_transform",
     "generate_scenes",
     "materialize_imagenet100",

@@ -2,20 +2,22 @@
 
 Used by scenes, CIFAR and prepared datasets. Items are resized to ``S`` (eval preprocessing) and
 augmented in batches: the DataLoader calls ``__getitems__`` with a whole batch of indices, so one
-fancy-index read and one vectorised augmentation serve the batch.
+fancy-index read and one vectorised augmentation serve the batch. Training takes the augmentation off
+the dataset altogether (:func:`defer_augmentation`) and runs it on the device batch instead.
 
 Imports: torch, numpy; :mod:`peanchor.data.transforms`.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 from torchvision.transforms.v2 import functional as TF
 
 from peanchor.data.transforms import batch_augment
@@ -81,3 +83,23 @@ class ArrayDataset(Dataset):
         self.__dict__.update(state)
         if self.images is None:
             self.images = np.load(self.path, mmap_mode="r")
+
+
+def defer_augmentation(dataset: Dataset) -> tuple[Dataset, str]:
+    """``(dataset without its batch augmentation, that policy)`` for an :class:`ArrayDataset` or a ``Subset`` of
+    one, so that the caller applies :func:`~peanchor.data.transforms.batch_augment` to the device batch; any
+    other dataset (image files, which augment per item) comes back unchanged, with ``"none"``.
+
+    >>> ds = ArrayDataset(np.zeros((4, 3, 8, 8), np.uint8), [0, 1, 0, 1], img_size=8, policy="flip")
+    >>> plain, policy = defer_augmentation(Subset(ds, [0, 2]))
+    >>> policy, plain.dataset.policy, ds.policy
+    ('flip', 'none', 'flip')
+    """
+    if isinstance(dataset, Subset):
+        inner, policy = defer_augmentation(dataset.dataset)
+        return Subset(inner, dataset.indices), policy
+    if isinstance(dataset, ArrayDataset) and dataset.policy != "none":
+        plain = copy.copy(dataset)  # shares the (memory-mapped) images
+        plain.policy = "none"
+        return plain, dataset.policy
+    return dataset, "none"

@@ -34,7 +34,11 @@ from peanchor.data.spec import DataSpec
 from peanchor.errors import ConfigError
 
 # Keys that change how a run executes but not what it computes: a rerun may change them.
-RUNTIME_KEYS: frozenset[str] = frozenset({"train.num_workers", "train.log_every", "train.eval_batch_size"})
+# ``train.device`` may change (cuda:0 → cuda:1, auto → cuda) as long as the device *type* stays: a resume that
+# would move a run between CPU and GPU is refused by the loop (the CPU run's exactness claim would not hold).
+RUNTIME_KEYS: frozenset[str] = frozenset(
+    {"train.num_workers", "train.log_every", "train.eval_batch_size", "train.checkpoint_every", "train.device"}
+)
 
 # Every section refuses unknown keys when pydantic validates it (set_value, from_dict).
 _FORBID_EXTRA = {"extra": "forbid"}
@@ -86,6 +90,7 @@ class OptimConfig:
     clip_grad: float | None = 1.0  # max global grad norm; None: no clipping
     pe_lr_mult: float = 1.0  # PE parameters (model.pe.*) train at pe_lr_mult × lr
     pe_weight_decay: float = 0.0  # ... with this weight decay
+    decay_norms_biases: bool = False  # True: norms, biases and the CLS token get weight_decay too (plain AdamW)
 
 
 @dataclass
@@ -99,11 +104,13 @@ class RunConfig:
     seed: int = 0
     rpt: bool = False  # random permutation of the patch tokens on every training step
     amp: bool = True  # bf16 autocast (CUDA only; CPU always trains in fp32)
-    compile: bool = False  # torch.compile the model
-    num_workers: int = 0  # DataLoader workers (0: load in the main process)
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    compile: bool = False  # torch.compile the training step (normalise, forward, loss; backward through AOTAutograd)
+    tf32: bool = True  # CUDA only: TF32 tensor cores for the float32 matmuls/convolutions (CPU unaffected)
+    num_workers: int = 0  # DataLoader workers (0: load in the main process); persistent, pinned on CUDA
+    device: str = "auto"  # auto | cpu | cuda | cuda:N (under torchrun: auto or cuda, each rank its LOCAL_RANK GPU)
     eval_batch_size: int = 256
-    log_every: int = 50  # steps between progress-bar updates of the running loss
+    log_every: int = 50  # steps between reads of the running loss/accuracy (the only host syncs of a step)
+    checkpoint_every: int | None = None  # also save the resume state every N steps; None: at epoch ends only
 
 
 @dataclass
@@ -278,6 +285,8 @@ def validate(config: TrainConfig) -> None:
     t, o = config.train, config.optim
     positive = {"train.epochs": t.epochs, "train.batch_size": t.batch_size, "train.eval_batch_size": t.eval_batch_size,
                 "train.log_every": t.log_every}  # fmt: skip
+    if t.checkpoint_every is not None:
+        positive["train.checkpoint_every"] = t.checkpoint_every
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{key}={value}: expected a positive integer")

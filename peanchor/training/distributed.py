@@ -89,16 +89,28 @@ def resolve_device(preference: str, local_rank: int = 0) -> torch.device:
 def setup_distributed(device_preference: str) -> DistContext:
     """Read ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` (set by ``torchrun``) and join the process group.
 
-    NCCL on CUDA, gloo on CPU. Without those variables (or with ``WORLD_SIZE=1``) this is a plain
-    single-process context.
+    NCCL on CUDA, gloo on CPU. Under torchrun each rank uses the GPU of its ``LOCAL_RANK`` (``auto`` or
+    ``cuda``); an explicit ``cuda:N`` would put every rank on one GPU and is refused. Without those variables
+    (or with ``WORLD_SIZE=1``) this is a plain single-process context.
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if world > 1 and device_preference.startswith("cuda:"):
+        raise ConfigError(
+            f"train.device={device_preference!r} under torchrun would put all {world} processes on one GPU: use "
+            "--device cuda (or auto), and each process takes the GPU of its LOCAL_RANK; choose the GPUs with "
+            "CUDA_VISIBLE_DEVICES"
+        )
     device = resolve_device(device_preference, local_rank)
     if world <= 1:
         return DistContext(device=device)
     if device.type == "cuda":
+        if local_rank >= torch.cuda.device_count():
+            raise ConfigError(
+                f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} GPU(s) are visible: start at most "
+                "that many processes per node (torchrun --nproc_per_node)"
+            )
         torch.cuda.set_device(device)
     owns = False
     if not dist.is_initialized():

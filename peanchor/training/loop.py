@@ -4,47 +4,52 @@
 
     config.yaml          the resolved TrainConfig
     metrics.csv          one row per epoch: epoch, train_loss, train_acc, val_acc, lr, seconds
-    checkpoint/          resume state, replaced atomically after every epoch (see state.py)
+    train.log            one time-stamped line per epoch, and the run's start/resume/stop messages
+    checkpoint/          resume state, replaced atomically after every epoch, every train.checkpoint_every
+                         steps and on SIGTERM/SIGINT (see state.py)
     model.safetensors    final weights + model_args (load with peanchor.load_model)
     summary.json         written last: its presence marks the run as finished
 
-Rerunning the same config into the same directory resumes from the last completed epoch and ends
-with bit-identical weights on CPU, because every random stream (torch global RNG for dropout and
-augmentation, the shuffling generator, the RPT generator) is reseeded from ``(seed, epoch, rank)``
-at the start of each epoch. Under ``torchrun`` the model is wrapped in DDP, each process sees
-``batch_size / world_size`` images per step, metrics are all-reduced, and rank 0 alone writes.
+Rerunning the same config into the same directory resumes from the last checkpoint, mid-epoch included,
+and ends with bit-identical weights on CPU, because every random stream is a pure function of the seed and
+of the step, epoch or sample it serves (see :mod:`peanchor.training.sampling` and
+:mod:`peanchor.training.epoch`), whatever the number of DataLoader workers. SIGTERM and SIGINT (Slurm,
+torchrun, Ctrl-C) end the current step, write the resume state, release the lock and raise
+:class:`~peanchor.interrupts.Interrupted` (exit code 143 / 130 from the CLI).
+
+Under ``torchrun`` the model is wrapped in DDP, each process sees ``batch_size / world_size`` images per step
+(the global batch is the same images whatever the world size), metrics are all-reduced, and rank 0 alone
+writes. On CUDA the step runs with fused AdamW, TF32, bf16 autocast, pinned prefetching loaders with
+persistent workers and, for array datasets, augmentation on the device batch (:mod:`peanchor.training.step`).
 The run directory's files and checks are :mod:`peanchor.training.run_dir`.
 
-Imports: :mod:`peanchor.models`, :mod:`peanchor.data`, :mod:`peanchor.checkpoint`, the rest of
-:mod:`peanchor.training`.
+Imports: :mod:`peanchor.models`, :mod:`peanchor.data`, :mod:`peanchor.checkpoint`, :mod:`peanchor.fileio`,
+:mod:`peanchor.interrupts`, the rest of :mod:`peanchor.training`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
-import random
-import sys
+import signal
 import time
-from contextlib import nullcontext
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from tqdm.auto import tqdm
 
-from peanchor import fileio
+from peanchor import fileio, interrupts
 from peanchor.checkpoint import MODEL_FILE, save_model
-from peanchor.data import build_datasets, normalize
-from peanchor.errors import ConfigError, TrainingDiverged
-from peanchor.interventions import random_permutation
+from peanchor.data import build_datasets
+from peanchor.errors import ConfigError, RunDirError
 from peanchor.models import create_model
 from peanchor.training.config import TrainConfig, to_dict, to_yaml, validate
 from peanchor.training.distributed import DistContext, main_first, setup_distributed
+from peanchor.training.epoch import EpochRun, evaluate, lr_at, train_one_epoch
+from peanchor.training.loaders import train_data, val_loader
+from peanchor.training.progress import TrainHook, TrainLog
 from peanchor.training.run_dir import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -56,29 +61,18 @@ from peanchor.training.run_dir import (
     write_metrics,
 )
 from peanchor.training.state import STATE_FILE, TrainState, derive_seed, load_train_state, save_train_state
+from peanchor.training.step import TrainingForward, build_optimizer, configure_backends, is_fused, wrap_ddp
 
 
 # ----------------------------------------------------------------------------------------------
 # Pieces (each usable on its own)
 
 
-def lr_at(step: int, total_steps: int, warmup_steps: int, base_lr: float, min_lr: float) -> float:
-    """Linear warmup to ``base_lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at ``total_steps``.
-
-    >>> [round(lr_at(s, 10, 2, 1.0, 0.0), 3) for s in (0, 1, 2, 6, 9)]
-    [0.5, 1.0, 1.0, 0.5, 0.038]
-    """
-    if step < warmup_steps:
-        return base_lr * (step + 1) / warmup_steps
-    decay_steps = max(1, total_steps - warmup_steps)
-    progress = min(1.0, (step - warmup_steps) / decay_steps)
-    return min_lr + (base_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
 def param_groups(
-    model: nn.Module, weight_decay: float, pe_lr_mult: float, pe_weight_decay: float
+    model: nn.Module, weight_decay: float, pe_lr_mult: float, pe_weight_decay: float, decay_norms_biases: bool = False
 ) -> list[dict[str, Any]]:
-    """AdamW groups: decayed weights; no decay on norms, biases and the CLS token; PE parameters apart.
+    """AdamW groups: decayed weights; norms, biases and the CLS token without decay (unless ``decay_norms_biases``:
+    then they are decayed like every other weight, a plain AdamW); PE parameters apart.
 
     PE parameters are everything under ``model.pe``; they get ``pe_lr_mult`` × lr and ``pe_weight_decay``.
     Each group carries ``lr_mult`` and ``name`` for the scheduler and the logs.
@@ -89,7 +83,9 @@ def param_groups(
             continue
         if name.startswith("pe."):
             pe.append(p)
-        elif p.ndim < 2 or name.endswith(".bias") or name == "cls_token" or ".norm" in name or name.startswith("norm"):
+        elif not decay_norms_biases and (
+            p.ndim < 2 or name.endswith(".bias") or name == "cls_token" or ".norm" in name or name.startswith("norm")
+        ):
             no_decay.append(p)
         else:
             decay.append(p)
@@ -118,192 +114,6 @@ def build_model(config: TrainConfig, num_classes: int, img_size: int) -> nn.Modu
         raise ConfigError(f"cannot build model {m.name!r} with pe {m.pe!r}: {e}") from e
 
 
-@torch.no_grad()
-def evaluate(
-    model: nn.Module,
-    loader: DataLoader,
-    *,
-    mean: tuple[float, ...],
-    std: tuple[float, ...],
-    device: torch.device,
-    amp: bool = False,
-    ctx: DistContext | None = None,
-) -> dict[str, float]:
-    """Clean top-1 accuracy and mean cross-entropy over ``loader`` (summed over DDP ranks)."""
-    was_training = model.training
-    model.eval()
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss sum, count
-    for images, labels in loader:
-        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-        with _autocast(device, amp):
-            logits = model(normalize(images, mean, std))  # (B, C)
-        logits = logits.float()
-        totals[0] += (logits.argmax(-1) == labels).sum()
-        totals[1] += F.cross_entropy(logits, labels, reduction="sum")
-        totals[2] += labels.numel()
-    if ctx is not None:
-        ctx.all_reduce_sum(totals)
-    model.train(was_training)
-    correct, loss_sum, count = totals.tolist()
-    return {"acc": correct / max(count, 1), "loss": loss_sum / max(count, 1), "count": int(count)}
-
-
-def _autocast(device: torch.device, amp: bool) -> Any:
-    if amp and device.type == "cuda":
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
-    return nullcontext()
-
-
-def _seed_epoch(seed: int, epoch: int, rank: int, generators: dict[str, torch.Generator]) -> None:
-    """Reseed every random stream for ``epoch``: the run is a pure function of (config, epoch)."""
-    s = derive_seed(seed, "torch", epoch, rank)
-    torch.manual_seed(s)  # dropout, drop path, in-process augmentation (CUDA too)
-    random.seed(s)
-    np.random.seed(s % (1 << 32))
-    for name, gen in generators.items():
-        # Shuffling/worker seeds differ per rank; the RPT permutation is shared by all ranks.
-        gen.manual_seed(derive_seed(seed, name, epoch, rank if name == "loader" else 0))
-
-
-def _log(ctx: DistContext, message: str) -> None:
-    if ctx.is_main:
-        tqdm.write(f"peanchor: {message}", file=sys.stderr)
-
-
-# ----------------------------------------------------------------------------------------------
-# Data loaders
-
-
-def _train_loader(
-    dataset: Dataset, config: TrainConfig, ctx: DistContext, generator: torch.Generator
-) -> tuple[DataLoader, DistributedSampler | None]:
-    t = config.train
-    if t.batch_size % ctx.world_size:
-        raise ConfigError(
-            f"train.batch_size={t.batch_size} must be divisible by the number of processes ({ctx.world_size})"
-        )
-    per_rank = t.batch_size // ctx.world_size
-    sampler = None
-    if ctx.enabled:
-        sampler = DistributedSampler(
-            dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=t.seed, drop_last=True
-        )
-    loader = DataLoader(
-        dataset,
-        batch_size=per_rank,
-        shuffle=sampler is None,
-        sampler=sampler,
-        drop_last=True,
-        num_workers=t.num_workers,
-        pin_memory=ctx.device.type == "cuda",
-        generator=generator,
-        # Fresh workers every epoch: their seeds then come from the per-epoch generator (exact resume).
-        persistent_workers=False,
-    )
-    if len(loader) == 0:
-        raise ConfigError(
-            f"the training set has {len(dataset)} images, fewer than one batch of {t.batch_size}: "
-            "lower train.batch_size or raise data.train_size"
-        )
-    return loader, sampler
-
-
-def _val_loader(dataset: Dataset, config: TrainConfig, ctx: DistContext) -> DataLoader:
-    if ctx.enabled:  # an exact shard per rank (no padding, unlike DistributedSampler)
-        dataset = Subset(dataset, range(ctx.rank, len(dataset), ctx.world_size))
-    return DataLoader(
-        dataset,
-        batch_size=config.train.eval_batch_size,
-        shuffle=False,
-        num_workers=config.train.num_workers,
-        pin_memory=ctx.device.type == "cuda",
-    )
-
-
-# ----------------------------------------------------------------------------------------------
-# One epoch
-
-
-def train_one_epoch(
-    model: nn.Module,
-    loader: DataLoader,
-    optimizer: torch.optim.Optimizer,
-    *,
-    config: TrainConfig,
-    epoch: int,
-    first_step: int,
-    total_steps: int,
-    warmup_steps: int,
-    num_patches: int,
-    mean: tuple[float, ...],
-    std: tuple[float, ...],
-    rpt_generator: torch.Generator,
-    ctx: DistContext,
-    progress: bool,
-    tracker: Any = None,
-) -> dict[str, float]:
-    """One pass over ``loader``; returns ``train_loss``, ``train_acc``, ``lr`` (last step), ``steps``, ``seconds``.
-
-    ``tracker`` (e.g. :class:`peanchor.tracking.TrainingLog`) gets ``step(step, loss=, lr=)`` every
-    ``train.log_every`` steps: the running mean loss of the epoch so far, on this process.
-
-    Raises :class:`TrainingDiverged` at the first non-finite loss (before the optimizer steps on it).
-    """
-    o, device = config.optim, ctx.device
-    amp = config.train.amp and device.type == "cuda"
-    model.train()
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    lr = o.lr
-    start = time.perf_counter()
-    bar = tqdm(
-        total=len(loader), desc=f"epoch {epoch + 1}", leave=False, disable=None if progress and ctx.is_main else True
-    )
-    for i, (images, labels) in enumerate(loader):
-        step = first_step + i
-        lr = lr_at(step, total_steps, warmup_steps, o.lr, o.min_lr)
-        for g in optimizer.param_groups:
-            g["lr"] = lr * g["lr_mult"]
-        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-        x = normalize(images, mean, std)  # (B, 3, S, S) float
-        # RPT: one fresh permutation per step, shared by the batch; the PE stays on the slots.
-        perm = random_permutation(num_patches, generator=rpt_generator).to(device) if config.train.rpt else None
-        with _autocast(device, amp):
-            logits = model(x, token_perm=perm)  # (B, C)
-        loss = F.cross_entropy(logits.float(), labels, label_smoothing=o.label_smoothing)
-        check = loss.detach().clone()
-        if ctx.enabled:  # every rank must stop at the same step, so decide on the mean loss
-            ctx.all_reduce_sum(check)
-        if not torch.isfinite(check).item():
-            kind = "nan" if torch.isnan(check).item() else "inf"
-            bar.close()
-            raise TrainingDiverged(
-                f"loss became {kind} at epoch {epoch + 1} step {i + 1}; lower optim.lr (now {o.lr:g}) "
-                f"or set optim.clip_grad; the last good checkpoint (epoch {epoch}) is kept"
-            )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if o.clip_grad is not None:
-            torch.nn.utils.clip_grad_norm_(params, o.clip_grad)
-        optimizer.step()
-        n = labels.numel()
-        totals[0] += loss.detach().double() * n
-        totals[1] += (logits.detach().argmax(-1) == labels).sum()
-        totals[2] += n
-        bar.update(1)
-        if (i + 1) % config.train.log_every == 0 or i + 1 == len(loader):
-            running = totals[0].item() / totals[2].item()
-            bar.set_postfix(loss=f"{running:.4f}", lr=f"{lr:.2e}")
-            if tracker is not None:
-                tracker.step(step + 1, loss=running, lr=lr)
-    bar.close()
-    seconds = time.perf_counter() - start
-    ctx.all_reduce_sum(totals)
-    loss_sum, correct, count = totals.tolist()
-    return {"train_loss": loss_sum / count, "train_acc": correct / count, "lr": lr, "steps": len(loader),
-            "seconds": seconds}  # fmt: skip
-
-
 # ----------------------------------------------------------------------------------------------
 # The run
 
@@ -314,35 +124,36 @@ def train(
     *,
     progress: bool = True,
     max_epochs: int | None = None,
-    tracker: Any = None,
+    hooks: Sequence[TrainHook] = (),
 ) -> dict[str, Any]:
     """Train ``config`` into ``out_dir`` (resuming it if it holds the same config) and return the summary.
 
     ``max_epochs`` stops after that many completed epochs without finishing the run (the returned
     dict then has ``status == "stopped"``); rerunning continues it. Rerunning a finished run does
-    nothing and returns its summary with ``status == "already_finished"``. ``tracker`` (e.g.
-    :class:`peanchor.tracking.TrainingLog`, rank 0 only) is told every ``log_every`` steps and every epoch.
+    nothing and returns its summary with ``status == "already_finished"``. ``hooks`` receive the
+    numbers every log interval and every epoch (:class:`~peanchor.training.progress.TrainHook`).
     """
     validate(config)
     out_dir = Path(out_dir)
     ctx = setup_distributed(config.train.device)
     try:
-        return _train(config, out_dir, ctx, progress=progress, max_epochs=max_epochs,
-                      tracker=tracker if ctx.is_main else None)  # fmt: skip
+        with interrupts.handling():
+            return _train(config, out_dir, ctx, progress=progress, max_epochs=max_epochs, hooks=hooks)
     finally:
         ctx.close()
 
 
 def _train(
-    config: TrainConfig, out_dir: Path, ctx: DistContext, *, progress: bool, max_epochs: int | None, tracker: Any
-) -> dict[str, Any]:
+    config: TrainConfig, out_dir: Path, ctx: DistContext, *, progress: bool, max_epochs: int | None,
+    hooks: Sequence[TrainHook],
+) -> dict[str, Any]:  # fmt: skip
     # Refuse a conflicting directory before touching it (not even the lock file).
     main_first(ctx, lambda: check_run_dir(config, out_dir), others=False)
     created = not out_dir.exists()
-    lock = fileio.RunLock(out_dir)  # held by rank 0 only; a second process is refused
+    lock = fileio.RunLock(out_dir)  # held (and refreshed) by rank 0 only; a second process is refused
     main_first(ctx, lock.acquire, others=False)
     try:
-        return _train_locked(config, out_dir, ctx, progress=progress, max_epochs=max_epochs, tracker=tracker)
+        return _train_locked(config, out_dir, ctx, progress=progress, max_epochs=max_epochs, hooks=hooks)
     finally:
         lock.release()
         if created and ctx.is_main:
@@ -351,10 +162,36 @@ def _train(
                 out_dir.rmdir()
 
 
+def _resume_state(config: TrainConfig, out_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+                  ctx: DistContext, log: TrainLog, steps_per_epoch: int) -> TrainState:  # fmt: skip
+    state = load_train_state(out_dir / CHECKPOINT_DIR / STATE_FILE, model, optimizer)
+    if state.device_type and state.device_type != ctx.device.type:
+        raise RunDirError(
+            f"{out_dir} was trained on {state.device_type} and this run would continue it on {ctx.device.type}; "
+            f"a run stays on one device type (a CPU run is bit-exact only on CPU): use --device "
+            f"{state.device_type}, or another --out"
+        )
+    if state.step_in_epoch and state.steps_per_epoch != steps_per_epoch:
+        raise RunDirError(
+            f"{out_dir} stopped at step {state.step_in_epoch} of an epoch of {state.steps_per_epoch} steps, but "
+            f"this config has {steps_per_epoch} steps per epoch; use the run's own settings to resume it"
+        )
+    if state.world_size != ctx.world_size:
+        log.message(f"resuming with {ctx.world_size} processes instead of {state.world_size}: the same images per "
+                    "step, but dropout and augmentation draws differ per process, so not bit-identical")  # fmt: skip
+    where = f"step {state.step_in_epoch}/{steps_per_epoch} of epoch {state.epoch + 1}" if state.step_in_epoch else (
+        f"epoch {state.epoch}/{config.train.epochs}")  # fmt: skip
+    log.message(f"resuming {out_dir} after {where}")
+    state.world_size = ctx.world_size
+    return state
+
+
 def _train_locked(
-    config: TrainConfig, out_dir: Path, ctx: DistContext, *, progress: bool, max_epochs: int | None, tracker: Any
-) -> dict[str, Any]:
+    config: TrainConfig, out_dir: Path, ctx: DistContext, *, progress: bool, max_epochs: int | None,
+    hooks: Sequence[TrainHook],
+) -> dict[str, Any]:  # fmt: skip
     t = config.train
+    log = TrainLog(out_dir, ctx, t.epochs, hooks)
 
     def prepare() -> int:
         # Re-check under the lock: another process may have changed the directory meanwhile.
@@ -364,7 +201,7 @@ def _train_locked(
     (code,) = ctx.broadcast_ints([code if code is not None else 0])
     if code == 2:
         summary = read_summary(out_dir) if ctx.is_main else {}
-        _log(ctx, f"{out_dir} is already finished (val acc {summary.get('val_acc')}); nothing to do")
+        log.message(f"is already finished (val acc {summary.get('val_acc')}); nothing to do")
         summary["status"] = "already_finished"
         return summary
 
@@ -372,84 +209,107 @@ def _train_locked(
     built = main_first(ctx, lambda: build_datasets(config.data))
     assert built is not None
     train_ds, val_ds, info = built
+    data = train_data(train_ds, config, ctx)
+    val_data = val_loader(val_ds, config, ctx)
 
     torch.manual_seed(derive_seed(t.seed, "init"))  # the same initial weights on every rank
     model = build_model(config, info.num_classes, info.img_size).to(ctx.device)
-    groups = param_groups(model, config.optim.weight_decay, config.optim.pe_lr_mult, config.optim.pe_weight_decay)
-    optimizer = torch.optim.AdamW(groups, lr=config.optim.lr, betas=config.optim.betas, eps=config.optim.eps)
+    o = config.optim
+    groups = param_groups(model, o.weight_decay, o.pe_lr_mult, o.pe_weight_decay, o.decay_norms_biases)
+    speed = configure_backends(config, ctx.device)
+    optimizer = build_optimizer(groups, o, ctx.device)
 
-    state = TrainState(world_size=ctx.world_size)
-    state_path = out_dir / CHECKPOINT_DIR / STATE_FILE
+    steps_per_epoch = data.steps_per_epoch
+    state = TrainState(world_size=ctx.world_size, steps_per_epoch=steps_per_epoch, device_type=ctx.device.type)
     if code == 1:
-        state = load_train_state(state_path, model, optimizer)
-        if state.world_size != ctx.world_size:
-            _log(ctx, f"resuming with {ctx.world_size} processes instead of {state.world_size}: not bit-identical")
-        state.world_size = ctx.world_size
-        _log(ctx, f"resuming {out_dir} after epoch {state.epoch}/{t.epochs}")
-
-    fwd: nn.Module = model
-    if ctx.enabled:
-        fwd = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None
-        )
-    if t.compile:
-        fwd = torch.compile(fwd)
-
-    generators = {"loader": torch.Generator(), "rpt": torch.Generator()}
-    train_loader, sampler = _train_loader(train_ds, config, ctx, generators["loader"])
-    val_loader = _val_loader(val_ds, config, ctx)
-    steps_per_epoch = len(train_loader)
-    total_steps = steps_per_epoch * t.epochs
-    warmup_steps = min(total_steps, round(config.optim.warmup_epochs * steps_per_epoch))
+        state = _resume_state(config, out_dir, model, optimizer, ctx, log, steps_per_epoch)
+    state.steps_per_epoch, state.device_type = steps_per_epoch, ctx.device.type
+    state_path = out_dir / CHECKPOINT_DIR / STATE_FILE
     mean, std = tuple(info.mean), tuple(info.std)
-    amp = t.amp and ctx.device.type == "cuda"
+    amp = speed["amp_bf16"]
+
+    forward: nn.Module = TrainingForward(model, mean, std, o.label_smoothing, amp)
+    if t.compile:
+        forward = torch.compile(forward)  # the whole step's forward; AOTAutograd compiles its backward
+    forward = wrap_ddp(forward, ctx)
 
     if ctx.is_main and not (out_dir / CONFIG_FILE).exists():
         # Written once data and model are known to build, so a typo never pins a directory to a bad config.
         fileio.write_text(out_dir / CONFIG_FILE, to_yaml(config))
+    log.open_file()
+    if code == 0:
+        log.message(f"training {config.condition} ({config.model.name}, {t.epochs} epochs of {steps_per_epoch} steps) "
+                    f"on {ctx.device}" + (f" × {ctx.world_size}" if ctx.enabled else ""), echo=False,
+                    hold=True)  # fmt: skip
+    speed.update(fused_adamw=is_fused(optimizer), compile=t.compile, augment_on_device=data.device_augment,
+                 num_workers=t.num_workers, persistent_workers=t.num_workers > 0,
+                 pin_memory=ctx.device.type == "cuda", prefetch="cuda side stream" if ctx.device.type == "cuda"
+                 else "none")  # fmt: skip
 
-    stop_at = t.epochs if max_epochs is None else min(t.epochs, max_epochs)
-    epochs_bar = tqdm(
-        total=t.epochs, initial=state.epoch, desc="epochs", disable=None if progress and ctx.is_main else True
-    )
-    for epoch in range(state.epoch, stop_at):
-        start = time.perf_counter()
-        _seed_epoch(t.seed, epoch, ctx.rank, generators)
-        if sampler is not None:
-            sampler.set_epoch(epoch)
-        stats = train_one_epoch(
-            fwd, train_loader, optimizer, config=config, epoch=epoch, first_step=epoch * steps_per_epoch,
-            total_steps=total_steps, warmup_steps=warmup_steps, num_patches=model.num_patches, mean=mean, std=std,
-            rpt_generator=generators["rpt"], ctx=ctx, progress=progress, tracker=tracker,
-        )  # fmt: skip
-        val = evaluate(model, val_loader, mean=mean, std=std, device=ctx.device, amp=amp, ctx=ctx)
-        row = {
-            "epoch": epoch + 1,
-            "train_loss": stats["train_loss"],
-            "train_acc": stats["train_acc"],
-            "val_acc": val["acc"],
-            "val_loss": val["loss"],
-            "lr": stats["lr"],
-            "seconds": time.perf_counter() - start,
-        }
-        state.epoch, state.global_step = epoch + 1, (epoch + 1) * steps_per_epoch
-        state.history.append(row)
+    def save(epoch: int, step_in_epoch: int, partial: list[float], seconds: float) -> None:
         if ctx.is_main:
-            # State first: metrics.csv is always rebuilt from the state's history.
-            save_train_state(state_path, model, optimizer, state, to_dict(config))
-            write_metrics(out_dir / METRICS_FILE, state.history)
-        if tracker is not None:
-            tracker.epoch(row, step=state.global_step, images=stats["steps"] * t.batch_size, seconds=stats["seconds"])
-        epochs_bar.update(1)
-        epochs_bar.set_postfix(loss=f"{row['train_loss']:.4f}", val_acc=f"{row['val_acc']:.4f}")
-    epochs_bar.close()
+            mid = TrainState(
+                epoch=epoch, global_step=epoch * steps_per_epoch + step_in_epoch, history=state.history,
+                world_size=ctx.world_size, step_in_epoch=step_in_epoch, steps_per_epoch=steps_per_epoch,
+                partial=partial, partial_seconds=seconds, device_type=ctx.device.type,
+            )  # fmt: skip
+            save_train_state(state_path, model, optimizer, mid, to_dict(config))
+            log.message(f"checkpoint at epoch {epoch + 1} step {step_in_epoch}/{steps_per_epoch}")
+
+    total_steps = steps_per_epoch * t.epochs
+    run = EpochRun(
+        forward=forward, optimizer=optimizer, data=data, config=config, ctx=ctx, log=log, total_steps=total_steps,
+        warmup_steps=min(total_steps, round(o.warmup_epochs * steps_per_epoch)), num_patches=model.num_patches,
+        save=save,
+    )  # fmt: skip
+    stop_at = t.epochs if max_epochs is None else min(t.epochs, max_epochs)
+    epochs_bar = tqdm(total=t.epochs, initial=state.epoch, desc="epochs",
+                      disable=None if progress and ctx.is_main else True)  # fmt: skip
+    with interrupts.deferred(), contextlib.closing(epochs_bar):
+        for epoch in range(state.epoch, stop_at):
+            resumed = state.step_in_epoch if epoch == state.epoch else 0
+            kept = f"epoch {state.epoch}" + (f", step {state.step_in_epoch}" if state.step_in_epoch else "")
+            stats = train_one_epoch(
+                run, epoch, start=resumed, partial=state.partial if resumed else None,
+                seconds=state.partial_seconds if resumed else 0.0, kept=kept, progress=progress,
+            )  # fmt: skip
+            start = time.perf_counter()
+            val = evaluate(model, val_data, mean=mean, std=std, device=ctx.device, amp=amp, ctx=ctx)
+            row = {
+                "epoch": epoch + 1,
+                "train_loss": stats["train_loss"],
+                "train_acc": stats["train_acc"],
+                "val_acc": val["acc"],
+                "val_loss": val["loss"],
+                "lr": stats["lr"],
+                "seconds": stats["seconds"] + time.perf_counter() - start,
+            }
+            state = TrainState(
+                epoch=epoch + 1, global_step=(epoch + 1) * steps_per_epoch, history=[*state.history, row],
+                world_size=ctx.world_size, steps_per_epoch=steps_per_epoch, device_type=ctx.device.type,
+            )  # fmt: skip
+            if ctx.is_main:
+                # State first: metrics.csv is always rebuilt from the state's history.
+                save_train_state(state_path, model, optimizer, state, to_dict(config))
+                write_metrics(out_dir / METRICS_FILE, state.history)
+            left = (t.epochs - epoch - 1) * (row["seconds"])
+            log.epoch(row, stats["images_per_s"], left)
+            epochs_bar.update(1)
+            epochs_bar.set_postfix(loss=f"{row['train_loss']:.4f}", val_acc=f"{row['val_acc']:.4f}")
+            signum = interrupts.requested()
+            if ctx.enabled and not ctx.all_agree(signum is None):  # every rank takes part, and all stop together
+                signum = signum or signal.SIGTERM
+            if signum and state.epoch < t.epochs:
+                raise interrupts.Interrupted(
+                    signum, f"saved after epoch {state.epoch}/{t.epochs}; rerun the same command to resume"
+                )
 
     if state.epoch < t.epochs:
         ctx.barrier()
-        _log(ctx, f"stopped after epoch {state.epoch}/{t.epochs}; rerun the same command to continue")
+        log.message(f"stopped after epoch {state.epoch}/{t.epochs}; rerun the same command to continue")
         return {"status": "stopped", "epochs_done": state.epoch, "epochs": t.epochs, "run_dir": str(out_dir)}
 
-    summary = run_summary(config, out_dir, model, info, state, ctx, len(train_ds), len(val_ds))
+    summary = run_summary(config, out_dir, model, info, state, ctx, data.size, len(val_ds), speed)
     if ctx.is_main:
         if state.history:
             write_metrics(out_dir / METRICS_FILE, state.history)
@@ -458,6 +318,7 @@ def _train_locked(
             "epochs": t.epochs,
         })  # fmt: skip
         fileio.write_json(out_dir / SUMMARY_FILE, summary)  # last: marks the run finished
+        log.message(f"finished: val acc {summary['val_acc']:.4f}")
     ctx.barrier()
     return summary
 

@@ -4,7 +4,9 @@
 
     config.yaml          the resolved TrainConfig
     metrics.csv          one row per epoch: epoch, train_loss, train_acc, val_acc, lr, seconds
-    checkpoint/          resume state, replaced atomically after every epoch (see state.py)
+    train.log            one time-stamped line per epoch, and the run's start/resume/stop messages
+    checkpoint/          resume state, replaced atomically after every epoch, every train.checkpoint_every
+                         steps and on SIGTERM/SIGINT (see state.py)
     model.safetensors    final weights + model_args (load with peanchor.load_model)
     summary.json         written last: its presence marks the run as finished
 
@@ -29,7 +31,7 @@ from torch import nn
 from peanchor import fileio
 from peanchor.checkpoint import MODEL_FILE
 from peanchor.errors import RunDirError
-from peanchor.training.config import RUNTIME_KEYS, TrainConfig, diff_configs, to_dict
+from peanchor.training.config import RUNTIME_KEYS, TrainConfig, diff_configs, flat_dict, to_dict
 from peanchor.training.distributed import DistContext
 from peanchor.training.state import STATE_FILE, TrainState
 
@@ -78,7 +80,13 @@ def check_run_dir(config: TrainConfig, out_dir: Path) -> str:
         raise RunDirError(f"cannot read {cfg_path} ({e}); choose another --out") from e
     if not isinstance(old, dict):
         raise RunDirError(f"{cfg_path} is not a peanchor config; choose another --out")
-    diff = {k: v for k, v in diff_configs(old, to_dict(config)).items() if k not in RUNTIME_KEYS}
+    defaults = flat_dict(TrainConfig())
+    diff = {
+        k: v
+        for k, v in diff_configs(old, to_dict(config)).items()
+        # A key the old config.yaml lacks (written before the key existed) had its default's meaning.
+        if k not in RUNTIME_KEYS and not (v[0] == "<unset>" and v[1] == defaults.get(k, "<missing>"))
+    }
     if diff:
         shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(diff.items())[:6])
         more = f" (and {len(diff) - 6} more)" if len(diff) > 6 else ""
@@ -117,6 +125,7 @@ def run_summary(
     ctx: DistContext,
     n_train: int,
     n_val: int,
+    speed: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from peanchor import __version__  # the package's own version: imported late, peanchor/__init__ is lazy
 
@@ -153,6 +162,7 @@ def run_summary(
         "world_size": ctx.world_size,
         "amp_bf16": config.train.amp and ctx.device.type == "cuda",
         "compile": config.train.compile,
+        "speed": dict(speed or {}),  # the settings in effect: fused AdamW, TF32, loaders, device augmentation
         "model_args": model.model_args,
         "versions": {"peanchor": __version__, "torch": torch.__version__, "python": platform.python_version()},
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

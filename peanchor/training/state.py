@@ -5,13 +5,16 @@
 * ``model/<name>``: every entry of the model's state dict;
 * ``optim/<param index>/<name>``: every tensor in the optimizer state (AdamW: ``step``,
   ``exp_avg``, ``exp_avg_sq``);
-* metadata (JSON strings): the completed epoch count, the global step, the per-epoch history and
-  the optimizer's param groups.
+* metadata (JSON strings): the completed epoch count, the steps done in the epoch under way (0 at an
+  epoch boundary) and that epoch's running loss/accuracy sums, the global step, the per-epoch
+  history, the device type the run trains on, and the optimizer's param groups.
 
-The file is replaced atomically at the end of every epoch, so a crash leaves the previous one. RNG
-states need not be stored: the loop reseeds every generator from ``(seed, epoch, rank)`` at the
-start of each epoch (see :func:`derive_seed`), which makes resuming at an epoch boundary exact.
-Nothing here unpickles.
+The file is replaced atomically at the end of every epoch, every ``train.checkpoint_every`` steps,
+and when a stop signal arrives, so a crash leaves the previous one. RNG states need not be stored:
+every random stream is a pure function of the seed and of where the run is (see :func:`derive_seed`):
+dropout and batch augmentation of ``(step, rank)``, RPT of the step, the sample order of the epoch,
+per-image augmentation of ``(epoch, sample)``. That makes resuming exact at any step. Nothing here
+unpickles.
 
 Imports: torch; :mod:`peanchor.checkpoint`, :mod:`peanchor.errors`.
 """
@@ -46,12 +49,21 @@ def derive_seed(seed: int, *parts: object) -> int:
 
 @dataclass
 class TrainState:
-    """Where a run stands: ``epoch`` epochs are complete, ``history`` has one row per epoch."""
+    """Where a run stands: ``epoch`` epochs are complete, ``history`` has one row per epoch.
+
+    Mid-epoch (``step_in_epoch > 0``): that many steps of epoch ``epoch + 1`` are done, ``partial`` holds the
+    epoch's running sums so far (loss × images, correct, images) and ``partial_seconds`` its training time.
+    """
 
     epoch: int = 0
     global_step: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
     world_size: int = 1
+    step_in_epoch: int = 0
+    steps_per_epoch: int = 0
+    partial: list[float] = field(default_factory=list)
+    partial_seconds: float = 0.0
+    device_type: str = ""  # "cpu", "cuda", ...: "" in states written before it was recorded
 
 
 def save_train_state(
@@ -72,6 +84,11 @@ def save_train_state(
         "epoch": str(state.epoch),
         "global_step": str(state.global_step),
         "world_size": str(state.world_size),
+        "step_in_epoch": str(state.step_in_epoch),
+        "steps_per_epoch": str(state.steps_per_epoch),
+        "partial": json.dumps(state.partial),
+        "partial_seconds": repr(float(state.partial_seconds)),
+        "device_type": state.device_type,
         "history": json.dumps(state.history),
         "optim_param_groups": json.dumps(opt["param_groups"]),
         "optim_scalars": json.dumps(scalars),
@@ -111,6 +128,11 @@ def load_train_state(path: str | Path, model: nn.Module, optimizer: torch.optim.
             global_step=int(meta["global_step"]),
             history=json.loads(meta["history"]),
             world_size=int(meta.get("world_size", "1")),
+            step_in_epoch=int(meta.get("step_in_epoch", "0")),
+            steps_per_epoch=int(meta.get("steps_per_epoch", "0")),
+            partial=[float(v) for v in json.loads(meta.get("partial", "[]"))],
+            partial_seconds=float(meta.get("partial_seconds", "0")),
+            device_type=meta.get("device_type", ""),
         )
     except CheckpointError:
         raise

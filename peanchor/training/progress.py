@@ -1,0 +1,95 @@
+"""What a training run tells the people and tools watching it.
+
+* One line per epoch on stderr (rank 0), with or without a terminal, so a Slurm log shows progress::
+
+      peanchor: train-paper-rope-s0 epoch 3/60 loss 4.1035 acc 0.1290 val_acc 0.1512 lr 6.00e-04 1,873 img/s eta 1:41:07
+
+  and the same lines, time-stamped, appended to ``RUN/train.log`` (with the run's start, resume and stop
+  messages), which survives requeues and the terminal.
+* Hooks (:class:`TrainHook`): every log interval (``train.log_every`` steps, when the running loss is read
+  anyway) and every epoch, other loggers (TensorBoard, a notebook) get the same numbers. Pass them to
+  :func:`peanchor.training.loop.train` as ``hooks=[...]``.
+
+Imports: :mod:`peanchor.fileio`, :mod:`peanchor.training.distributed`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Protocol
+
+from tqdm.auto import tqdm
+
+from peanchor import fileio
+from peanchor.training.distributed import DistContext
+
+__all__ = ["LOG_FILE", "TrainHook", "TrainLog", "format_duration"]
+
+LOG_FILE = "train.log"
+
+
+class TrainHook(Protocol):
+    """Receives the run's numbers on rank 0. Both methods are optional in spirit: implement them as no-ops."""
+
+    def on_interval(self, step: int, scalars: Mapping[str, float]) -> None:
+        """Every ``train.log_every`` steps: ``train_loss``, ``train_acc`` (running, this epoch), ``lr``, ``epoch``."""
+
+    def on_epoch(self, epoch: int, row: Mapping[str, float]) -> None:
+        """After each epoch: its metrics.csv row (``train_loss``, ``train_acc``, ``val_acc``, ``val_loss``, ...)."""
+
+
+def format_duration(seconds: float) -> str:
+    """``3725`` → ``"1:02:05"``.
+
+    >>> format_duration(59.6), format_duration(3725)
+    ('0:01:00', '1:02:05')
+    """
+    s = int(round(max(0.0, seconds)))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+class TrainLog:
+    """Epoch lines and messages for one run (no-ops on ranks other than 0)."""
+
+    def __init__(self, out_dir: Path, ctx: DistContext, epochs: int, hooks: Sequence[TrainHook] = ()) -> None:
+        self.path = out_dir / LOG_FILE
+        self.name = out_dir.name
+        self.ctx = ctx
+        self.epochs = epochs
+        self.hooks = list(hooks)
+        self.file = False  # the log file is used once the run directory holds its config
+        self.pending: list[str] = []  # lines kept back until the run has something to report
+
+    def open_file(self) -> None:
+        self.file = True
+
+    def message(self, text: str, *, echo: bool = True, hold: bool = False) -> None:
+        """One line on stderr (unless not ``echo``) and, once open, in the log file. A ``hold`` line reaches the
+        file with the next one (a run that fails in its first epoch leaves no log behind, only its config)."""
+        if not self.ctx.is_main:
+            return
+        if echo:
+            tqdm.write(f"peanchor: {self.name} {text}", file=sys.stderr)
+        if self.file:
+            stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            self.pending.append(f"{stamp} {text}\n")
+            if not hold:
+                fileio.append_text(self.path, "".join(self.pending))
+                self.pending.clear()
+
+    def interval(self, step: int, scalars: Mapping[str, float]) -> None:
+        if self.ctx.is_main:
+            for hook in self.hooks:
+                hook.on_interval(step, scalars)
+
+    def epoch(self, row: Mapping[str, float], images_per_s: float, eta_s: float) -> None:
+        self.message(
+            f"epoch {row['epoch']}/{self.epochs} loss {row['train_loss']:.4f} acc {row['train_acc']:.4f} "
+            f"val_acc {row['val_acc']:.4f} lr {row['lr']:.2e} {images_per_s:,.0f} img/s eta {format_duration(eta_s)}"
+        )
+        if self.ctx.is_main:
+            for hook in self.hooks:
+                hook.on_epoch(int(row["epoch"]), row)
