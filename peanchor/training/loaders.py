@@ -7,7 +7,9 @@ read uint8 batches in the workers; :func:`peanchor.data.batch_augment` then runs
 ``(step, rank)``. Either way the worker count changes nothing but speed.
 
 Workers ignore SIGTERM and SIGINT: under Slurm every process of a job step receives them, and a worker
-dying first would break the main process's clean stop; the main process ends its workers itself.
+dying first would break the main process's clean stop (torch raises in the main process as soon as a worker
+dies). The main process therefore ends its workers itself (:func:`close_loader`), or they notice that it is
+gone.
 
 Imports: torch; :mod:`peanchor.data`, :mod:`peanchor.errors`, :mod:`peanchor.training.config`,
 :mod:`peanchor.training.distributed`, :mod:`peanchor.training.sampling`.
@@ -27,7 +29,7 @@ from peanchor.training.config import TrainConfig
 from peanchor.training.distributed import DistContext
 from peanchor.training.sampling import EpochBatches, SampleStreams
 
-__all__ = ["TrainData", "train_data", "val_loader"]
+__all__ = ["TrainData", "close_loader", "train_data", "val_loader"]
 
 
 def _worker_init(worker_id: int) -> None:
@@ -88,3 +90,13 @@ def val_loader(dataset: Dataset, config: TrainConfig, ctx: DistContext) -> DataL
     if ctx.enabled:  # an exact shard per rank (no padding, unlike DistributedSampler)
         dataset = Subset(dataset, range(ctx.rank, len(dataset), ctx.world_size))  # type: ignore[arg-type]
     return DataLoader(dataset, batch_size=config.train.eval_batch_size, shuffle=False, **_loader_options(config, ctx))
+
+
+def close_loader(loader: DataLoader) -> None:
+    """End ``loader``'s persistent workers now. They ignore SIGTERM, so the ``terminate()`` with which
+    ``multiprocessing`` ends leftover children at exit would leave it waiting for them."""
+    iterator = getattr(loader, "_iterator", None)  # the persistent workers' iterator (torch internals)
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+    loader._iterator = None

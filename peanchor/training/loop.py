@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from peanchor import fileio, interrupts
@@ -48,7 +49,7 @@ from peanchor.models import create_model
 from peanchor.training.config import TrainConfig, to_dict, to_yaml, validate
 from peanchor.training.distributed import DistContext, main_first, setup_distributed
 from peanchor.training.epoch import EpochRun, evaluate, lr_at, train_one_epoch
-from peanchor.training.loaders import train_data, val_loader
+from peanchor.training.loaders import TrainData, close_loader, train_data, val_loader
 from peanchor.training.progress import TrainHook, TrainLog
 from peanchor.training.run_dir import (
     CHECKPOINT_DIR,
@@ -211,6 +212,16 @@ def _train_locked(
     train_ds, val_ds, info = built
     data = train_data(train_ds, config, ctx)
     val_data = val_loader(val_ds, config, ctx)
+    try:
+        return _run(config, out_dir, ctx, log, code, data, val_data, val_ds, info, progress, max_epochs)
+    finally:
+        close_loader(data.loader)
+        close_loader(val_data)
+
+
+def _run(config: TrainConfig, out_dir: Path, ctx: DistContext, log: TrainLog, code: int, data: TrainData,
+         val_data: DataLoader, val_ds: Any, info: Any, progress: bool, max_epochs: int | None) -> dict[str, Any]:  # fmt: skip
+    t = config.train
 
     torch.manual_seed(derive_seed(t.seed, "init"))  # the same initial weights on every rank
     model = build_model(config, info.num_classes, info.img_size).to(ctx.device)
@@ -222,6 +233,7 @@ def _train_locked(
     steps_per_epoch = data.steps_per_epoch
     state = TrainState(world_size=ctx.world_size, steps_per_epoch=steps_per_epoch, device_type=ctx.device.type)
     if code == 1:
+        log.open_file()  # the run directory is a run's already
         state = _resume_state(config, out_dir, model, optimizer, ctx, log, steps_per_epoch)
     state.steps_per_epoch, state.device_type = steps_per_epoch, ctx.device.type
     state_path = out_dir / CHECKPOINT_DIR / STATE_FILE

@@ -18,6 +18,7 @@ Imports: torch; :mod:`peanchor.data` (``normalize``), :mod:`peanchor.training.co
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
 from typing import Any
@@ -91,7 +92,10 @@ def wrap_ddp(module: nn.Module, ctx: DistContext) -> nn.Module:
     if not ctx.enabled:
         return module
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-    return torch.nn.parallel.DistributedDataParallel(module, device_ids=device_ids, broadcast_buffers=False)
+    ddp = torch.nn.parallel.DistributedDataParallel
+    if "forward_sync_buffers" in inspect.signature(ddp).parameters:  # newer torch: buffers synced once, at init
+        return ddp(module, device_ids=device_ids, forward_sync_buffers=False)
+    return ddp(module, device_ids=device_ids, broadcast_buffers=False)
 
 
 class DeviceBatches:
