@@ -1,12 +1,13 @@
 """Model sizes and ``create_model``.
 
-Imports: :mod:`peanchor.models.vit`.
+Imports: :mod:`peanchor.models.vit`, :mod:`peanchor.models.flops`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from peanchor.models.flops import forward_flops, train_flops
 from peanchor.models.vit import VisionTransformer
 
 # Every field a size sets can be overridden through create_model(**overrides).
@@ -17,20 +18,22 @@ MODEL_SIZES: dict[str, dict[str, Any]] = {
     "vit_tiny": dict(img_size=32, patch_size=4, embed_dim=192, depth=6, num_heads=3, mlp_ratio=4.0, drop_path_rate=0.1),
     # ViT-S/16, the usual GPU reference size.
     "vit_small": dict(img_size=224, patch_size=16, embed_dim=384, depth=12, num_heads=6, mlp_ratio=4.0, drop_path_rate=0.1),
-    # The paper's model: 8 heads of 48, dropout 0.15 everywhere, drop-path 0.2, no final norm.
+    # The paper's model: 8 heads of 48, dropout 0.15 on the embedding, attention and MLP (not before the head),
+    # stochastic depth 0.2 (timm's linear rule: 0 in the first block, 0.2 in the last), no final norm.
     "vit_paper": dict(
         img_size=224, patch_size=16, embed_dim=384, depth=12, num_heads=8, mlp_ratio=4.0,
-        drop_rate=0.15, attn_drop_rate=0.15, drop_path_rate=0.2, final_norm=False,
+        drop_rate=0.15, attn_drop_rate=0.15, head_drop_rate=0.0, drop_path_rate=0.2, final_norm=False,
     ),
 }  # fmt: skip
 
 ARCH_KEYS = (
-    "embed_dim", "depth", "num_heads", "mlp_ratio", "drop_rate", "attn_drop_rate", "drop_path_rate",
-    "final_norm", "norm_eps", "qkv_bias",
+    "embed_dim", "depth", "num_heads", "mlp_ratio", "drop_rate", "attn_drop_rate", "head_drop_rate",
+    "drop_path_rate", "final_norm", "norm_eps", "qkv_bias",
 )  # fmt: skip
 _DEFAULTS: dict[str, Any] = dict(
-    mlp_ratio=4.0, drop_rate=0.0, attn_drop_rate=0.0, drop_path_rate=0.0, final_norm=False, norm_eps=1e-5, qkv_bias=True
-)
+    mlp_ratio=4.0, drop_rate=0.0, attn_drop_rate=0.0, head_drop_rate=None, drop_path_rate=0.0, final_norm=False,
+    norm_eps=1e-5, qkv_bias=True,
+)  # fmt: skip
 
 
 def create_model(
@@ -74,4 +77,4 @@ def create_model(
     return model
 
 
-__all__ = ["MODEL_SIZES", "VisionTransformer", "create_model"]
+__all__ = ["MODEL_SIZES", "VisionTransformer", "create_model", "forward_flops", "train_flops"]

@@ -168,6 +168,7 @@ class VisionTransformer(ProbedModel, nn.Module):
         mlp_ratio: float = 4.0,
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
+        head_drop_rate: float | None = None,
         drop_path_rate: float = 0.0,
         final_norm: bool = False,
         norm_eps: float = 1e-5,
@@ -185,7 +186,7 @@ class VisionTransformer(ProbedModel, nn.Module):
             Block(embed_dim, num_heads, mlp_ratio, drop_rate, attn_drop_rate, p, norm_eps, qkv_bias) for p in dpr
         )
         self.norm = nn.LayerNorm(embed_dim, eps=norm_eps) if final_norm else nn.Identity()
-        self.head_drop = nn.Dropout(drop_rate)
+        self.head_drop = nn.Dropout(drop_rate if head_drop_rate is None else head_drop_rate)  # on the CLS token
         self.head = nn.Linear(embed_dim, num_classes)
         self._init_weights()
 

@@ -53,6 +53,7 @@ class ModelOverrides(TypedDict, total=False):
     mlp_ratio: float
     drop_rate: float
     attn_drop_rate: float
+    head_drop_rate: float | None  # None: drop_rate
     drop_path_rate: float
     final_norm: bool
     norm_eps: float
