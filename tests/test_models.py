@@ -236,3 +236,28 @@ def test_paper_model_is_the_papers_size():
 def test_ape_init_is_standard_normal():
     model = create_model("vit_paper", pe="ape", num_classes=100)
     assert abs(model.pe.table.std().item() - 1.0) < 0.02
+
+
+@pytest.mark.parametrize("pe", PE_NAMES)
+def test_flop_count_equals_torchs_flop_counter(pe):
+    """forward_flops (from the architecture) against torch's operator-level count of a real forward pass, with
+    attention in its math form so that q·kᵀ and attention·v are visible as matmuls to the counter."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from peanchor.models import forward_flops, train_flops
+
+    model = create_model("vit_micro", pe=pe, num_classes=7).eval()
+    x = torch.randn(3, 3, 16, 16)
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(x)
+    assert counter.get_total_flops() == 3 * forward_flops(model)
+    assert train_flops(model) == 3 * forward_flops(model)
+
+
+def test_the_paper_model_costs_the_known_4_6_gmac_per_image():
+    from peanchor.models import forward_flops
+
+    model = create_model("vit_paper", pe="none", num_classes=100)
+    assert forward_flops(model) / 2 == pytest.approx(4.6e9, rel=0.01)  # ViT-S/16 at 224 px: ~4.6 GMAC
+    assert model.head_drop.p == 0.0 and create_model("vit_micro", num_classes=2, drop_rate=0.3).head_drop.p == 0.3

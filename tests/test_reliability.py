@@ -29,6 +29,7 @@ import io
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -644,3 +645,77 @@ def test_checkpoint_write_failing_stops_training_and_the_previous_checkpoint_loa
 
     assert main(["train", *SMOKE, "--out", str(out)]) == 0  # space is back: the run resumes and finishes
     assert (out / "summary.json").is_file()
+
+
+# ----------------------------------------------------------------------------------------------
+# Locks are leases
+
+
+def _foreign_lock(directory: Path, age_s: float, owner: str = "4242 node-17.cluster") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = directory / ".lock"
+    lock.write_text(f"{owner}\n")
+    stamp = time.time() - age_s
+    os.utime(lock, (stamp, stamp))
+    return lock
+
+
+def test_a_fresh_lock_from_another_host_is_refused(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    lock = _foreign_lock(out, age_s=30)
+    before = sorted(p.name for p in out.rglob("*"))
+    code = main(["train", *SMOKE, "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert re.search(r"in use by another peanchor process \(4242 node-17\.cluster; refreshed 3\d s ago", err[0])
+    assert "stale if not refreshed for 600 s" in err[0]
+    assert sorted(p.name for p in out.rglob("*")) == before and lock.read_text() == "4242 node-17.cluster\n"
+
+
+def test_a_stale_lock_from_another_host_is_taken_over_with_a_warning_naming_its_owner(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    _foreign_lock(out, age_s=601)  # a job killed on node-17, requeued here
+    with pytest.warns(UserWarning) as caught:
+        assert main(["train", *SMOKE, "--out", str(out)]) == 0
+    taken = [str(w.message) for w in caught if "taking over the lock" in str(w.message)]
+    assert len(taken) == 1, [str(w.message) for w in caught]
+    assert re.search(r"process 4242 on node-17\.cluster, last refreshed it 6\d\d s ago \(stale after 600 s\)", taken[0])
+    assert (out / "summary.json").is_file() and not (out / ".lock").exists()
+
+
+def test_the_lease_time_is_configurable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fileio.LOCK_STALE_ENV, "5")
+    with pytest.raises(RunDirError, match=r"refreshed [23] s ago, stale if not refreshed for 5 s"):
+        fileio.RunLock(_foreign_lock(tmp_path / "fresh", age_s=2).parent).acquire()
+    lock = fileio.RunLock(_foreign_lock(tmp_path / "stale", age_s=6).parent)
+    with pytest.warns(UserWarning, match=r"process 4242 on node-17\.cluster, last refreshed it [67] s ago"):
+        lock.acquire()
+    lock.release()
+    monkeypatch.setenv(fileio.LOCK_STALE_ENV, "soon")
+    with pytest.raises(PeanchorError, match="PEANCHOR_LOCK_STALE_AFTER='soon': expected a positive number"):
+        fileio.RunLock(tmp_path)
+
+
+def test_the_holder_refreshes_its_lock(tmp_path: Path) -> None:
+    lock = fileio.RunLock(tmp_path, stale_after=0.8)
+    lock.acquire()
+    try:
+        old = time.time() - 100
+        os.utime(lock.path, (old, old))  # as if it had not been refreshed for a while
+        deadline = time.monotonic() + 10
+        while time.time() - lock.path.stat().st_mtime > 50 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert time.time() - lock.path.stat().st_mtime < 50, "the holder did not refresh its lock"
+        with pytest.raises(RunDirError, match="in use"):  # so it stays fresh for everybody else
+            fileio.RunLock(tmp_path, stale_after=0.8).acquire()
+    finally:
+        lock.release()
+    assert not lock.path.exists()
+
+
+def test_a_lock_taken_over_from_its_holder_is_not_deleted_by_it(tmp_path: Path) -> None:
+    first = fileio.RunLock(tmp_path, stale_after=600)
+    first.acquire()
+    first.path.write_text("999 elsewhere\n")  # another process took the lease over meanwhile
+    first.release()
+    assert first.path.read_text() == "999 elsewhere\n"

@@ -164,6 +164,76 @@ def test_shards_cover_the_grid_exactly_once():
         parse_shard("x")
 
 
+def _array_task(task: int, base: int, count: int = 5, step: int = 1) -> dict[str, str]:
+    """The variables Slurm sets in task ``task`` of ``--array=<base>-<last>[:step]``."""
+    return {"SLURM_ARRAY_TASK_ID": str(task), "SLURM_ARRAY_TASK_MIN": str(base),
+            "SLURM_ARRAY_TASK_MAX": str(base + (count - 1) * step), "SLURM_ARRAY_TASK_COUNT": str(count),
+            "SLURM_ARRAY_TASK_STEP": str(step), "SLURM_ARRAY_JOB_ID": "777"}  # fmt: skip
+
+
+@pytest.mark.parametrize("base, step", [(0, 1), (1, 1), (10, 3)])
+def test_a_slurm_array_of_any_base_runs_every_cell_exactly_once(base, step, tmp_path, capsys, monkeypatch):
+    """``--shard auto`` in each of 5 array tasks (``--array=0-4``, ``1-5`` or ``10-22:3``) over the paper grid."""
+    args = ["reproduce", "--preset", "paper", "--data-root", str(tmp_path), "--out", str(tmp_path / "o"), "--list"]
+    assert main(args) == 0
+    everything = [line for line in capsys.readouterr().out.splitlines() if line.startswith("peanchor train ")]
+    assert len(everything) == 20  # 5 conditions x 4 seeds
+    seen: list[str] = []
+    for task in range(base, base + 5 * step, step):
+        for key, value in _array_task(task, base, step=step).items():
+            monkeypatch.setenv(key, value)
+        assert main([*args, "--shard", "auto"]) == 0
+        seen += [line for line in capsys.readouterr().out.splitlines() if line.startswith("peanchor train ")]
+    assert sorted(seen) == sorted(everything) and len(seen) == len(set(seen))
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({}, "--shard auto needs a Slurm array task's variables (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_MIN, "
+             "SLURM_ARRAY_TASK_COUNT not set)"),
+        ({"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "7",
+          "SLURM_ARRAY_TASK_COUNT": "3"}, "is not evenly spaced"),  # --array=1,2,7
+        ({"SLURM_ARRAY_TASK_ID": "x", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "3"}, "not integers"),
+    ],
+)  # fmt: skip
+def test_shard_auto_outside_a_regular_array_is_one_clear_error(env, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_shard("auto", env)
+
+
+def test_a_zero_based_shard_index_says_how_to_use_a_zero_based_array():
+    with pytest.raises(ConfigError, match=r"shards are numbered from 1 \(1/20 \.\.\. 20/20\); for a 0-based Slurm array "
+                       r"\(--array=0-19\) use --shard auto"):  # fmt: skip
+        parse_shard("0/20")
+    assert parse_shard("20/20") == (20, 20) and parse_shard("AUTO", _array_task(4, 0)) == (5, 5)
+
+
+def test_jobs_auto_counts_what_this_job_may_use(monkeypatch):
+    from peanchor.grid import resources
+    from peanchor.grid.executor import resolve_jobs
+
+    monkeypatch.setattr(resources.os, "sched_getaffinity", lambda pid: {3, 4, 5}, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU for this job
+    assert resolve_jobs("auto", "cpu", None) == 3  # its CPU affinity, not the node's core count
+    assert resolve_jobs("auto", "smoke", None) == 1  # cells of seconds: no worker pool
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1f3a,GPU-77b2")  # two GPUs given by Slurm's --gres (UUIDs)
+    assert resources.visible_gpus() == ["GPU-1f3a", "GPU-77b2"]
+    assert resolve_jobs("auto", "paper", None) == 2 and resolve_jobs("auto", "paper", "cuda") == 2
+    assert resolve_jobs("auto", "paper", "cuda:1") == 1 and resolve_jobs("auto", "paper", "cpu") == 3
+    assert [resources.gpu_for_worker(k, resources.visible_gpus()) for k in range(5)] == [
+        "GPU-1f3a", "GPU-77b2", "GPU-1f3a", "GPU-77b2", "GPU-1f3a"]  # fmt: skip
+
+
+def test_reproduce_under_torchrun_is_refused_with_what_to_do_instead(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    out = tmp_path / "grid"
+    assert main(["reproduce", "--preset", "smoke", "--conditions", "none", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not run under torchrun" in err[0] and "--jobs N" in err[0], err
+    assert not out.exists()
+
+
 def test_list_prints_one_train_command_per_cell(tmp_path, capsys):
     out = tmp_path / "grid"
     args = ["reproduce", "--preset", "smoke", "--seeds", "2", "--conditions", "none,rope,rpt", "--out", str(out),

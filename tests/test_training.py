@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import yaml
 from peanchor.checkpoint import load_model, read_metadata, save_model, write_safetensors
 from peanchor.errors import CheckpointError, ConfigError, RunDirError, TrainingDiverged
 from peanchor.fileio import RunLock
+from peanchor.interrupts import Interrupted
 from peanchor.models import create_model
 from peanchor.training import epoch as epoch_steps
 from peanchor.training import loop
@@ -63,6 +65,14 @@ def snapshot(directory: Path) -> dict[str, tuple[int, str]]:
         for p in sorted(directory.rglob("*"))
         if p.is_file()
     }
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    """The two runs' final tensors are equal bit for bit (their metadata may differ in runtime keys)."""
+    from safetensors.torch import load_file
+
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 def metrics_without_seconds(run: Path) -> list[list[str]]:
@@ -400,22 +410,52 @@ def test_kill_9_mid_run_then_rerun_gives_identical_weights(tmp_path, cache_dir):
     assert metrics_without_seconds(run) == metrics_without_seconds(reference)
 
 
-@pytest.mark.slow
-def test_ddp_two_gloo_processes(tmp_path, cache_dir):
-    run = tmp_path / "ddp"
+def torchrun(run: Path, sets: list[str], cache: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "peanchor", "train", "--preset", "smoke", "--pe", "ape", "--rpt", "--out", str(run), "--no-progress",
            "--device", "cpu"]  # fmt: skip
-    cmd += [a for s in tiny_sets(cache_dir, epochs=2) for a in ("--set", s)]
-    done = subprocess.run(
-        cmd, cwd=tmp_path, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("final val acc") == 1  # rank 0 alone reports
-    summary = yaml.safe_load((run / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["condition"] == "rpt"
-    assert len((run / "metrics.csv").read_text().splitlines()) == 3
-    assert load_model(run).pe_name == "ape"
+    cmd += [a for s in sets for a in ("--set", s)]
+    return subprocess.Popen(cmd, cwd=run.parent, env=subprocess_env(cache), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_ddp_two_gloo_processes_train_like_one_and_resume_exactly_after_sigterm(tmp_path, cache_dir):
+    """2 gloo ranks = 1 process (the same images per step; no dropout, no per-rank augmentation draws) up to float
+    rounding; torchrun's SIGTERM reaches both ranks, which agree on a step, checkpoint and stop; the rerun ends
+    bit-identical to an uninterrupted 2-rank run."""
+    from safetensors.torch import load_file
+
+    sets = tiny_sets(cache_dir, epochs=3, train_size=1024, extra=("data.augment=none", "train.log_every=4"))
+    ddp, stopped, single = tmp_path / "ddp", tmp_path / "stopped", tmp_path / "single"
+    first = torchrun(ddp, sets, cache_dir)
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-3000:]
+    assert out.count("final val acc") == 1  # rank 0 alone reports
+    summary = json.loads((ddp / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["condition"] == "rpt" and summary["speed"]["fused_adamw"] is False
+    assert len((ddp / "metrics.csv").read_text().splitlines()) == 4
+    assert load_model(ddp).pe_name == "ape"
+
+    train(resolve_config("smoke", {"model.pe": "ape", "train.rpt": True}, sets), single, progress=False)
+    a, b = load_file(ddp / "model.safetensors"), load_file(single / "model.safetensors")
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-4, f"2 ranks and 1 process differ by {worst:g}"
+
+    proc = torchrun(stopped, sets, cache_dir)
+    deadline = time.monotonic() + 300
+    while not ((stopped / "train.log").exists() and "epoch 1/3" in (stopped / "train.log").read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)  # to torchrun, which passes it on to the ranks
+    _, err = proc.communicate(timeout=120)
+    assert err.count("peanchor: stopped by SIGTERM: saved") == 2, err[-3000:]  # each rank, at the same step
+    assert not (stopped / ".lock").exists() and not (stopped / "model.safetensors").exists()
+    again = torchrun(stopped, sets, cache_dir)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0 and "resuming" in err, err[-3000:]
+    assert same_weights(stopped, ddp)
+    assert metrics_without_seconds(stopped) == metrics_without_seconds(ddp)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -476,3 +516,233 @@ def test_save_model_is_byte_reproducible(tmp_path):
     save_model(model, tmp_path / "a.safetensors", {"x": 1, "y": "two", "z": [3]})
     save_model(model, tmp_path / "b.safetensors", {"z": [3], "y": "two", "x": 1})
     assert sha(tmp_path / "a.safetensors") == sha(tmp_path / "b.safetensors")
+
+
+# ----------------------------------------------------------------------------------------------
+# Keyed streams, mid-epoch resume, stop signals, logs, settings
+
+
+class SignalAt:
+    """A hook that sends ``sig`` to this process at the log interval of global step ``step`` (log_every=1)."""
+
+    def __init__(self, step: int, sig: int = signal.SIGTERM) -> None:
+        self.step, self.sig = step, sig
+
+    def on_interval(self, step, scalars):
+        if step == self.step:
+            os.kill(os.getpid(), self.sig)
+
+    def on_epoch(self, epoch, row):
+        pass
+
+
+def test_epoch_batches_are_the_same_images_for_any_process_count_and_resume_anywhere():
+    from peanchor.training.sampling import EpochBatches
+
+    one = EpochBatches(50, 8, seed=3)
+    ranks = [EpochBatches(50, 8, seed=3, rank=r, world_size=4) for r in range(4)]
+    for sampler in (one, *ranks):
+        sampler.set_epoch(2)
+    merged = [sorted(sum(parts, [])) for parts in zip(*ranks)]
+    assert merged == [sorted(b) for b in one] and len(merged) == 50 // 8
+    assert all(key[0] == 2 for batch in one for key in batch)  # keyed by epoch for the per-sample streams
+    flat = [i for batch in one for _, i in batch]
+    assert len(set(flat)) == len(flat)  # no image twice within an epoch
+    full = list(one)
+    one.set_epoch(2, start=4)
+    assert list(one) == full[4:]
+    one.set_epoch(3)
+    assert list(one) != full  # a new order every epoch
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_per_image_augmentation_does_not_depend_on_the_loader_workers(workers):
+    """Each image's random crop/flip is drawn from its own (seed, epoch, index) stream."""
+    import numpy as np
+    from torch.utils.data import DataLoader
+    from torchvision.transforms import v2
+
+    from peanchor.data import ArrayDataset
+    from peanchor.training.sampling import EpochBatches, SampleStreams
+
+    images = np.random.default_rng(0).integers(0, 256, (24, 3, 16, 16), dtype=np.uint8)
+    plain = ArrayDataset(images, list(range(24)), img_size=16)
+
+    class PerItem(torch.utils.data.Dataset):  # an image-file dataset: a v2 transform per item
+        transform = v2.Compose([v2.RandomResizedCrop(16, scale=(0.3, 1.0), antialias=True), v2.RandomHorizontalFlip()])
+
+        def __len__(self):
+            return len(plain)
+
+        def __getitem__(self, i):
+            image, label = plain[i]
+            return self.transform(image), label
+
+    def batches(num_workers):
+        sampler = EpochBatches(24, 6, seed=1)
+        sampler.set_epoch(5)
+        loader = DataLoader(SampleStreams(PerItem(), 1, random=True), batch_sampler=sampler, num_workers=num_workers)
+        return [x for x, _ in loader]
+
+    reference = batches(0)
+    assert all(torch.equal(a, b) for a, b in zip(batches(workers), reference, strict=True))
+    assert not torch.equal(reference[0], torch.stack([plain[i][0] for i in range(6)]))  # it does augment
+
+
+def test_resume_mid_epoch_after_sigterm_with_another_worker_count_is_bit_identical(tmp_path, cache_dir):
+    extra = ("model.overrides.drop_rate=0.1", "model.overrides.drop_path_rate=0.1", "train.log_every=1")
+    reference, run = tmp_path / "reference", tmp_path / "run"
+    train(tiny(cache_dir, pe="ape", epochs=2, rpt=True, extra=extra), reference, progress=False)
+
+    # Workers 2, SIGTERM at the end of global step 6 (epoch 2, step 2 of 4), after that step's stop check: the
+    # loop saves after step 7 and stops.
+    stopped = tiny(cache_dir, pe="ape", epochs=2, rpt=True, extra=(*extra, "train.num_workers=2"))
+    with pytest.raises(Interrupted, match=r"SIGTERM: saved at epoch 2 step 3/4") as e:
+        train(stopped, run, progress=False, hooks=[SignalAt(6)])
+    assert e.value.exit_code == 143 and not (run / ".lock").exists() and not (run / "model.safetensors").exists()
+    from peanchor.training.state import read_state_epoch
+
+    assert read_state_epoch(run / "checkpoint" / "state.safetensors") == 1
+    assert "checkpoint at epoch 2 step 3/4" in (run / "train.log").read_text()
+
+    resumed = tiny(cache_dir, pe="ape", epochs=2, rpt=True, extra=(*extra, "train.num_workers=1"))
+    assert train(resumed, run, progress=False)["status"] == "finished"
+    assert same_weights(run, reference)
+    assert metrics_without_seconds(run) == metrics_without_seconds(reference)
+
+
+def test_sigint_stops_at_an_epoch_end_when_it_comes_in_the_last_step(tmp_path, cache_dir):
+    cfg = tiny(cache_dir, epochs=3, extra=("train.log_every=1",))
+    run = tmp_path / "run"
+    with pytest.raises(Interrupted, match="SIGINT: saved after epoch 1/3") as e:
+        train(cfg, run, progress=False, hooks=[SignalAt(4, signal.SIGINT)])  # step 4 ends epoch 1
+    assert e.value.exit_code == 130 and len((run / "metrics.csv").read_text().splitlines()) == 2
+    train(cfg, run, progress=False)
+    reference = tmp_path / "reference"
+    train(cfg, reference, progress=False)
+    assert sha(run / "model.safetensors") == sha(reference / "model.safetensors")
+
+
+def test_checkpoints_and_log_intervals_do_not_change_the_numbers(tmp_path, cache_dir, monkeypatch):
+    reads = []
+    real_read = epoch_steps._read
+    monkeypatch.setattr(epoch_steps, "_read", lambda *a: reads.append(1) or real_read(*a))
+    base = tiny(cache_dir, epochs=2, extra=("train.log_every=50",))
+    train(base, tmp_path / "a", progress=False)
+    assert len(reads) == 2  # one read of the loss per epoch (at its last step), no host sync per step
+    reads.clear()
+    busy = tiny(cache_dir, epochs=2, extra=("train.log_every=1", "train.checkpoint_every=3"))
+    train(busy, tmp_path / "b", progress=False)
+    assert len(reads) == 8
+    assert same_weights(tmp_path / "a", tmp_path / "b")
+    assert metrics_without_seconds(tmp_path / "a") == metrics_without_seconds(tmp_path / "b")
+
+
+def test_the_device_may_change_on_resume_but_not_its_type(tmp_path, cache_dir):
+    from peanchor.training.state import load_train_state, save_train_state
+
+    run, reference = tmp_path / "run", tmp_path / "reference"
+    train(tiny(cache_dir, epochs=2, extra=("train.device=cpu",)), run, progress=False, max_epochs=1)
+    train(tiny(cache_dir, epochs=2, extra=("train.device=auto",)), run, progress=False)  # resolves to cpu here
+    train(tiny(cache_dir, epochs=2, extra=("train.device=cpu",)), reference, progress=False)
+    assert same_weights(run, reference)
+
+    moved = tmp_path / "moved"
+    cfg = tiny(cache_dir, epochs=2)
+    train(cfg, moved, progress=False, max_epochs=1)
+    path = moved / "checkpoint" / "state.safetensors"
+    model = loop.build_model(cfg, 10, 16)
+    optimizer = torch.optim.AdamW(param_groups(model, 0.05, 1.0, 0.0))
+    state = load_train_state(path, model, optimizer)
+    state.device_type = "cuda"  # as if the first epoch had run on a GPU
+    save_train_state(path, model, optimizer, state, to_dict(cfg))
+    with pytest.raises(RunDirError, match="trained on cuda and this run would continue it on cpu"):
+        train(cfg, moved, progress=False)
+
+
+def test_without_a_terminal_each_epoch_is_one_line_on_stderr_and_in_train_log(tmp_path, cache_dir, capsys):
+    from peanchor.cli import main
+
+    out = tmp_path / "run"
+    args = ["train", "--preset", "smoke", "--out", str(out)]  # progress bars on: they switch off without a TTY
+    assert main([*args, *(a for s in tiny_sets(cache_dir, epochs=3) for a in ("--set", s))]) == 0
+    err = capsys.readouterr().err.splitlines()
+    lines = [line for line in err if " epoch " in line]
+    assert len(lines) == 3 and len(err) == 4, err  # + the "finished" line
+    for k, line in enumerate(lines, 1):
+        assert re.fullmatch(
+            rf"peanchor: run epoch {k}/3 loss \d\.\d{{4}} acc \d\.\d{{4}} val_acc \d\.\d{{4}} lr \S+ [\d,]+ img/s "
+            r"eta \d+:\d\d:\d\d",
+            line,
+        ), line
+    log = (out / "train.log").read_text().splitlines()
+    assert [line.split(" ", 1)[1] for line in log if " epoch " in line] == [x.split(" ", 2)[2] for x in lines]
+    assert log[0].split(" ", 1)[1].startswith("training none (vit_micro, 3 epochs of 4 steps) on cpu")
+
+
+def test_hooks_get_every_interval_and_epoch(tmp_path, cache_dir):
+    class Recording:
+        def __init__(self):
+            self.intervals, self.epochs = [], []
+
+        def on_interval(self, step, scalars):
+            self.intervals.append((step, sorted(scalars)))
+
+        def on_epoch(self, epoch, row):
+            self.epochs.append((epoch, row["val_acc"]))
+
+    hook = Recording()
+    summary = train(tiny(cache_dir, epochs=2, extra=("train.log_every=2",)), tmp_path / "run", progress=False,
+                    hooks=[hook])  # fmt: skip
+    assert [s for s, _ in hook.intervals] == [2, 4, 6, 8]
+    assert hook.intervals[0][1] == ["epoch", "lr", "train_acc", "train_loss"]
+    assert [e for e, _ in hook.epochs] == [1, 2] and hook.epochs[-1][1] == summary["val_acc"]
+
+
+def test_the_settings_in_effect_are_reported_and_the_cpu_path_keeps_its_defaults(tmp_path, cache_dir):
+    summary = train(tiny(cache_dir, epochs=1), tmp_path / "run", progress=False)
+    assert summary["speed"] == {
+        "amp_bf16": False, "tf32": False, "cudnn_benchmark": False, "fused_adamw": False, "compile": False,
+        "augment_on_device": "translate", "num_workers": 0, "persistent_workers": False, "pin_memory": False,
+        "prefetch": "none",
+    }  # fmt: skip
+    assert torch.backends.cuda.matmul.fp32_precision in ("none", "ieee")  # CUDA flags untouched on a CPU run
+
+
+def test_ddp_does_not_broadcast_the_constant_buffers():
+    import torch.distributed as dist
+
+    from peanchor.training.distributed import DistContext
+    from peanchor.training.step import wrap_ddp
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = create_model("vit_micro", pe="relbias", num_classes=3)
+        assert dict(model.named_buffers())  # the relative-position index: a constant
+        wrapped = wrap_ddp(model, DistContext(rank=0, world_size=2))
+        assert getattr(wrapped, "forward_sync_buffers", getattr(wrapped, "broadcast_buffers", None)) is False
+        assert wrap_ddp(model, DistContext()) is model  # one process: no wrapper at all
+    finally:
+        dist.destroy_process_group()
+
+
+def test_under_torchrun_an_explicit_gpu_is_refused(monkeypatch):
+    from peanchor.training.distributed import setup_distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(ConfigError, match=r"train\.device='cuda:0' under torchrun .* use --device cuda"):
+        setup_distributed("cuda:0")
+
+
+def test_the_paper_preset_decays_every_parameter_and_does_not_clip():
+    cfg = PRESETS["paper"].config()
+    o = cfg.optim
+    assert (o.weight_decay, o.pe_weight_decay, o.decay_norms_biases, o.clip_grad) == (0.05, 0.05, True, None)
+    model = create_model(cfg.model.name, pe="ape", num_classes=100, patch_size=cfg.model.patch_size)
+    groups = param_groups(model, o.weight_decay, o.pe_lr_mult, o.pe_weight_decay, o.decay_norms_biases)
+    decayed = [p for g in groups if g["weight_decay"] == 0.05 and g["lr_mult"] == 1.0 for p in g["params"]]
+    assert len(decayed) == len(list(model.parameters()))  # a plain AdamW(model.parameters(), weight_decay=0.05)
+    assert model.head_drop.p == 0.0 and model.pos_drop.p == 0.15  # dropout on the embedding, attention, MLP only
+    rates = [b.drop_path.p for b in model.blocks]
+    assert rates[0] == 0.0 and rates[-1] == pytest.approx(0.2)  # stochastic depth 0.2, timm's linear rule
