@@ -93,9 +93,13 @@ def scipy_per_image(tokens: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
     return out
 
 
-def run(batch: int, layers: int, grid: tuple[int, int], dim: int, scipy_images: int, reps: int) -> dict[str, Any]:
+def run(
+    batch: int, layers: int, grid: tuple[int, int], dim: int, scipy_images: int, reps: int, device: str = "cpu"
+) -> dict[str, Any]:
+    """``device``: where peanchor's side runs (the tokens are moved there before timing; CUDA is synchronised)."""
     tokens = make_tokens(batch, layers, grid, dim)
     tokens_np = tokens.numpy()
+    on_device = tokens.to(device)
     sub = min(scipy_images, batch)
     print(
         f"per-image SSDC: B={batch}, L={layers}, N={grid[0] * grid[1]}, D={dim}; scipy timed on {sub} images "
@@ -106,8 +110,8 @@ def run(batch: int, layers: int, grid: tuple[int, int], dim: int, scipy_images: 
 
     def ours() -> None:
         acc = SSDCAccumulator(grid, mode="per_image")
-        acc.update(tokens)
-        results["ours"] = acc.compute()  # (L,)
+        acc.update(on_device)
+        results["ours"] = acc.compute().cpu()  # (L,); the copy waits for the device
 
     def scipy_loop() -> None:
         results["scipy"] = scipy_per_image(tokens_np[:sub], grid)  # (sub, L)
@@ -118,8 +122,8 @@ def run(batch: int, layers: int, grid: tuple[int, int], dim: int, scipy_images: 
     unit = torch.nn.functional.normalize(tokens[:sub], dim=-1, eps=1e-12)
     per_image = ssdc(unit @ unit.transpose(-1, -2), grid).numpy()  # (sub, L)
     acc = SSDCAccumulator(grid, mode="per_image")
-    acc.update(tokens[:sub])
-    per_layer = acc.compute().numpy()  # (L,)
+    acc.update(on_device[:sub])
+    per_layer = acc.compute().cpu().numpy()  # (L,), computed where it was timed
     reference = results["scipy"]
     diff_image = float(np.max(np.abs(per_image - reference)))
     diff_layer = float(np.max(np.abs(per_layer - reference.mean(axis=0))))
@@ -129,6 +133,7 @@ def run(batch: int, layers: int, grid: tuple[int, int], dim: int, scipy_images: 
     scale = batch / sub
     scipy_scaled = [t * scale for t in times["scipy_subset"]]
     record: dict[str, Any] = {
+        "device": str(device),
         "batch": batch,
         "layers": layers,
         "grid": list(grid),

@@ -68,3 +68,32 @@ def test_paper_style_ssdc_uses_the_mean_similarity():
     acc = SSDCAccumulator((3, 3))
     acc.update(tokens)
     assert abs(probe.ssdc((3, 3)) - acc.compute().numpy()).max() < 1e-9
+
+
+def test_gpu_benchmark_runs_its_code_paths_on_cpu():
+    """``bench_gpu.py --quick --device cpu``: the training settings, probe, per-image SSDC and data path."""
+    bench = load("bench_gpu")
+    record = bench.main(["--quick", "--device", "cpu", "--reps", "1", "--no-write"])
+    settings = record["training"]["settings"]
+    assert set(settings) == {"fp32", "bf16", "bf16_compile"} and all(s["images_per_s"] > 0 for s in settings.values())
+    from peanchor.models import create_model, train_flops
+
+    assert record["training"]["train_flops_per_image"] == train_flops(
+        create_model("vit_micro", pe="ape", num_classes=100, img_size=16)
+    )
+    assert all(s["mfu"] is None for s in settings.values()) and record["peak_flops"] is None  # no CPU peak
+    assert record["per_image_ssdc"]["max_abs_diff_per_image"] <= 1e-6
+    assert record["ssdc_probe"]["ratio"] > 0
+    data = record["data_path"]
+    assert data["augment"] == "rrc_flip" and data["ratio_data_to_training"] > 0
+    with_peak = bench.main(["--quick", "--device", "cpu", "--reps", "1", "--no-write", "--peak-tflops", "1"])
+    mfu = with_peak["training"]["settings"]["fp32"]["mfu"]
+    assert mfu == pytest.approx(with_peak["training"]["settings"]["fp32"]["achieved_tflops"] / 1.0)
+
+
+def test_data_benchmark_measures_the_augmented_training_path():
+    bench = load("bench_data")
+    record = bench.main(["--images", "64", "--reps", "1", "--workers", "0", "--no-write"])
+    assert record["augment"] == "rrc_flip" and record["max_pixel_diff_first_image"] == 0
+    assert set(record["images_per_s"]) == {"folder_train_w0", "prepared_train_w0", "folder_val_w0", "prepared_val_w0"}
+    assert record["ratio_train_best_vs_best"] > 0 and record["ratio_val_best_vs_best"] > 0
