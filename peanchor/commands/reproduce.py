@@ -27,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "OUT/runs/<condition>-s<seed> and analysed (SSDC normal/RPI, ΔSSDC, FS under the preset's shifts and any "
         "--shift, the α sweep for "
         "ape/sincos/rope/rope_mixed), then OUT/results.json and OUT/report.md/.html are written. Incremental: "
-        "finished cells are reused. A failed cell is reported and the others go on (exit code 1 at the end).",
+        "finished cells are reused. A failed cell is reported and the others go on (exit code 1 at the end). "
+        "SIGTERM/SIGINT checkpoint the cells in training and exit with 143/130; rerunning continues.",
     )
     p.add_argument("--preset", choices=PRESET_NAMES, default="cpu", help=preset_help())
     p.add_argument("--data", metavar="NAME", help="dataset (default: the preset's)")

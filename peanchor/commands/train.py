@@ -18,8 +18,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "train",
         help="train a ViT with a positional encoding (resumable)",
         description="Train one condition (PE × RPT × seed) into a run directory: config.yaml, metrics.csv, "
-        "model.safetensors, summary.json and resume state. Rerunning the same command resumes it; a finished "
-        "run is left alone; a different config into the same --out is refused.",
+        "model.safetensors, summary.json, train.log and resume state. Rerunning the same command resumes it; a "
+        "finished run is left alone; a different config into the same --out is refused. SIGTERM/SIGINT write a "
+        "resumable checkpoint and exit with 143/130.",
     )
     p.add_argument("--preset", choices=PRESET_NAMES, default="cpu", help=preset_help())
     p.add_argument(
@@ -43,8 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="override any config key, e.g. --set optim.lr=3e-4 --set model.overrides.depth=6 (repeatable)",
     )  # fmt: skip
-    p.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N")
-    p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    p.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N (under torchrun: auto or cuda; "
+                   "each process takes its LOCAL_RANK's GPU)")
+    p.add_argument("--compile", action="store_true", default=None,
+                   help="torch.compile the training step (forward, loss and, through AOTAutograd, backward)")
     p.add_argument("--tensorboard", action="store_true", help="also log loss, accuracy, learning rate and throughput "
                    "to TensorBoard event files in RUN/tensorboard (pip install 'peanchor[tensorboard]')")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
