@@ -158,7 +158,8 @@ def run(
     rates = {name: counts[name] / bc.median(t) for name, t in times.items()}
     ratios = {}
     for split, w in itertools.product(("train", "val"), workers):
-        ratios[f"prepared_{split}_w{w}/folder_{split}_w{w}"] = rates[f"prepared_{split}_w{w}"] / rates[f"folder_{split}_w{w}"]
+        prepared, folder = f"prepared_{split}_w{w}", f"folder_{split}_w{w}"
+        ratios[f"{prepared}/{folder}"] = rates[prepared] / rates[folder]
     best = {k: max(v for n, v in rates.items() if n.startswith(k)) for k in
             ("folder_train", "prepared_train", "folder_val", "prepared_val")}  # fmt: skip
     record: dict[str, Any] = {

@@ -216,7 +216,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--peak-tflops", type=float, default=None, help="the device's peak dense bf16 TFLOP/s for MFU")
     p.add_argument("--workers", default=None, help="DataLoader worker counts for the data path (default: half and "
                    "all of the usable CPUs, at most 16)")  # fmt: skip
-    p.add_argument("--compile-backend", default=None, help="torch.compile backend (default inductor; eager with --quick)")
+    p.add_argument("--compile-backend", default=None,
+                   help="torch.compile backend (default inductor; eager with --quick)")
     p.add_argument("--reps", type=int, default=None)
     args = p.parse_args(argv)
     bc.apply_threads(args.threads)

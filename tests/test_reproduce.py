@@ -203,8 +203,8 @@ def test_shard_auto_outside_a_regular_array_is_one_clear_error(env, message):
 
 
 def test_a_zero_based_shard_index_says_how_to_use_a_zero_based_array():
-    with pytest.raises(ConfigError, match=r"shards are numbered from 1 \(1/20 \.\.\. 20/20\); for a 0-based Slurm array "
-                       r"\(--array=0-19\) use --shard auto"):  # fmt: skip
+    expected = r"shards are numbered from 1 \(1/20 \.\.\. 20/20\); for a 0-based Slurm array \(--array=0-19\) use --shard auto"
+    with pytest.raises(ConfigError, match=expected):
         parse_shard("0/20")
     assert parse_shard("20/20") == (20, 20) and parse_shard("AUTO", _array_task(4, 0)) == (5, 5)
 

@@ -38,12 +38,12 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from peanchor import fileio, interrupts
 from peanchor.checkpoint import MODEL_FILE, save_model
-from peanchor.data import build_datasets
+from peanchor.data import DataInfo, build_datasets
 from peanchor.errors import ConfigError, RunDirError
 from peanchor.models import create_model
 from peanchor.training.config import TrainConfig, to_dict, to_yaml, validate
@@ -219,8 +219,11 @@ def _train_locked(
         close_loader(val_data)
 
 
-def _run(config: TrainConfig, out_dir: Path, ctx: DistContext, log: TrainLog, code: int, data: TrainData,
-         val_data: DataLoader, val_ds: Any, info: Any, progress: bool, max_epochs: int | None) -> dict[str, Any]:  # fmt: skip
+def _run(
+    config: TrainConfig, out_dir: Path, ctx: DistContext, log: TrainLog, code: int, data: TrainData,
+    val_data: DataLoader, val_ds: Dataset, info: DataInfo, progress: bool, max_epochs: int | None,
+) -> dict[str, Any]:  # fmt: skip
+    """Model, optimizer, resume state and the epochs of a run whose data is built (``code``: 0 fresh, 1 resume)."""
     t = config.train
 
     torch.manual_seed(derive_seed(t.seed, "init"))  # the same initial weights on every rank
@@ -321,7 +324,8 @@ def _run(config: TrainConfig, out_dir: Path, ctx: DistContext, log: TrainLog, co
         log.message(f"stopped after epoch {state.epoch}/{t.epochs}; rerun the same command to continue")
         return {"status": "stopped", "epochs_done": state.epoch, "epochs": t.epochs, "run_dir": str(out_dir)}
 
-    summary = run_summary(config, out_dir, model, info, state, ctx, data.size, len(val_ds), speed)
+    n_val = len(val_ds)  # type: ignore[arg-type]
+    summary = run_summary(config, out_dir, model, info, state, ctx, data.size, n_val, speed)
     if ctx.is_main:
         if state.history:
             write_metrics(out_dir / METRICS_FILE, state.history)
