@@ -525,14 +525,14 @@ def test_save_model_is_byte_reproducible(tmp_path):
 class SignalAt:
     """A hook that sends ``sig`` to this process at the log interval of global step ``step`` (log_every=1)."""
 
-    def __init__(self, step: int, sig: int = signal.SIGTERM) -> None:
-        self.step, self.sig = step, sig
+    def __init__(self, at: int, sig: int = signal.SIGTERM) -> None:
+        self.at, self.sig = at, sig
 
-    def on_interval(self, step, scalars):
-        if step == self.step:
+    def step(self, step, *, loss, lr):
+        if step == self.at:
             os.kill(os.getpid(), self.sig)
 
-    def on_epoch(self, epoch, row):
+    def epoch(self, row, *, step, images, seconds):
         pass
 
 
@@ -685,18 +685,19 @@ def test_hooks_get_every_interval_and_epoch(tmp_path, cache_dir):
         def __init__(self):
             self.intervals, self.epochs = [], []
 
-        def on_interval(self, step, scalars):
-            self.intervals.append((step, sorted(scalars)))
+        def step(self, step, *, loss, lr):
+            self.intervals.append((step, loss, lr))
 
-        def on_epoch(self, epoch, row):
-            self.epochs.append((epoch, row["val_acc"]))
+        def epoch(self, row, *, step, images, seconds):
+            self.epochs.append((row["epoch"], step, row["val_acc"], row["train_loss"], images, seconds))
 
-    hook = Recording()
+    hook, other = Recording(), Recording()
     summary = train(tiny(cache_dir, epochs=2, extra=("train.log_every=2",)), tmp_path / "run", progress=False,
-                    hooks=[hook])  # fmt: skip
-    assert [s for s, _ in hook.intervals] == [2, 4, 6, 8]
-    assert hook.intervals[0][1] == ["epoch", "lr", "train_acc", "train_loss"]
-    assert [e for e, _ in hook.epochs] == [1, 2] and hook.epochs[-1][1] == summary["val_acc"]
+                    tracker=hook, hooks=[other])  # fmt: skip
+    assert [s for s, _, _ in hook.intervals] == [2, 4, 6, 8] and other.intervals == hook.intervals
+    assert hook.intervals[1][1] == pytest.approx(hook.epochs[0][3])  # the running loss at the epoch's end is its mean
+    assert [(e, s) for e, s, *_ in hook.epochs] == [(1, 4), (2, 8)] and hook.epochs[-1][2] == summary["val_acc"]
+    assert all(images == 4 * 32 and seconds > 0 for *_, images, seconds in hook.epochs)
 
 
 def test_the_settings_in_effect_are_reported_and_the_cpu_path_keeps_its_defaults(tmp_path, cache_dir):

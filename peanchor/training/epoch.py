@@ -110,7 +110,8 @@ def train_one_epoch(
     kept: str = "", progress: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     """Steps ``start ..`` of ``epoch``; returns ``train_loss``, ``train_acc``, ``lr`` (last step), ``steps``,
-    ``seconds`` (this epoch's training time, earlier sessions included) and ``images_per_s`` (this session).
+    ``seconds`` (this epoch's training time, earlier sessions included), and ``images`` trained in
+    ``session_seconds`` by this session (the throughput).
 
     ``partial``: the epoch's sums up to ``start`` (from a mid-epoch checkpoint). Raises
     :class:`TrainingDiverged` on a non-finite loss and :class:`~peanchor.interrupts.Interrupted` (after a
@@ -170,9 +171,9 @@ def train_one_epoch(
             _check_finite(values, acc, epoch, checked, done, ctx, o.lr, kept)
             checked = done
             if due_log:
-                running = {"train_loss": values[LOSS] / values[COUNT], "train_acc": values[CORRECT] / values[COUNT]}
-                bar.set_postfix(loss=f"{running['train_loss']:.4f}", lr=f"{lr:.2e}")
-                run.log.interval(step + 1, {**running, "lr": lr, "epoch": epoch + (done / steps)})
+                running = values[LOSS] / values[COUNT]
+                bar.set_postfix(loss=f"{running:.4f}", lr=f"{lr:.2e}")
+                run.log.interval(step + 1, loss=running, lr=lr)
             if (due_save or stop) and done < steps:
                 run.save(epoch, done, values[:3], seconds + time.perf_counter() - t0)
                 kept = f"epoch {epoch + 1} step {done}"
@@ -189,7 +190,7 @@ def train_one_epoch(
     loss_sum, correct, count = values[LOSS], values[CORRECT], values[COUNT]
     return {
         "train_loss": loss_sum / count, "train_acc": correct / count, "lr": lr, "steps": steps,
-        "seconds": seconds + elapsed, "images_per_s": (steps - start) * t.batch_size / max(elapsed, 1e-9),
+        "seconds": seconds + elapsed, "images": (steps - start) * t.batch_size, "session_seconds": elapsed,
     }  # fmt: skip
 
 

@@ -125,18 +125,21 @@ def train(
     *,
     progress: bool = True,
     max_epochs: int | None = None,
+    tracker: TrainHook | None = None,
     hooks: Sequence[TrainHook] = (),
 ) -> dict[str, Any]:
     """Train ``config`` into ``out_dir`` (resuming it if it holds the same config) and return the summary.
 
     ``max_epochs`` stops after that many completed epochs without finishing the run (the returned
     dict then has ``status == "stopped"``); rerunning continues it. Rerunning a finished run does
-    nothing and returns its summary with ``status == "already_finished"``. ``hooks`` receive the
-    numbers every log interval and every epoch (:class:`~peanchor.training.progress.TrainHook`).
+    nothing and returns its summary with ``status == "already_finished"``. ``tracker`` (e.g.
+    :class:`peanchor.tracking.TrainingLog`) and ``hooks`` receive the numbers every log interval and every
+    epoch, on rank 0 (:class:`~peanchor.training.progress.TrainHook`).
     """
     validate(config)
     out_dir = Path(out_dir)
     ctx = setup_distributed(config.train.device)
+    hooks = [h for h in (tracker, *hooks) if h is not None]
     try:
         with interrupts.handling():
             return _train(config, out_dir, ctx, progress=progress, max_epochs=max_epochs, hooks=hooks)
@@ -307,8 +310,8 @@ def _run(
                 # State first: metrics.csv is always rebuilt from the state's history.
                 save_train_state(state_path, model, optimizer, state, to_dict(config))
                 write_metrics(out_dir / METRICS_FILE, state.history)
-            left = (t.epochs - epoch - 1) * (row["seconds"])
-            log.epoch(row, stats["images_per_s"], left)
+            log.epoch(row, step=state.global_step, images=stats["images"], seconds=stats["session_seconds"],
+                      eta_s=(t.epochs - epoch - 1) * row["seconds"])  # fmt: skip
             epochs_bar.update(1)
             epochs_bar.set_postfix(loss=f"{row['train_loss']:.4f}", val_acc=f"{row['val_acc']:.4f}")
             signum = interrupts.requested()

@@ -7,8 +7,8 @@
   and the same lines, time-stamped, appended to ``RUN/train.log`` (with the run's start, resume and stop
   messages), which survives requeues and the terminal.
 * Hooks (:class:`TrainHook`): every log interval (``train.log_every`` steps, when the running loss is read
-  anyway) and every epoch, other loggers (TensorBoard, a notebook) get the same numbers. Pass them to
-  :func:`peanchor.training.loop.train` as ``hooks=[...]``.
+  anyway) and every epoch, other loggers get the same numbers: :class:`peanchor.tracking.TrainingLog`
+  (TensorBoard, ``train(..., tracker=...)``), or any object with these two methods (``hooks=[...]``).
 
 Imports: :mod:`peanchor.fileio`, :mod:`peanchor.training.distributed`.
 """
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
@@ -32,13 +32,16 @@ LOG_FILE = "train.log"
 
 
 class TrainHook(Protocol):
-    """Receives the run's numbers on rank 0. Both methods are optional in spirit: implement them as no-ops."""
+    """Receives the run's numbers on rank 0 (the interface of :class:`peanchor.tracking.TrainingLog`)."""
 
-    def on_interval(self, step: int, scalars: Mapping[str, float]) -> None:
-        """Every ``train.log_every`` steps: ``train_loss``, ``train_acc`` (running, this epoch), ``lr``, ``epoch``."""
+    def step(self, step: int, *, loss: float, lr: float) -> None:
+        """Every ``train.log_every`` steps (``step``: optimisation steps done): the epoch's running mean loss so
+        far (over every process) and the learning rate."""
 
-    def on_epoch(self, epoch: int, row: Mapping[str, float]) -> None:
-        """After each epoch: its metrics.csv row (``train_loss``, ``train_acc``, ``val_acc``, ``val_loss``, ...)."""
+    def epoch(self, row: Mapping[str, Any], *, step: int, images: int, seconds: float) -> None:
+        """After each epoch: its metrics.csv row (``epoch``, ``train_loss``, ``train_acc``, ``val_acc``,
+        ``val_loss``, ``lr``, ``seconds``), the global step, and ``images`` trained in ``seconds`` of training by
+        this process (the throughput)."""
 
 
 def format_duration(seconds: float) -> str:
@@ -80,16 +83,18 @@ class TrainLog:
                 fileio.append_text(self.path, "".join(self.pending))
                 self.pending.clear()
 
-    def interval(self, step: int, scalars: Mapping[str, float]) -> None:
+    def interval(self, step: int, *, loss: float, lr: float) -> None:
         if self.ctx.is_main:
             for hook in self.hooks:
-                hook.on_interval(step, scalars)
+                hook.step(step, loss=loss, lr=lr)
 
-    def epoch(self, row: Mapping[str, float], images_per_s: float, eta_s: float) -> None:
+    def epoch(self, row: Mapping[str, Any], *, step: int, images: int, seconds: float, eta_s: float) -> None:
+        """The epoch's line (``images`` in ``seconds``: this session's throughput), then the hooks."""
+        rate = images / seconds if seconds > 0 else 0.0
         self.message(
             f"epoch {row['epoch']}/{self.epochs} loss {row['train_loss']:.4f} acc {row['train_acc']:.4f} "
-            f"val_acc {row['val_acc']:.4f} lr {row['lr']:.2e} {images_per_s:,.0f} img/s eta {format_duration(eta_s)}"
+            f"val_acc {row['val_acc']:.4f} lr {row['lr']:.2e} {rate:,.0f} img/s eta {format_duration(eta_s)}"
         )
         if self.ctx.is_main:
             for hook in self.hooks:
-                hook.on_epoch(int(row["epoch"]), row)
+                hook.epoch(row, step=step, images=images, seconds=seconds)
