@@ -39,6 +39,8 @@ def synthetic_results(seeds=(0, 1), conditions=("none", "ape")) -> dict:
                 "acc": {k: round(clean * (1 - v), 4) for k, v in fs.items()},
                 "fragility": {k: round(v, 4) for k, v in fs.items()},
                 "severities": {"jpeg": [clean - 0.05 * s for s in range(1, 6)], "blur": [clean - 0.04 * s for s in range(1, 6)]},
+                "severity_fragility": {"jpeg": [0.05 * s / clean for s in range(1, 6)],
+                                       "blur": [0.04 * s / clean for s in range(1, 6)]},
                 "train": {"val_acc": clean, "seconds": 61.5, "epochs": 3},
             })
             if anchored:
@@ -173,7 +175,7 @@ def test_single_seed_and_missing_optional_parts(tmp_path):
     for key in ("alpha_sweep", "failed", "wall_seconds", "shifts", "preset"):
         results.pop(key)
     for m in results["models"]:
-        m.pop("severities")
+        m.pop("severities"), m.pop("severity_fragility")
         m.pop("train")
     paths = write_report(results_from_dict(results), tmp_path)
     names = {p.name for p in paths}

@@ -255,42 +255,40 @@ def _plot_correlation(results: Results, directory: Path) -> FigureFile | None:
 
 
 def _plot_severities(results: Results, directory: Path) -> FigureFile | None:
-    groups = {c: [m for m in ms if m.severities] for c, ms in models_by_condition(results).items()}
+    groups = {c: [m for m in ms if m.severity_fragility] for c, ms in models_by_condition(results).items()}
     groups = {c: ms for c, ms in groups.items() if ms}
     if not groups:
         return None
     kinds: list[str] = []  # every kind swept, in the order it was measured
     for ms in groups.values():
         for m in ms:
-            kinds += [k for k in m.severities or {} if k not in kinds]
+            kinds += [k for k in m.severity_fragility or {} if k not in kinds]
     styles = _styles(list(groups))
     fig, axes = _new_figure(len(kinds), width_per_panel=4.0, sharey=True)
     for ax, kind in zip(axes, kinds):
         for c, ms in groups.items():
-            rows = []
-            for m in ms:
-                accs = (m.severities or {}).get(kind)
-                if not accs:
-                    continue
-                clean = m.clean_acc
-                rows.append([float(clean) if finite(clean) else math.nan] + [float(a) if finite(a) else math.nan for a in accs])
+            # FS is 0 at severity 0 (clean) by definition; the curve starts there.
+            rows = [[0.0] + [float(v) if finite(v) else math.nan for v in (m.severity_fragility or {})[kind]]
+                    for m in ms if (m.severity_fragility or {}).get(kind)]  # fmt: skip
             if not rows:
                 continue
             mean, std, n = _mean_std(rows)
             sev = np.arange(len(mean))
             ax.errorbar(sev, mean, yerr=std if n > 1 else None, label=f"{label(c)} (n={n})", markersize=5,
                         linewidth=1.4, capsize=2, elinewidth=0.8, **styles[c])
-        ax.set_title(f"accuracy vs {kind} severity", fontsize=10)
+        ax.axhline(0.0, color="0.6", linewidth=0.6, zorder=0)
+        ax.set_title(f"FS vs {kind} severity", fontsize=10)
         ax.set_xlabel("severity (0 = clean)")
         if ax is axes[0]:  # the y axis is shared
-            ax.set_ylabel("top-1 accuracy")
+            ax.set_ylabel("FS = 1 − A_shift / A_clean")
         ax.xaxis.get_major_locator().set_params(integer=True)
     _finish(fig, axes)
     png, pdf = _save(fig, directory, "severity_curves")
     table = results.severity_table
     source = f" from the {table} table" if table else ""
-    caption = f"Top-1 accuracy against corruption severity 1–5{source} (0 is clean); means over seeds, bars ±1 std."
-    return FigureFile("severity_curves", "Severity curves", caption, png, pdf)
+    caption = (f"Fragility Score against corruption severity 1–5{source} (0 is clean, FS = 0), for every condition; "
+               "means over seeds, bars ±1 std. Lower is more robust.")
+    return FigureFile("severity_curves", "FS against severity", caption, png, pdf)
 
 
 def make_figures(results: Results, directory: str | Path) -> list[FigureFile]:

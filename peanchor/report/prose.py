@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from peanchor.conditions import CONDITIONS, PAPER, label, ordered
+from peanchor.report.claims import check_claims
 from peanchor.report.document import Bullets, FigureBlock, FigureFile, Heading, Paragraph, Report, Table
 from peanchor.report.lenses import LENS_INTRO, lens_sentences, lens_table
 from peanchor.report.summary import (
@@ -365,9 +366,9 @@ class _Builder:
     def severity_section(self) -> None:
         rows = []
         for c, ms in self.groups.items():
-            kinds = list(dict.fromkeys(k for m in ms for k in (m.severities or {})))
+            kinds = list(dict.fromkeys(k for m in ms for k in (m.severity_fragility or {})))
             for k in kinds:
-                series = [m.severities[k] for m in ms if m.severities and k in m.severities]
+                series = [m.severity_fragility[k] for m in ms if m.severity_fragility and k in m.severity_fragility]
                 length = max(len(s) for s in series)
                 cells = [summarise([s[i] if i < len(s) else None for s in series]).cell() for i in range(length)]
                 rows.append([label(c), k, str(len(series))] + cells)
@@ -377,9 +378,10 @@ class _Builder:
         rows = [r + ["—"] * (width + 3 - len(r)) for r in rows]
         table = self.r.severity_table
         self.doc.add(Heading(2, "Severity sweeps"), Paragraph(
-            "Top-1 accuracy at corruption severities 1–5" + (f" from the {table} table." if table else ".")))
+            "Fragility Score at corruption severities 1–5" + (f" from the {table} table" if table else "")
+            + " (the accuracies are in results.json)."))
         self.figure("severity_curves")
-        self.doc.add(Table(["condition", "shift", "n"] + [f"sev {i + 1}" for i in range(width)], rows,
+        self.doc.add(Table(["condition", "shift", "n"] + [f"FS sev {i + 1}" for i in range(width)], rows,
                            "mean ± std over seeds."))  # fmt: skip
 
     def models_table(self) -> None:
@@ -409,10 +411,28 @@ class _Builder:
         text = f"Total wall time: {_duration(wall)}." if finite(wall) else "Wall time was not recorded."
         self.doc.add(Heading(2, "Run"), Paragraph(text + f" Reference numbers: {PAPER.citation}."))
 
+    def claims_section(self) -> None:
+        claims = check_claims(self.r)
+        yes = [f"**{c.statement}** {c.evidence}." for c in claims if c.replicates is True]
+        no = [f"**{c.statement}** {c.evidence}." for c in claims if c.replicates is False]
+        unmeasured = [c.key for c in claims if c.replicates is None]
+        if not yes and not no:
+            return
+        self.doc.add(Heading(2, "Which of the paper's claims replicate here"), Paragraph(
+            "Each claim of the paper, checked against fixed thresholds on the condition means (the thresholds and "
+            "why: docs/study.md). " + self.sample_size_sentence()))
+        if yes:
+            self.doc.add(Paragraph("Replicates:"), Bullets(yes))
+        if no:
+            self.doc.add(Paragraph("Does not replicate:"), Bullets(no))
+        if unmeasured:
+            self.doc.add(Paragraph(f"Not measured by this run: {', '.join(unmeasured)}."))
+
     def build(self) -> Report:
-        for section in (self.intro, self.findings, self.main_table, self.lenses_section, self.paper_comparison,
-                        self.shifts_section, self.paired_section, self.alpha_section, self.correlation_section,
-                        self.severity_section, self.models_table, self.failed_section, self.run_section):  # fmt: skip
+        for section in (self.intro, self.claims_section, self.findings, self.main_table, self.lenses_section,
+                        self.paper_comparison, self.shifts_section, self.paired_section, self.alpha_section,
+                        self.correlation_section, self.severity_section, self.models_table, self.failed_section,
+                        self.run_section):  # fmt: skip
             section()
         return self.doc
 
