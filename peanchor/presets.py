@@ -20,7 +20,7 @@ paper's shifts). The config dataclasses are imported inside the functions that b
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from peanchor.conditions import PAPER
@@ -52,6 +52,7 @@ class AnalysisPlan:
     rpi_draws: int = 1
     seed: int = 0
     batch_size: int | None = None  # None: the run's train.eval_batch_size
+    severities: bool = False  # also the severity 1-5 sweeps (reproduce --severities / --no-severities overrides)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class Preset:
     shifts: Mapping[str, Mapping[str, Any]]
     seeds: int = 1  # reproduce's default seeds per condition
     parallel_cells: bool = True  # reproduce --jobs auto may run cells in parallel worker processes on CPU
+    # PE name → options for that PE (e.g. the APE's init scale); applied after --pe, before --set.
+    pe_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def config(self) -> TrainConfig:
         """A fresh training config (the caller may change it)."""
@@ -216,7 +219,10 @@ def resolve_config(
     name = named_dataset(cli_overrides, set_items)
     if name is not None:
         config.data = config.data.for_dataset(name)
-    return apply_overrides(config, cli_overrides, set_items)
+    config = apply_overrides(config, cli_overrides)
+    defaults = get_preset(preset).pe_kwargs.get(config.model.pe, {})
+    config.model.pe_kwargs = {**defaults, **config.model.pe_kwargs}
+    return apply_overrides(config, None, set_items)
 
 
 def named_dataset(cli_overrides: Mapping[str, Any] | None, set_items: list[str] | None) -> str | None:

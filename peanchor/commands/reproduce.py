@@ -49,8 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "once every shard is done")
     p.add_argument("--shift", action="append", default=[], metavar="KIND:K=V[,K=V]",
                    help=SHIFT_HELP + "; changing the shifts analyses every cell again (trained runs are reused)")
-    p.add_argument("--severities", action="store_true", help="also measure the severity 1-5 sweep of every measured "
-                   "kind (the ImageNet-C-style table for the preset's resolution)")  # fmt: skip
+    p.add_argument("--severities", action=argparse.BooleanOptionalAction, default=None,
+                   help="measure (or not) the severity 1-5 sweep of every measured kind (the ImageNet-C-style table for "
+                   "the preset's resolution; default: the preset's analysis plan, on for cpu)")  # fmt: skip
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config key for every cell (e.g. optim.lr=3e-4), or for one condition "
                    "with a prefix (e.g. ape:optim.pe_lr_mult=10); repeatable")
@@ -102,8 +103,8 @@ def _echo_args(args: argparse.Namespace) -> list[str]:
             out += [flag, str(value)]
     for spec in args.shift:
         out += ["--shift", spec]
-    if args.severities:
-        out.append("--severities")
+    if args.severities is not None:
+        out.append("--severities" if args.severities else "--no-severities")
     for item in args.set:
         out += ["--set", item]
     return out

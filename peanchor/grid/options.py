@@ -57,7 +57,7 @@ class ReproduceOptions:
     class_list: str | None = None
     set_items: list[str] = field(default_factory=list)
     shifts: list[str] = field(default_factory=list)  # --shift specs (peanchor.analysis.shift_specs)
-    severities: bool = False
+    severities: bool | None = None  # None: the preset's analysis plan decides
     shard: tuple[int, int] = (1, 1)
     device: str | None = None
     progress: bool = True
@@ -73,6 +73,8 @@ class ReproduceOptions:
         if self.jobs < 1:
             raise ConfigError(f"--jobs {self.jobs}: expected >= 1")
         self.out = Path(self.out) if self.out is not None else Path("runs") / f"reproduce-{self.preset}"
+        if self.severities is None:
+            self.severities = self.plan.severities
         self.shift_specs()  # a bad --shift fails here, before anything is trained
         if self.tensorboard:
             from peanchor.tracking import require_tensorboard
