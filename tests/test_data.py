@@ -88,39 +88,74 @@ def test_scenes_shape_dtype_balance():
     assert bigger.shape == (20, 3, 48, 48)
 
 
-def test_scenes_class_design():
-    # 6 glyph classes, then 4 disc-vs-square relation classes; the cache key carries the version.
-    assert len(scenes.SCENES_CLASSES) == 10 and scenes.NUM_GLYPHS == 6
-    assert scenes.SCENES_CLASSES[6:] == ("disc_above", "disc_below", "disc_left", "disc_right")
-    assert scenes.GENERATOR_VERSION >= 2 and f"-v{scenes.GENERATOR_VERSION}-" in scenes.cache_key(10, 32, 0, "val")
-    labels = np.arange(1000) % 10
+def test_scenes_glyphs_lie_inside_and_wear_their_class_texture_as_designed():
+    labels = np.arange(10000) % 10
     for size in (32, 64):
         lay = scenes._layout(np.random.default_rng(0), labels, size)
-        # every object, shadow included, lies inside the image with a margin
+        # every glyph, its antialiased edge included, lies inside the image with a 1 px margin
         assert lay["box"].min() >= 0.99 and lay["box"].max() <= size - 0.99
-        glyph = labels < 6
-        span = lay["box"][:, 1] - lay["box"][:, 0]  # (m, 2) with outline and shadow
-        assert (span[glyph] * 32 / size).max() < 25 and (span[glyph] * 32 / size).min() > 15
-        # glyph texture is drawn per image: both kinds in every glyph class, so it is not a class cue
-        for c in range(6):
-            assert set(lay["texture"][labels == c, 0].tolist()) == {0, 1}
-        # relation classes: a checkered square (slot 0) and a striped disc (slot 1) where the label says
-        rel = ~glyph
-        assert (lay["texture"][rel, 0] == 1).all() and (lay["texture"][rel, 1] == 0).all()
-        assert lay["round"][rel, 1].all() and not lay["round"][glyph].any()
-        offset = lay["a"][:, 1] - lay["a"][:, 0]  # disc centre minus square centre, (x, y) with y down
-        assert (offset[labels == 6, 1] < 0).all() and (offset[labels == 7, 1] > 0).all()
-        assert (offset[labels == 8, 0] < 0).all() and (offset[labels == 9, 0] > 0).all()
-        assert (np.abs(offset[labels == 6, 0]) < np.abs(offset[labels == 6, 1])).all()
+        span = (lay["box"][:, 1] - lay["box"][:, 0]).max(axis=1) * 32 / size  # the longer side, at 32 px
+        assert span.min() > scenes.GLYPH_SPAN[0] * 0.9 and span.max() < scenes.GLYPH_SPAN[1] * 1.1 + 3  # + the edge ramp and diagonal corners
+    own = lay["texture"] == labels
+    for c in range(10):
+        # the class's own texture with OWN_TEXTURE_P, otherwise any of the ten (its own included, 1 in 10)
+        expected = scenes.OWN_TEXTURE_P + (1 - scenes.OWN_TEXTURE_P) / 10
+        assert abs(own[labels == c].mean() - expected) < 0.05
+        assert set(lay["texture"][labels == c].tolist()) == set(range(len(scenes.TEXTURES)))
+    # counterfactual layouts for calibration: all own, or all drawn at random; nothing else changes
+    all_own = scenes._layout(np.random.default_rng(0), labels, 32, own_texture_p=1.0)
+    at_random = scenes._layout(np.random.default_rng(0), labels, 32, own_texture_p=0.0)
+    assert (all_own["texture"] == labels).all() and abs((at_random["texture"] == labels).mean() - 0.1) < 0.02
+    for key in ("a", "b", "hw", "box", "colour", "offset"):
+        assert np.array_equal(all_own[key], at_random[key])
+
+
+def test_scenes_counterfactual_splits_differ_only_inside_the_glyph():
+    real, labels = scenes.generate_scenes(100, split="val")
+    own, own_labels = scenes.generate_scenes(100, split="val", own_texture_p=1.0)
+    assert np.array_equal(labels, own_labels)
+    rng = np.random.default_rng([scenes.GENERATOR_VERSION, 0, scenes.SPLITS["val"], 32, 0])  # chunk 0's stream
+    assert np.array_equal(rng.permutation(np.arange(100) % 10), labels)
+    scenes._draw_background(rng, 100)
+    lay = scenes._layout(rng, labels, 32)  # the draws in the order _render_chunk makes them
+    changed = (real != own).any(axis=1)  # (n, S, S)
+    for i in np.flatnonzero(changed.any(axis=(1, 2))):
+        ys, xs = np.nonzero(changed[i])
+        (x_lo, y_lo), (x_hi, y_hi) = lay["box"][i]
+        assert xs.min() >= np.floor(x_lo) and xs.max() <= np.ceil(x_hi)
+        assert ys.min() >= np.floor(y_lo) and ys.max() <= np.ceil(y_hi)
+    with pytest.raises(DataError, match="own_texture_p"):
+        scenes.generate_scenes(10, own_texture_p=1.5)
+
+
+def test_scenes_textures_are_distinct_at_every_phase():
+    # No texture is another one shifted or inverted: a texture names a class, whatever its phase.
+    y, x = np.mgrid[0:12, 0:12]
+    for i in range(len(scenes.TEXTURES)):
+        for j in range(len(scenes.TEXTURES)):
+            for dx in range(12):
+                for dy in range(12):
+                    a = scenes._texture(np.array(i), x + dx, y + dy)
+                    b = scenes._texture(np.array(j), x, y)
+                    same = np.array_equal(a, b) or np.array_equal(a, 1 - b)
+                    assert same == (i == j) or i == j
 
 
 def test_scenes_glyph_bars():
-    # T, L, plus, H, ring, X: bars per glyph; the X's are diagonal, every other bar is axis-aligned.
+    # T, L, plus, H, ring, X, U, F, Z, C: bars per glyph; the X's two and the Z's middle bar are diagonal.
     lay = scenes._layout(np.random.default_rng(0), np.arange(10), 32)
-    assert [int(lay["active"][c].sum()) for c in range(10)] == [2, 2, 2, 3, 4, 2] + [2] * 4
-    seg = (lay["b"] - lay["a"])[:6]  # (6, SLOTS, 2)
-    diagonal = (np.abs(seg[..., 0]) > 1) & (np.abs(seg[..., 1]) > 1)
-    assert diagonal[5, :2].all() and not diagonal[:5].any()
+    assert [int(lay["active"][c].sum()) for c in range(10)] == [2, 2, 2, 3, 4, 2, 3, 3, 3, 3]
+    seg = lay["b"] - lay["a"]  # (10, SLOTS, 2)
+    diagonal = (np.abs(seg[..., 0]) > 1) & (np.abs(seg[..., 1]) > 1) & lay["active"]
+    assert [np.flatnonzero(d).tolist() for d in diagonal] == [[], [], [], [], [], [0, 1], [], [], [1], []]
+
+
+def test_scenes_layout_puts_the_sky_above_the_ground():
+    # The consistent layout a model without positions can lean on: the top row is bluer than the bottom one.
+    images, _ = scenes.generate_scenes(500, split="val")
+    top, bottom = images[:, :, 0, :].astype(float).mean(-1), images[:, :, -1, :].astype(float).mean(-1)  # (n, 3)
+    sky_bluer = (top[:, 2] - top[:, 0]) > (bottom[:, 2] - bottom[:, 0])
+    assert sky_bluer.mean() > 0.95
 
 
 def test_scenes_build_datasets_and_cache_reuse(tmp_path, monkeypatch):

@@ -150,6 +150,7 @@ def test_every_measured_shift_is_in_every_table(tmp_path, written):
         m["fragility"]["contrast"] = round(m["fragility"]["blur"] + 0.2, 4)
         m["acc"]["contrast"] = round(m["clean_acc"] * (1 - m["fragility"]["contrast"]), 4)
         m["severities"]["contrast"] = [m["clean_acc"] - 0.03 * s for s in range(1, 6)]
+        m["severity_fragility"]["contrast"] = [0.03 * s / m["clean_acc"] for s in range(1, 6)]
     for p in results["alpha_sweep"]:
         p["fragility"]["contrast"], p["acc"]["contrast"] = 0.4, 0.5
     md = markdown(results)

@@ -6,7 +6,7 @@ Every dataset yields uint8 ``(3, S, S)`` at the model resolution ``S``. The eval
 ========== =====================================================================================
 none       the eval transform
 flip       Resize((S, S)) + horizontal flip
-translate  Resize((S, S)) + shift by up to S/16 px with edge padding (scenes: keeps sky/ground, no flip)
+translate  Resize((S, S)) + shift by up to S/16 px with edge padding (scenes: keeps sky above ground, no flip)
 crop_flip  Resize((S, S)) + RandomCrop(S, padding=S/8) + flip (CIFAR: RandomCrop(32, padding=4))
 rrc_flip   RandomResizedCrop(S, scale=(0.35, 1)) + flip (ImageNet-scale)
 ========== =====================================================================================
@@ -39,7 +39,7 @@ RRC_SCALE: tuple[float, float] = (0.35, 1.0)
 RRC_RATIO: tuple[float, float] = (3 / 4, 4 / 3)
 
 DEFAULT_AUGMENT: dict[str, str] = {
-    "scenes": "translate",  # the light comes from the left: a flip would break the layout cue
+    "scenes": "translate",  # L, F, Z and C are not mirror-symmetric: a flip would change the class
     "cifar10": "crop_flip",
     "cifar100": "crop_flip",
     "imagenet100": "rrc_flip",
