@@ -9,7 +9,7 @@ import pytest
 
 from peanchor.report import claims as C
 from peanchor.report.claims import check_claims
-from peanchor.results import results_from_dict
+from peanchor.results import SCHEMA_VERSION, results_from_dict
 
 ALPHAS = (1.0, 0.75, 0.5, 0.25, 0.0)
 
@@ -43,7 +43,7 @@ def _results(spec: dict, seeds=(0, 1), sweep: dict | None = None) -> dict:
             rows.append({"model": f"ape-s{seed}", "condition": "ape", "seed": seed, "alpha": a, "delta_ssdc": p["delta"],
                          "ssdc_rpi": [0.1, 0.1 + p["delta"]], "clean_acc": p["acc"],
                          "acc": {k: p["acc"] * (1 - v) for k, v in p["fs"].items()}, "fragility": dict(p["fs"])})  # fmt: skip
-    return {"schema": "peanchor.results", "schema_version": 1, "models": models, "alpha_sweep": rows,
+    return {"schema": "peanchor.results", "schema_version": SCHEMA_VERSION, "models": models, "alpha_sweep": rows,
             "shifts": {"jpeg": {"kind": "jpeg", "quality": 10}, "blur": {"kind": "blur", "sigma": 1.0}}}  # fmt: skip
 
 
