@@ -86,6 +86,13 @@ def test_update_docs_regenerates_the_block_and_the_figures_from_the_run(tmp_path
         for k in results["shifts"]:
             assert f"{m['fragility'][k]:.3f}" in row
     assert "Shifts: jpeg(quality=58) (preset smoke); blur(kernel_size=7, sigma=0.7) (preset smoke)." in text
+    # the report's verdict on every claim the run can speak to, with its evidence, inside the block
+    from peanchor.report.claims import check_claims
+    from peanchor.results import read_results
+
+    for claim in check_claims(read_results(out)):
+        if claim.replicates is not None:
+            assert f"- {claim.statement} {claim.evidence}." in text.split("<!-- results:end")[0]
     # a second run reuses everything and gives the same README, byte for byte
     assert tool.main(argv) == 0
     assert readme.read_text() == text

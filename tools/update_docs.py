@@ -14,7 +14,8 @@ Steps (each from files the run wrote, never by hand):
    docs/scenes.md) is drawn again from the generator.
 4. The README's results block, between ``<!-- results:begin`` and ``<!-- results:end -->``, is rewritten from
    ``OUT/results.json``: the command and its wall time, the shifts, one row per condition (the report's numbers:
-   mean ± std over seeds) and every figure. Text outside the markers is left alone.
+   mean ± std over seeds), which of the paper's claims replicate (the report's checks) and every figure. Text
+   outside the markers is left alone.
 
 ``tests/test_update_docs.py`` runs it on the smoke preset into temporary copies.
 """
@@ -88,6 +89,7 @@ def results_block(out: Path, readme: Path, img_dir: Path, command: str, cores: i
         train = summarise([m.train.seconds for m in models])
         lines.append("| " + " | ".join([label(condition), str(len(models)), *cells,
                                         _duration(train.mean if train.n else None)]) + " |")  # fmt: skip
+    lines += ["", *claims_lines(results)]
     titles = {m["stem"]: m["title"] for m in _FIGURE.finditer((out / "report.md").read_text())} \
         if (out / "report.md").exists() else {}  # fmt: skip
     lines.append("")
@@ -96,6 +98,23 @@ def results_block(out: Path, readme: Path, img_dir: Path, command: str, cores: i
         lines += [f"![{titles.get(png.stem, png.stem)}]({rel})", ""]
     lines.append(END)
     return "\n".join(lines)
+
+
+def claims_lines(results: object) -> list[str]:
+    """The report's verdict on each of the paper's claims, as two bullet lists (peanchor.report.claims)."""
+    from peanchor.report.claims import check_claims
+
+    claims = check_claims(results)  # type: ignore[arg-type]
+    lines = []
+    for verdict, title in ((True, "Replicates"), (False, "Does not replicate")):
+        chosen = [c for c in claims if c.replicates is verdict]
+        if chosen:
+            lines += [f"**{title}** (thresholds: docs/study.md):", ""]
+            lines += [f"- {c.statement} {c.evidence}." for c in chosen] + [""]
+    unmeasured = [c.key for c in claims if c.replicates is None]
+    if unmeasured:
+        lines += [f"Not measured by this run: {', '.join(unmeasured)}.", ""]
+    return lines
 
 
 def copy_figures(out: Path, img_dir: Path) -> list[Path]:
