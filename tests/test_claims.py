@@ -127,3 +127,25 @@ def test_claims_use_the_mean_over_seeds():
         if m["condition"] == "ape":
             m["ssdc"]["rpi"] = [0.1, C.ANCHORED - 0.02, 0.2, 0.2] if m["seed"] == 0 else [0.1, C.ANCHORED + 0.04, 0.2, 0.2]
     assert _verdicts(doc)["index_anchored"] is True
+
+
+def test_delta_fs_evidence_gives_rho_without_the_points_near_chance():
+    """The verdict uses every point; the evidence adds ρ over the points whose clean accuracy is usable."""
+    from scipy.stats import spearmanr
+
+    from peanchor.report.summary import correlation_points
+
+    results = results_from_dict(_results(PAPER_LIKE))
+    points = correlation_points(results)
+    low = [p for p in points if p.clean_acc < C.SWEEP_MIN_ACC]
+    kept = [p for p in points if p.clean_acc >= C.SWEEP_MIN_ACC]
+    assert low and len(kept) >= 3  # the fixture's α = 0 points are at chance
+    expected = spearmanr([p.delta_ssdc for p in kept], [p.fs for p in kept]).statistic
+    claim = next(c for c in check_claims(results) if c.key == "delta_fs")
+    assert f"{len(low)} of the points have clean accuracy < 0.20, without them ρ = {expected:.2f}" in claim.evidence
+    # every point usable: nothing added
+    doc = _results(PAPER_LIKE, sweep={a: {"delta": 0.35 * a, "acc": 0.8, "fs": {"jpeg": 0.6 - 0.3 * a,
+                                                                               "blur": 0.5 - 0.3 * a}}
+                                      for a in ALPHAS})  # fmt: skip
+    claim = next(c for c in check_claims(results_from_dict(doc)) if c.key == "delta_fs")
+    assert "without them" not in claim.evidence

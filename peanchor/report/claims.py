@@ -17,7 +17,8 @@ less_fragile       at every shift, each of ``ape``, ``sincos``, ``rope`` has an 
                    both ``none``'s and ``rpt``'s
 alpha_sweep        the APE scaled by α (points whose clean accuracy is ≥ SWEEP_MIN_ACC, at least 3): ρ(α, ΔSSDC)
                    > 0, and ρ(α, FS) < 0 at every shift (Spearman over the points)
-delta_fs           ΔSSDC and FS rank-correlate negatively over the models and α points (ρ < 0)
+delta_fs           ΔSSDC and FS rank-correlate negatively over the models and α points (ρ < 0); the
+                   evidence adds ρ without the points below SWEEP_MIN_ACC, whose FS says little
 =================  =========================================================================================
 
 The thresholds are ours, not the paper's (it gives curves, not cut-offs); docs/study.md explains them. With at
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from scipy.stats import spearmanr
 
 from peanchor.report.summary import (
+    correlation_points,
     delta_fs_correlation,
     finite,
     fmt,
@@ -193,9 +195,18 @@ def _delta_fs(results: Results) -> Claim:
     statement = "More index-anchored structure goes with less fragility: ΔSSDC and FS correlate negatively."
     if not finite(corr.rho):
         return Claim("delta_fs", statement, None, f"{corr.n} point(s): not measured")
-    return Claim("delta_fs", statement, corr.rho < 0,
-                 f"Spearman ρ = {fmt(corr.rho, 2)} over {corr.n} points (FS {corr.shift}), permutation p = "
-                 f"{corr.p_value:.3g}")  # fmt: skip
+    detail = (f"Spearman ρ = {fmt(corr.rho, 2)} over {corr.n} points (FS {corr.shift}), permutation p = "
+              f"{corr.p_value:.3g}")  # fmt: skip
+    # The verdict uses every point, as the paper does; a point near chance has an FS near 0 whatever its
+    # structure, so the detail says how much such points carry.
+    points = correlation_points(results, corr.shift)
+    usable = [pt for pt in points if pt.clean_acc >= SWEEP_MIN_ACC]
+    if len(usable) < len(points):
+        rho = (float(spearmanr([pt.delta_ssdc for pt in usable], [pt.fs for pt in usable]).statistic)
+               if len(usable) >= 3 else math.nan)  # fmt: skip
+        detail += (f"; {len(points) - len(usable)} of the points have clean accuracy < {SWEEP_MIN_ACC:.2f}, "
+                   f"without them ρ = {fmt(rho, 2)}")  # fmt: skip
+    return Claim("delta_fs", statement, corr.rho < 0, detail)
 
 
 def check_claims(results: Results) -> list[Claim]:

@@ -173,6 +173,7 @@ class Point:
     alpha: float
     delta_ssdc: float
     fs: float
+    clean_acc: float = math.nan
 
 
 def correlation_points(results: Results, shift: str | None = None) -> list[Point]:
@@ -192,7 +193,8 @@ def correlation_points(results: Results, shift: str | None = None) -> list[Point
         model, alpha = (r.name, 1.0) if isinstance(r, ModelResult) else (r.model, r.alpha)
         fs = r.fragility.get(shift)
         if finite(r.delta_ssdc) and finite(fs):
-            points.append(Point(r.condition, model, alpha, float(r.delta_ssdc), float(fs)))  # type: ignore[arg-type]
+            points.append(Point(r.condition, model, alpha, float(r.delta_ssdc), float(fs),  # type: ignore[arg-type]
+                                float(r.clean_acc)))
     return points
 
 
