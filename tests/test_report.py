@@ -131,6 +131,11 @@ def test_generated_prose_follows_the_numbers():
     assert "1 of 1 other conditions have a lower mean FS (jpeg) than `none`" in md
     assert "Every condition has at least 3 seeds" in md
     assert re.search(r"`ape` vs `none`, FS \(jpeg\): lower by 0\.229 .* excludes 0", md)
+    # three seeds that all point the same way: the sign-flip p is at its floor 2/2**3, and the report says so
+    assert re.search(r"`ape` vs `none`, FS \(jpeg\): .* sign-flip p = 0\.250, the smallest p 3 pairs allow: .* needs 6 "
+                     r"seeds or more", md)  # fmt: skip
+    six = markdown(synthetic_results(seeds=tuple(range(6))))
+    assert re.search(r"`ape` vs `none`, FS \(jpeg\): .* excludes 0, sign-flip p = 0\.031\.", six)
     # flip the data: the sentences flip with it
     for m in results["models"]:
         if m["condition"] == "ape":

@@ -67,7 +67,18 @@ def test_bootstrap_ci_known_cases_and_determinism() -> None:
 # -------------------------------------------------------------------------- paired_bootstrap_diff
 
 
-def test_paired_bootstrap_diff_is_the_bootstrap_of_the_differences_and_its_p_value_is_close_to_exact() -> None:
+def _sign_flip_p(diff: np.ndarray) -> float:
+    """Brute force: the two-sided p of the observed mean among all 2**n sign flips of the differences."""
+    import itertools
+
+    observed = diff.mean()
+    means = np.array([np.mean(diff * np.array(signs)) for signs in itertools.product((1, -1), repeat=diff.size)])
+    tol = 1e-12
+    less, greater = np.mean(means <= observed + tol), np.mean(means >= observed - tol)
+    return min(1.0, 2 * min(less, greater))
+
+
+def test_paired_bootstrap_diff_interval_is_the_bootstrap_of_the_differences_and_p_is_the_exact_sign_flip_test() -> None:
     a = np.array([0.61, 0.58, 0.66, 0.60, 0.63])
     b = np.array([0.60, 0.60, 0.61, 0.59, 0.615])
     result = paired_bootstrap_diff(a, b, level=0.9, n_boot=20000, seed=11)
@@ -77,12 +88,32 @@ def test_paired_bootstrap_diff_is_the_bootstrap_of_the_differences_and_its_p_val
     # Resampling pairs together is resampling their differences: the same interval from the same draws.
     assert (result["ci_low"], result["ci_high"]) == pytest.approx(bootstrap_ci(diff, 0.9, 20000, seed=11), abs=1e-15)
     exact = _exact_bootstrap_means(diff)  # all 5**5 resamples
-    exact_p = np.mean(np.abs(exact - observed) >= abs(observed) - 1e-12)
-    assert 0.02 < exact_p < 0.5  # a case where the p-value is informative
-    assert result["p_value"] == pytest.approx(exact_p, abs=4 * math.sqrt(exact_p * (1 - exact_p) / 20000) + 1e-4)
     spread = diff.max() - diff.min()
     assert result["ci_low"] == pytest.approx(np.quantile(exact, 0.05), abs=0.03 * spread)
     assert result["ci_high"] == pytest.approx(np.quantile(exact, 0.95), abs=0.03 * spread)
+    expected = _sign_flip_p(diff)
+    assert 0.05 < expected < 1  # a case where the p-value is informative
+    assert result["p_value"] == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("n", [3, 4, 6, 8])
+def test_paired_sign_flip_p_has_its_floor_when_every_difference_has_one_sign(n: int) -> None:
+    """All n differences negative: the observed mean is the most extreme of the 2**n flips, p = 2 / 2**n; a
+    bootstrap p would be ~1/n_boot here, whatever n."""
+    rng = np.random.default_rng(n)
+    b = rng.uniform(0.5, 0.7, n)
+    a = b - rng.uniform(0.02, 0.09, n)
+    result = paired_bootstrap_diff(a, b)
+    assert result["p_value"] == pytest.approx(2 / 2**n) == pytest.approx(_sign_flip_p(a - b))
+    assert result["ci_high"] < 0
+
+
+def test_paired_sign_flip_p_random_flips_when_exact_is_too_many() -> None:
+    rng = np.random.default_rng(5)
+    diff = rng.normal(0.01, 0.03, 14)
+    exact = _sign_flip_p(diff)  # 16,384 flips
+    result = paired_bootstrap_diff(diff, np.zeros_like(diff), n_boot=4000, seed=2)
+    assert abs(result["p_value"] - exact) < 4 * math.sqrt(exact * (1 - exact) / 4000) + 1e-3
 
 
 def test_paired_bootstrap_diff_extremes() -> None:
@@ -90,7 +121,7 @@ def test_paired_bootstrap_diff_extremes() -> None:
     assert same["mean_diff"] == 0.0 and same["p_value"] == 1.0
     shifted = paired_bootstrap_diff([0.6, 0.7, 0.8, 0.75], [0.5, 0.6, 0.7, 0.65], n_boot=999)
     assert shifted["mean_diff"] == pytest.approx(0.1)
-    assert shifted["p_value"] == pytest.approx(1 / 1000)  # every resample has the same mean 0.1
+    assert shifted["p_value"] == pytest.approx(2 / 16)  # the observed mean is the largest of the 16 sign flips
     assert shifted["ci_low"] == pytest.approx(0.1) and shifted["ci_high"] == pytest.approx(0.1)
     with pytest.raises(ValueError, match="same length"):
         paired_bootstrap_diff([1.0, 2.0], [1.0])

@@ -283,17 +283,27 @@ class _Builder:
                     f"over {d.n} paired seed{'s' if d.n > 1 else ''}")  # fmt: skip
             if not d.claim:
                 text += f"; n={d.n}: no significance claim."
-            elif d.ci_low > 0 or d.ci_high < 0:
-                text += f"; the 95% CI {ci} excludes 0 (p = {_fmt_p(d.p_value)})."
             else:
-                text += f"; the 95% CI {ci} includes 0, so no clear difference (p = {_fmt_p(d.p_value)})."
+                excludes = d.ci_low > 0 or d.ci_high < 0
+                text += (f"; the 95% bootstrap CI {ci} {'excludes' if excludes else 'includes'} 0, sign-flip "
+                         f"p = {_fmt_p(d.p_value)}")  # fmt: skip
+                floor = 2.0 / 2**d.n
+                if excludes and d.p_value <= floor + 1e-12 and floor >= ALPHA:
+                    text += (f", the smallest p {d.n} pairs allow: every seed points the same way, but a test at "
+                             f"the {ALPHA:g} level needs {math.ceil(math.log2(2 / ALPHA))} seeds or more.")  # fmt: skip
+                elif excludes:
+                    text += "."
+                else:
+                    text += ", so no clear difference."
             sentences.append(text)
         if not rows:
             return
         self.doc.add(Heading(2, "Fragility against `none`, paired by seed"), Table(
             ["condition", "shift", "pairs", "mean FS diff (condition − none)", "95% CI", "p"], rows,
-            f"paired bootstrap over seeds ({N_BOOT:,} resamples); negative = more robust than `none`; CI and p only "
-            f"with ≥ {MIN_SEEDS_FOR_CLAIMS} pairs."), Bullets(sentences))  # fmt: skip
+            f"95% CI: percentile bootstrap of the paired differences over seeds ({N_BOOT:,} resamples); p: the "
+            f"two-sided sign-flip permutation test of the pairs (exact up to {int(math.log2(N_BOOT))} pairs); negative "
+            f"= more robust than `none`; CI and p only with ≥ {MIN_SEEDS_FOR_CLAIMS} pairs."),
+            Bullets(sentences))  # fmt: skip
 
     def alpha_sentences(self) -> list[str]:
         out = []
