@@ -119,6 +119,9 @@ def test_paired_sign_flip_p_random_flips_when_exact_is_too_many() -> None:
 def test_paired_bootstrap_diff_extremes() -> None:
     same = paired_bootstrap_diff([0.5, 0.6, 0.7], [0.5, 0.6, 0.7])
     assert same["mean_diff"] == 0.0 and same["p_value"] == 1.0
+    one = paired_bootstrap_diff([0.3], [0.5])  # a single pair: its two sign flips are equally extreme
+    assert one["mean_diff"] == pytest.approx(-0.2) and one["p_value"] == 1.0 == pytest.approx(_sign_flip_p(np.array([-0.2])))
+    assert one["ci_low"] == one["ci_high"] == pytest.approx(-0.2)
     shifted = paired_bootstrap_diff([0.6, 0.7, 0.8, 0.75], [0.5, 0.6, 0.7, 0.65], n_boot=999)
     assert shifted["mean_diff"] == pytest.approx(0.1)
     assert shifted["p_value"] == pytest.approx(2 / 16)  # the observed mean is the largest of the 16 sign flips

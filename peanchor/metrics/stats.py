@@ -117,7 +117,7 @@ def paired_bootstrap_diff(
     diff = x - y  # resampling pairs together is resampling their differences
     observed = float(diff.mean())
     low, high, _ = _bootstrap_means(diff, level, n_boot, seed)
-    if np.all(diff == 0):
+    if np.all(diff == 0) or diff.size == 1:  # one pair: its two flips are ±d, as extreme as each other, p = 1
         return PairedDiff(mean_diff=observed, ci_low=low, ci_high=high, p_value=1.0)
 
     def mean_diff(u: np.ndarray, v: np.ndarray, axis: int = -1) -> np.ndarray:
