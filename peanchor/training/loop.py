@@ -1,14 +1,7 @@
 """The training loop: AdamW + warmup/cosine, label smoothing, optional RPT, resumable run directories.
 
-``train(config, out_dir)`` leaves a self-describing run directory::
-
-    config.yaml          the resolved TrainConfig
-    metrics.csv          one row per epoch: epoch, train_loss, train_acc, val_acc, lr, seconds
-    train.log            one time-stamped line per epoch, and the run's start/resume/stop messages
-    checkpoint/          resume state, replaced atomically after every epoch, every train.checkpoint_every
-                         steps and on SIGTERM/SIGINT (see state.py)
-    model.safetensors    final weights + model_args (load with peanchor.load_model)
-    summary.json         written last: its presence marks the run as finished
+``train(config, out_dir)`` leaves a self-describing run directory (its files are listed in
+:mod:`peanchor.training.run_dir`).
 
 Rerunning the same config into the same directory resumes from the last checkpoint, mid-epoch included,
 and ends with bit-identical weights on CPU, because every random stream is a pure function of the seed and
@@ -21,7 +14,6 @@ Under ``torchrun`` the model is wrapped in DDP, each process sees ``batch_size /
 (the global batch is the same images whatever the world size), metrics are all-reduced, and rank 0 alone
 writes. On CUDA the step runs with fused AdamW, TF32, bf16 autocast, pinned prefetching loaders with
 persistent workers and, for array datasets, augmentation on the device batch (:mod:`peanchor.training.step`).
-The run directory's files and checks are :mod:`peanchor.training.run_dir`.
 
 Imports: :mod:`peanchor.models`, :mod:`peanchor.data`, :mod:`peanchor.checkpoint`, :mod:`peanchor.fileio`,
 :mod:`peanchor.interrupts`, the rest of :mod:`peanchor.training`.
