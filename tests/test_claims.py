@@ -130,22 +130,22 @@ def test_claims_use_the_mean_over_seeds():
 
 
 def test_delta_fs_evidence_gives_rho_without_the_points_near_chance():
-    """The verdict uses every point; the evidence adds ρ over the points whose clean accuracy is usable."""
+    """The verdict uses every point; the evidence adds ρ over the points whose clean accuracy is usable, the same as
+    leaving the near-chance α points out of the results altogether."""
     from scipy.stats import spearmanr
 
     from peanchor.report.summary import correlation_points
 
-    results = results_from_dict(_results(PAPER_LIKE))
-    points = correlation_points(results)
-    low = [p for p in points if p.clean_acc < C.SWEEP_MIN_ACC]
-    kept = [p for p in points if p.clean_acc >= C.SWEEP_MIN_ACC]
-    assert low and len(kept) >= 3  # the fixture's α = 0 points are at chance
-    expected = spearmanr([p.delta_ssdc for p in kept], [p.fs for p in kept]).statistic
-    claim = next(c for c in check_claims(results) if c.key == "delta_fs")
-    assert f"{len(low)} of the points have clean accuracy < 0.20, without them ρ = {expected:.2f}" in claim.evidence
-    # every point usable: nothing added
-    doc = _results(PAPER_LIKE, sweep={a: {"delta": 0.35 * a, "acc": 0.8, "fs": {"jpeg": 0.6 - 0.3 * a,
-                                                                               "blur": 0.5 - 0.3 * a}}
-                                      for a in ALPHAS})  # fmt: skip
+    doc = _results(PAPER_LIKE)
+    low = [p for p in doc["alpha_sweep"] if p["clean_acc"] < C.SWEEP_MIN_ACC]
+    assert low  # the fixture's α = 0 points are at chance
+    kept = copy.deepcopy(doc)
+    kept["alpha_sweep"] = [p for p in doc["alpha_sweep"] if p["clean_acc"] >= C.SWEEP_MIN_ACC]
+    points = correlation_points(results_from_dict(kept))
+    expected = spearmanr([p.delta_ssdc for p in points], [p.fs for p in points]).statistic
     claim = next(c for c in check_claims(results_from_dict(doc)) if c.key == "delta_fs")
+    assert f"{len(low)} of the points have clean accuracy < 0.20, without them ρ = {expected:.2f}" in claim.evidence
+    assert f"over {len(points) + len(low)} points" in claim.evidence  # the verdict's ρ is over every point
+    # every point usable: nothing added
+    claim = next(c for c in check_claims(results_from_dict(kept)) if c.key == "delta_fs")
     assert "without them" not in claim.evidence

@@ -16,7 +16,7 @@ from typing import Sequence, TypedDict, Union
 import numpy as np
 from scipy import stats
 
-__all__ = ["bootstrap_ci", "mean_std", "paired_bootstrap_diff", "permutation_test_spearman"]
+__all__ = ["bootstrap_ci", "mean_std", "min_sign_flip_p", "paired_bootstrap_diff", "permutation_test_spearman"]
 
 ArrayLike = Union[Sequence[float], np.ndarray]
 
@@ -93,6 +93,16 @@ def bootstrap_ci(values: ArrayLike, level: float = 0.95, n_boot: int = 10000, se
     return low, high
 
 
+def min_sign_flip_p(n: int) -> float:
+    """The smallest two-sided p the exact sign-flip test of :func:`paired_bootstrap_diff` can give with ``n`` pairs:
+    ``2 / 2**n`` (the observed flip and its mirror), 1 for a single pair.
+
+    >>> min_sign_flip_p(3), min_sign_flip_p(6)
+    (0.25, 0.03125)
+    """
+    return min(1.0, 2.0 / 2**n)
+
+
 def paired_bootstrap_diff(
     a: ArrayLike, b: ArrayLike, level: float = 0.95, n_boot: int = 10000, seed: int = 0
 ) -> PairedDiff:
@@ -102,7 +112,7 @@ def paired_bootstrap_diff(
     resampled). ``p_value`` is the two-sided paired permutation test of "no difference": each pair's two values are
     swapped or not, which flips the sign of its difference, and ``p`` is scipy's two-sided p of the observed mean
     among those sign flips: exact (all ``2**n``) when ``2**n <= n_boot``, else ``n_boot`` random flips. With ``n``
-    pairs it cannot fall below ``2 / 2**n`` (0.25 for 3 pairs): a bootstrap p would, which is why it is not used.
+    pairs it cannot fall below :func:`min_sign_flip_p` (0.25 for 3 pairs): a bootstrap p would, which is why it is not used.
 
     >>> r = paired_bootstrap_diff([0.70, 0.72, 0.69, 0.71, 0.73, 0.70], [0.60, 0.63, 0.61, 0.62, 0.64, 0.62])
     >>> round(r["mean_diff"], 4), r["ci_low"] > 0, r["p_value"]

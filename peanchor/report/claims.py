@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from scipy.stats import spearmanr
 
 from peanchor.report.summary import (
-    correlation_points,
     delta_fs_correlation,
     finite,
     fmt,
@@ -199,13 +198,10 @@ def _delta_fs(results: Results) -> Claim:
               f"{corr.p_value:.3g}")  # fmt: skip
     # The verdict uses every point, as the paper does; a point near chance has an FS near 0 whatever its
     # structure, so the detail says how much such points carry.
-    points = correlation_points(results, corr.shift)
-    usable = [pt for pt in points if pt.clean_acc >= SWEEP_MIN_ACC]
-    if len(usable) < len(points):
-        rho = (float(spearmanr([pt.delta_ssdc for pt in usable], [pt.fs for pt in usable]).statistic)
-               if len(usable) >= 3 else math.nan)  # fmt: skip
-        detail += (f"; {len(points) - len(usable)} of the points have clean accuracy < {SWEEP_MIN_ACC:.2f}, "
-                   f"without them ρ = {fmt(rho, 2)}")  # fmt: skip
+    usable = delta_fs_correlation(results, corr.shift, min_clean_acc=SWEEP_MIN_ACC)
+    if usable.n < corr.n:
+        detail += (f"; {corr.n - usable.n} of the points have clean accuracy < {SWEEP_MIN_ACC:.2f}, "
+                   f"without them ρ = {fmt(usable.rho, 2)}")  # fmt: skip
     return Claim("delta_fs", statement, corr.rho < 0, detail)
 
 

@@ -287,8 +287,7 @@ class _Builder:
                 excludes = d.ci_low > 0 or d.ci_high < 0
                 text += (f"; the 95% bootstrap CI {ci} {'excludes' if excludes else 'includes'} 0, sign-flip "
                          f"p = {_fmt_p(d.p_value)}")  # fmt: skip
-                floor = 2.0 / 2**d.n
-                if excludes and d.p_value <= floor + 1e-12 and floor >= ALPHA:
+                if excludes and d.p_value <= d.p_floor + 1e-12 and d.p_floor >= ALPHA:
                     text += (f", the smallest p {d.n} pairs allow: every seed points the same way, but a test at "
                              f"the {ALPHA:g} level needs {math.ceil(math.log2(2 / ALPHA))} seeds or more.")  # fmt: skip
                 elif excludes:

@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from peanchor.conditions import ordered
-from peanchor.metrics.stats import bootstrap_ci, mean_std, paired_bootstrap_diff, permutation_test_spearman
+from peanchor.metrics.stats import (
+    bootstrap_ci,
+    mean_std,
+    min_sign_flip_p,
+    paired_bootstrap_diff,
+    permutation_test_spearman,
+)
 from peanchor.results import ModelResult, Results, SweepRow
 
 __all__ = [
@@ -144,6 +150,11 @@ class PairedDifference:
         """Whether there are enough pairs to say anything about significance."""
         return self.n >= MIN_SEEDS_FOR_CLAIMS
 
+    @property
+    def p_floor(self) -> float:
+        """The smallest p the sign-flip test can give with this many pairs."""
+        return min_sign_flip_p(self.n)
+
 
 def paired_differences(results: Results) -> list[PairedDifference]:
     """FS of every other condition minus FS of ``none`` on the same seed, per shift (bootstrap CI and p)."""
@@ -173,14 +184,13 @@ class Point:
     alpha: float
     delta_ssdc: float
     fs: float
-    clean_acc: float = math.nan
 
 
-def correlation_points(results: Results, shift: str | None = None) -> list[Point]:
+def correlation_points(results: Results, shift: str | None = None, min_clean_acc: float = 0.0) -> list[Point]:
     """The points of the ΔSSDC–FS correlation: every model (α = 1) and every α-sweep point.
 
     A sweep point at α = 1 replaces the row of the same model, so no model is counted twice at α = 1. Points with
-    a missing or non-finite value are left out.
+    a missing or non-finite value are left out, and so are those whose clean accuracy is below ``min_clean_acc``.
     """
     shift = shift or primary_shift(results)
     if shift is None:
@@ -192,9 +202,8 @@ def correlation_points(results: Results, shift: str | None = None) -> list[Point
     for r in rows:
         model, alpha = (r.name, 1.0) if isinstance(r, ModelResult) else (r.model, r.alpha)
         fs = r.fragility.get(shift)
-        if finite(r.delta_ssdc) and finite(fs):
-            points.append(Point(r.condition, model, alpha, float(r.delta_ssdc), float(fs),  # type: ignore[arg-type]
-                                float(r.clean_acc)))
+        if finite(r.delta_ssdc) and finite(fs) and not r.clean_acc < min_clean_acc:
+            points.append(Point(r.condition, model, alpha, float(r.delta_ssdc), float(fs)))  # type: ignore[arg-type]
     return points
 
 
@@ -207,10 +216,11 @@ class Correlation:
     exact: bool  # every permutation enumerated
 
 
-def delta_fs_correlation(results: Results, shift: str | None = None, n_perm: int = N_PERM, seed: int = 0) -> Correlation:
+def delta_fs_correlation(results: Results, shift: str | None = None, n_perm: int = N_PERM, seed: int = 0,
+                         min_clean_acc: float = 0.0) -> Correlation:  # fmt: skip
     """Spearman ρ between ΔSSDC and FS over :func:`correlation_points`, with a permutation p-value."""
     shift = shift or primary_shift(results)
-    points = correlation_points(results, shift)
+    points = correlation_points(results, shift, min_clean_acc)
     if len(points) < 3:
         return Correlation(shift, len(points), math.nan, math.nan, False)
     test = permutation_test_spearman([p.delta_ssdc for p in points], [p.fs for p in points], n_perm=n_perm, seed=seed)
