@@ -53,8 +53,8 @@ from torch import Tensor, nn
 from peanchor.adapters.timm_attention import attention_modules, capture_attention
 from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
-from peanchor.interventions import permute_tokens
-from peanchor.models.probe import AttentionSink, ProbedModel
+from peanchor.interventions import NO_INTERVENTION, Intervention, permute_tokens
+from peanchor.models.probe import AttentionSink, Intermediates, ProbedModel
 from peanchor.weights import load_strict, read_state_dict as read_weights_file
 
 SUPPORTED_FAMILIES = (
@@ -286,39 +286,40 @@ class TimmViT(ProbedModel, nn.Module):
         return scaled.to(device=native.device, dtype=native.dtype)
 
     @contextmanager
-    def _capture_probes(self, sink: list[Tensor] | None) -> Iterator[None]:
-        """Forward hooks on every probe norm, appending its output minus the prefix tokens to ``sink``."""
-        if sink is None:
-            yield
-            return
+    def _capture_probes(self, sink: list[Tensor], count: int) -> Iterator[None]:
+        """Forward hooks on the first ``count`` probe norms, appending their output minus the prefix tokens to
+        ``sink``."""
         p = self.num_prefix
 
         def hook(_module: nn.Module, _inputs: Any, out: Tensor) -> None:
             sink.append(out[:, p:])  # (B, N, D): what attention sees, patch slots only
 
-        handles = [self._probe_norm(i).register_forward_hook(hook) for i in range(self.depth)]
+        handles = [self._probe_norm(i).register_forward_hook(hook) for i in range(count)]
         try:
             yield
         finally:
             for h in handles:
                 h.remove()
 
-    def _run(
+    def forward_intermediates(
         self,
         images: Tensor,
-        token_perm: Tensor | None,
-        pe_scale: float,
-        collect: bool,
-        head: bool,
-        num_layers: int | None = None,
+        intervention: Intervention = NO_INTERVENTION,
+        *,
+        layers: int | None = None,
+        head: bool = True,
         attention: AttentionSink | None = None,
-    ) -> tuple[Tensor | None, Tensor | None]:
+    ) -> Intermediates:
+        """One pass under ``intervention`` (see :class:`~peanchor.models.probe.ProbedModel`), through timm's own
+        modules."""
+        count = self._probe_count(layers)
+        if not head and count == 0:
+            raise ValueError("forward_intermediates with head=False and layers=0 has nothing to compute")
         m = self.model
-        last = self.depth if num_layers is None else num_layers
         x = self._embed_patches(images)  # (B, N, D)
-        if token_perm is not None:
-            x = permute_tokens(x, token_perm)  # content moves, slots (and their PE) stay
-        x = self._add_prefix_and_ape(x, pe_scale)  # (B, P + N, D)
+        if intervention.token_perm is not None:
+            x = permute_tokens(x, intervention.token_perm)  # content moves, slots (and their PE) stay
+        x = self._add_prefix_and_ape(x, intervention.pe_scale)  # (B, P + N, D)
         if self.family == "vit":
             x = m.patch_drop(x)
         elif m.patch_drop is not None:
@@ -326,26 +327,26 @@ class TimmViT(ProbedModel, nn.Module):
         if x.shape[1] != self.num_prefix + self.num_patches:
             raise ValueError("patch dropout removed tokens (training mode): call .eval() before the analysis")
         x = m.norm_pre(x)
-        rope = self._rope(pe_scale)  # (N, 2hd), (depth, H, N, 2hd) for mixed, or None
+        rope = self._rope(intervention.pe_scale)  # (N, 2hd), (depth, H, N, 2hd) for mixed, or None
         per_block = bool(getattr(m, "rope_mixed", False)) and rope is not None
         probes: list[Tensor] = []
         weights = capture_attention(self._attention or [], attention)  # timm's eager path while a sink listens
-        with self._capture_probes(probes if collect else None), weights:
+        with self._capture_probes(probes, count), weights:
             for i, block in enumerate(m.blocks):
-                if not head and i == last - 1:
+                if not head and i == count - 1:
                     self._probe_norm(i)(x)  # the last probe needs no attention/MLP; the hook records it
                     break
                 if self.family == "vit":
                     x = block(x)
                 else:
                     x = block(x, rope=rope[i] if per_block else rope)
-                if collect and len(probes) != i + 1:
+                if len(probes) != min(i + 1, count):
                     raise RuntimeError(f"block {i} ran its probe norm {len(probes) - i} times; expected once")
-        tokens = torch.stack(probes, dim=1) if collect else None  # (B, L, N, D)
+        tokens = torch.stack(probes, dim=1) if probes else None  # (B, L, N, D)
         logits = m.forward_head(m.norm(x)) if head else None  # (B, C)
         if logits is not None and self.logit_subset is not None:
             logits = logits[:, self.logit_subset.to(logits.device)]  # (B, C_subset)
-        return logits, tokens
+        return Intermediates(logits, tokens)
 
 
 def _jsonable(value: Any) -> Any:

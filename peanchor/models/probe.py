@@ -1,23 +1,34 @@
-"""The analysis interface every probed model offers, written once over a model's ``_run``.
+"""The analysis interface every probed model offers: one public pass, :meth:`ProbedModel.forward_intermediates`.
 
-A model implements ``_run(images, token_perm, pe_scale, collect, head, num_layers, attention)`` returning
-``(logits or None, tokens (B, L, N, D) or None)`` and a ``depth`` property; this mixin turns that
-into ``forward``, ``spatial_tokens``, ``forward_with_tokens`` and ``attention_maps``. Our ViT and the timm
-adapter share it.
+A model (our ViT, the timm adapter, the transformers adapters) implements exactly one method::
 
-Attention weights are handed out during the pass, block by block, to an :data:`AttentionSink` (so that an
-analysis can reduce them at once instead of keeping ``(B, L, H, T, T)``); a model that can do so says
-``has_attention_weights``.
+    forward_intermediates(images, intervention=NO_INTERVENTION, *, layers=None, head=True, attention=None)
+        -> Intermediates(logits (B, C) or None, tokens (B, L, N, D) or None)
 
-Imports: torch only.
+in the spirit of timm's ``forward_intermediates``: one pass under one :class:`~peanchor.interventions.Intervention`
+(token order and PE scale) that returns what the probes need. ``tokens`` are the patch tokens each block's
+attention sees (its first norm's output, prefix tokens dropped), ``layers`` of them (None: every block; 0: none);
+with ``head=False`` the pass stops right after the last probe it needs. Attention weights are handed out during
+the pass, block by block, to an :data:`AttentionSink`, so that an analysis can reduce them at once instead of
+keeping ``(B, L, H, T, T)``; a model that can do so says ``has_attention_weights``.
+
+This mixin turns that one method into ``forward``, ``spatial_tokens``, ``forward_with_tokens`` and
+``attention_maps`` (keyword forms of the same pass).
+
+Imports: torch; :mod:`peanchor.interventions`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from peanchor.interventions import NO_INTERVENTION, Intervention
+
+__all__ = ["AttentionSink", "Intermediates", "ProbedModel"]
 
 #: Called during a pass with (block index, attention weights ``(b, H, T, T)``): the softmax over keys of that
 #: block's attention, from the q and k it uses (after RoPE, with any attention bias), the ``num_prefix`` prefix
@@ -26,26 +37,45 @@ from torch import Tensor
 AttentionSink = Callable[[int, Tensor], None]
 
 
+@dataclass
+class Intermediates:
+    """What one pass returns: the logits (``head=True``) and the probe tokens (``layers`` != 0)."""
+
+    logits: Tensor | None  # (B, C)
+    tokens: Tensor | None  # (B, L, N, D): LN1 output of each probed block, prefix tokens dropped
+
+
 class ProbedModel:
     depth: int
     num_prefix: int
-    has_attention_weights: bool = False  # whether forward_with_tokens(..., attention=sink) feeds the sink
+    has_attention_weights: bool = False  # whether forward_intermediates(..., attention=sink) feeds the sink
 
-    def _run(
+    def forward_intermediates(
         self,
         images: Tensor,
-        token_perm: Tensor | None,
-        pe_scale: float,
-        collect: bool,
-        head: bool,
-        num_layers: int | None = None,
+        intervention: Intervention = NO_INTERVENTION,
+        *,
+        layers: int | None = None,
+        head: bool = True,
         attention: AttentionSink | None = None,
-    ) -> tuple[Tensor | None, Tensor | None]:
+    ) -> Intermediates:
+        """One pass over normalised ``images (B, 3, H, W)`` under ``intervention``.
+
+        ``layers``: how many probes to return, from block 0 on (None: every block, 0: none). ``head``: compute
+        the logits; without them the pass stops after the last probe. ``attention``: fed every block's attention
+        weights during the pass (see :data:`AttentionSink`).
+        """
         raise NotImplementedError
+
+    def _probe_count(self, layers: int | None) -> int:
+        count = self.depth if layers is None else layers
+        if not 0 <= count <= self.depth:
+            raise ValueError(f"layers must be in 0..{self.depth}, got {layers}")
+        return count
 
     def forward(self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0) -> Tensor:
         """Logits ``(B, C)`` for normalised images ``(B, 3, H, W)``."""
-        logits, _ = self._run(images, token_perm, pe_scale, collect=False, head=True)
+        logits = self.forward_intermediates(images, Intervention(token_perm, pe_scale), layers=0).logits
         assert logits is not None
         return logits
 
@@ -57,9 +87,9 @@ class ProbedModel:
         """
         if num_layers is not None and not 1 <= num_layers <= self.depth:
             raise ValueError(f"num_layers must be in 1..{self.depth}, got {num_layers}")
-        _, tokens = self._run(images, token_perm, pe_scale, collect=True, head=False, num_layers=num_layers)
-        assert tokens is not None
-        return tokens
+        out = self.forward_intermediates(images, Intervention(token_perm, pe_scale), layers=num_layers, head=False)
+        assert out.tokens is not None
+        return out.tokens
 
     def forward_with_tokens(
         self,
@@ -72,9 +102,9 @@ class ProbedModel:
         block's attention weights are handed to it during the same pass (see :data:`AttentionSink`)."""
         if attention is not None and not self.has_attention_weights:
             raise ValueError(f"{type(self).__name__} cannot hand out its attention weights")
-        logits, tokens = self._run(images, token_perm, pe_scale, collect=True, head=True, attention=attention)
-        assert logits is not None and tokens is not None
-        return logits, tokens
+        out = self.forward_intermediates(images, Intervention(token_perm, pe_scale), attention=attention)
+        assert out.logits is not None and out.tokens is not None
+        return out.logits, out.tokens
 
     def attention_maps(self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0) -> Tensor:
         """Every block's attention weights, ``(B, L, H, T, T)`` with ``T = num_prefix + N`` (prefix tokens

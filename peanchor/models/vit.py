@@ -8,7 +8,7 @@ pass computes the attention as SDPA's math written out (softmax of q·kᵀ/√d 
 and k after RoPE, CLS included as a key; then @ v) and hands the weights on. Its logits equal the fused
 pass's to float rounding.
 
-Imports: torch; :mod:`peanchor.pe`, :mod:`peanchor.interventions`, :mod:`peanchor.models.probe`.
+Imports: torch; :mod:`peanchor.pe`, :mod:`peanchor.interventions`, :mod:`peanchor.models` (args, probe).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.ops import StochasticDepth
 
-from peanchor.interventions import permute_tokens
-from peanchor.models.probe import AttentionSink, ProbedModel
+from peanchor.interventions import NO_INTERVENTION, Intervention, permute_tokens
+from peanchor.models.args import ViTArgs
+from peanchor.models.probe import AttentionSink, Intermediates, ProbedModel
 from peanchor.pe import PEContext, RotaryTables, create_pe
 
 
@@ -189,6 +190,22 @@ class VisionTransformer(ProbedModel, nn.Module):
         self.head_drop = nn.Dropout(drop_rate if head_drop_rate is None else head_drop_rate)  # on the CLS token
         self.head = nn.Linear(embed_dim, num_classes)
         self._init_weights()
+        self.args: ViTArgs | None = None  # set by from_args (create_model); the checkpoint's model_args
+
+    @classmethod
+    def from_args(cls, args: ViTArgs) -> VisionTransformer:
+        """The model ``args`` describe (what ``create_model`` and ``load_model`` build)."""
+        model = cls(pe=args.pe, num_classes=args.num_classes, img_size=args.img_size, patch_size=args.patch_size,
+                    pe_kwargs=dict(args.pe_kwargs), **args.architecture())  # fmt: skip
+        model.args = args
+        return model
+
+    @property
+    def model_args(self) -> dict[str, Any]:
+        """``args`` in JSON form, as a checkpoint stores them: ``create_model(**model_args)`` rebuilds this model."""
+        if self.args is None:
+            raise AttributeError("this VisionTransformer was not built by create_model: it has no model_args")
+        return self.args.to_dict()
 
     def _init_weights(self) -> None:
         nn.init.trunc_normal_(self.cls_token, std=0.02)
@@ -214,27 +231,30 @@ class VisionTransformer(ProbedModel, nn.Module):
     def pe_name(self) -> str:
         return self.pe.name
 
-    def _run(
+    def forward_intermediates(
         self,
         images: Tensor,
-        token_perm: Tensor | None,
-        pe_scale: float,
-        collect: bool,
-        head: bool,
-        num_layers: int | None = None,
+        intervention: Intervention = NO_INTERVENTION,
+        *,
+        layers: int | None = None,
+        head: bool = True,
         attention: AttentionSink | None = None,
-    ) -> tuple[Tensor | None, Tensor | None]:
-        last = len(self.blocks) if num_layers is None else num_layers  # probes wanted without a head
+    ) -> Intermediates:
+        """One pass under ``intervention`` (see :class:`~peanchor.models.probe.ProbedModel`)."""
+        count = self._probe_count(layers)
+        if not head and count == 0:
+            raise ValueError("forward_intermediates with head=False and layers=0 has nothing to compute")
+        alpha = intervention.pe_scale
         x = self.patch_embed(images)  # (B, N, D)
-        if token_perm is not None:
-            x = permute_tokens(x, token_perm)  # content moves, slots (and their PE) stay
+        if intervention.token_perm is not None:
+            x = permute_tokens(x, intervention.token_perm)  # content moves, slots (and their PE) stay
         x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)  # (B, 1 + N, D)
-        x = self.pos_drop(self.pe.add(x, pe_scale))
-        rope = self.pe.rotary(pe_scale)
-        bias = self.pe.attn_bias(pe_scale)  # (L|1, H, T, T) or None
+        x = self.pos_drop(self.pe.add(x, alpha))
+        rope = self.pe.rotary(alpha)
+        bias = self.pe.attn_bias(alpha)  # (L|1, H, T, T) or None
         probes: list[Tensor] = []
         for i, block in enumerate(self.blocks):
-            if not head and i == last - 1:
+            if not head and i == count - 1:
                 probes.append(block.norm1(x)[:, self.num_prefix :])  # the last probe needs no attention/MLP
                 break
             x, h = block(
@@ -244,9 +264,9 @@ class VisionTransformer(ProbedModel, nn.Module):
                 self.num_prefix,
                 functools.partial(attention, i) if attention is not None else None,
             )
-            if collect:
+            if i < count:
                 probes.append(h[:, self.num_prefix :])  # (B, N, D)
-            x = self.pe.after_block(i, x, pe_scale)
-        tokens = torch.stack(probes, dim=1) if collect else None  # (B, L, N, D)
+            x = self.pe.after_block(i, x, alpha)
+        tokens = torch.stack(probes, dim=1) if probes else None  # (B, L, N, D)
         logits = self.head(self.head_drop(self.norm(x)[:, 0])) if head else None  # (B, C)
-        return logits, tokens
+        return Intermediates(logits, tokens)

@@ -11,7 +11,7 @@ wrong type or an unknown key is one line naming the dotted key, what was given a
 
     peanchor train --preset cpu --set optim.lr=3e-4 --set model.overrides.depth=6
 
-Imports: :mod:`peanchor.data.spec`, :mod:`peanchor.conditions`; pydantic lazily (on the first override).
+Imports: :mod:`peanchor.data.spec`, :mod:`peanchor.conditions`, :mod:`peanchor.models.args`; pydantic lazily (on the first override).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing_extensions import TypedDict, is_typeddict  # pydantic needs typing_e
 from peanchor.conditions import condition_name
 from peanchor.data.spec import DataSpec
 from peanchor.errors import ConfigError
+from peanchor.models.args import Architecture, field_types
 
 # Keys that change how a run executes but not what it computes: a rerun may change them.
 # ``train.device`` may change (cuda:0 → cuda:1, auto → cuda) as long as the device *type* stays: a resume that
@@ -44,22 +45,9 @@ RUNTIME_KEYS: frozenset[str] = frozenset(
 _FORBID_EXTRA = {"extra": "forbid"}
 
 
-class ModelOverrides(TypedDict, total=False):
-    """Architecture overrides accepted by create_model (``model.overrides.<key>``), with their types."""
-
-    embed_dim: int
-    depth: int
-    num_heads: int
-    mlp_ratio: float
-    drop_rate: float
-    attn_drop_rate: float
-    head_drop_rate: float | None  # None: drop_rate
-    drop_path_rate: float
-    final_norm: bool
-    norm_eps: float
-    qkv_bias: bool
-
-
+# Architecture overrides accepted by create_model (``model.overrides.<key>``), with their types: the fields of
+# peanchor.models.args.Architecture, the one place they are spelled.
+ModelOverrides = TypedDict("ModelOverrides", field_types(Architecture), total=False)  # type: ignore[misc]
 ModelOverrides.__pydantic_config__ = _FORBID_EXTRA  # type: ignore[attr-defined]
 
 
