@@ -21,7 +21,7 @@ from peanchor.metrics import (
     spearman,
     ssdc,
 )
-from peanchor.metrics.ssdc import _pair_reference
+from peanchor.metrics._ssdc_fast import _pair_reference
 
 # ---------------------------------------------------------------------------------------- helpers
 
@@ -103,7 +103,7 @@ def test_rankdata_large_int64_ties_are_exact() -> None:
 
 def test_rankdata_chunked_rows_match_scipy(monkeypatch: pytest.MonkeyPatch) -> None:
     # The package re-exports the function under the module's name, so fetch the module itself.
-    sp = importlib.import_module("peanchor.metrics.spearman")
+    sp = importlib.import_module("peanchor.metrics._ranking")
     monkeypatch.setattr(sp, "_CHUNK_ELEMENTS", 64)  # force many row chunks (torch path)
     monkeypatch.setattr(sp, "_CPU_CHUNK_ELEMENTS", 64)  # and on the CPU (numpy) path
     x = _inputs("tied", (37, 20), seed=3)
@@ -205,7 +205,7 @@ def test_ssdc_reads_upper_triangle_only_and_constant_is_nan() -> None:
 
 
 def test_ssdc_chunking_and_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    ssdc_module = importlib.import_module("peanchor.metrics.ssdc")
+    ssdc_module = importlib.import_module("peanchor.metrics._ssdc_fast")
     g = torch.Generator().manual_seed(3)
     s = torch.randn(7, 2, N, N, generator=g)
     full = ssdc(s, GRID)

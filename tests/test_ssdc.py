@@ -15,8 +15,8 @@ from scipy import stats as sps
 
 from peanchor.metrics import SSDCAccumulator, grid_distances, ssdc
 
-ssdc_module = importlib.import_module("peanchor.metrics.ssdc")
-spearman_module = importlib.import_module("peanchor.metrics.spearman")
+fast_module = importlib.import_module("peanchor.metrics._ssdc_fast")  # the fast path behind ssdc()
+ranking_module = importlib.import_module("peanchor.metrics._ranking")
 
 GRIDS = [(3, 4), (1, 7), (5, 2), (4, 4), (6, 9)]
 
@@ -41,8 +41,8 @@ def _scipy_per_image(tokens: torch.Tensor, grid: tuple[int, int], metric: str = 
 
 def _per_image(tokens: torch.Tensor, grid: tuple[int, int], metric: str = "manhattan") -> np.ndarray:
     """``(B, L)``: the per-image values that SSDCAccumulator(mode="per_image") averages."""
-    pairs = ssdc_module._cosine_pair_blocks(tokens)  # [(B * L, P_i)]
-    return ssdc_module._ssdc_of_pairs(pairs, grid, metric).view(tokens.shape[:2]).numpy()
+    pairs = fast_module.cosine_pair_blocks(tokens)  # [(B * L, P_i)]
+    return fast_module.ssdc_of_pairs(pairs, grid, metric).view(tokens.shape[:2]).numpy()
 
 
 def _tokens(batch: int, layers: int, grid: tuple[int, int], dim: int, seed: int) -> torch.Tensor:
@@ -140,14 +140,14 @@ def test_ssdc_nan_and_infinite_similarities_follow_scipy() -> None:
 def test_numpy_and_torch_ssdc_agree() -> None:
     """The CPU (numpy) kernel and the torch kernel used on other devices give the same values."""
     grid = (6, 9)
-    flat, reference = ssdc_module._pair_reference(grid, "euclidean", torch.device("cpu"))
+    flat, reference = fast_module._pair_reference(grid, "euclidean", torch.device("cpu"))
     g = torch.Generator().manual_seed(1)
     sims = torch.randn(40, 54, 54, generator=g)  # float32
     sims[::4] = torch.round(sims[::4] * 2) / 2  # tie-rich rows
     sims[1] = 3.0  # constant
     sims[2, 0, 1] = float("nan")
     pairs = sims.reshape(40, -1)[:, flat]  # (M, P)
-    torch_values = ssdc_module._ssdc_rows_torch(pairs, reference).numpy()
+    torch_values = fast_module._ssdc_rows_torch(pairs, reference).numpy()
     numpy_values = ssdc(sims, grid, "euclidean").numpy()
     np.testing.assert_array_equal(np.isnan(numpy_values), np.isnan(torch_values))
     assert np.isnan(numpy_values[[1, 2]]).all()
@@ -168,11 +168,11 @@ def test_cosine_pair_blocks_equal_normalise_then_matmul(n: int, dtype: torch.dty
     for scale in (1.0, 1e25, 1e-25, 1e-300):
         unit = F.normalize(x * scale, dim=-1, eps=1e-12)
         expected = (unit @ unit.transpose(-1, -2))[..., rows, cols].reshape(6, -1)  # (B * L, P)
-        got = torch.cat(ssdc_module._cosine_pair_blocks(x * scale), dim=-1)
+        got = torch.cat(fast_module.cosine_pair_blocks(x * scale), dim=-1)
         torch.testing.assert_close(got, expected, atol=atol, rtol=0)
     nan_token = x.clone()
     nan_token[1, 0, 0, 0] = float("nan")
-    got = torch.cat(ssdc_module._cosine_pair_blocks(nan_token), dim=-1)
+    got = torch.cat(fast_module.cosine_pair_blocks(nan_token), dim=-1)
     assert torch.isnan(got[3, : n - 1]).all() and torch.isfinite(got[torch.arange(6) != 3]).all()
 
 
@@ -181,8 +181,8 @@ def test_per_image_ssdc_is_the_same_in_any_chunks(monkeypatch: pytest.MonkeyPatc
     tokens = _tokens(7, 3, grid, dim=6, seed=3)
     whole = SSDCAccumulator(grid, mode="per_image")
     whole.update(tokens)
-    monkeypatch.setattr(ssdc_module, "_CPU_SIM_CHUNK_ELEMENTS", 1)  # one image per similarity chunk
-    monkeypatch.setattr(ssdc_module, "_CPU_RANK_CHUNK_ELEMENTS", 1)  # one matrix per ranking chunk
+    monkeypatch.setattr(fast_module, "_CPU_SIM_CHUNK_ELEMENTS", 1)  # one image per similarity chunk
+    monkeypatch.setattr(fast_module, "_CPU_RANK_CHUNK_ELEMENTS", 1)  # one matrix per ranking chunk
     chunked = SSDCAccumulator(grid, mode="per_image")
     chunked.update(tokens)
     torch.testing.assert_close(chunked.compute(), whole.compute(), atol=0, rtol=0)
@@ -195,8 +195,8 @@ def test_torch_kernel_end_to_end_equals_numpy_kernel(monkeypatch: pytest.MonkeyP
     tokens[2, 1] = tokens[2, 1, :1]  # a constant layer: skipped in the mean
     sims = torch.randn(3, 10, 10, generator=torch.Generator().manual_seed(0))
     numpy_values, numpy_matrices = _per_image(tokens, grid), ssdc(sims, grid)
-    for module in (ssdc_module, spearman_module):
-        monkeypatch.setattr(module, "_uses_numpy", lambda device: False)
-    monkeypatch.setattr(ssdc_module, "_RANK_CHUNK_ELEMENTS", 50)  # several chunks of 45 pairs
+    for module in (fast_module, ranking_module):
+        monkeypatch.setattr(module, "uses_numpy", lambda device: False)
+    monkeypatch.setattr(fast_module, "_RANK_CHUNK_ELEMENTS", 50)  # several chunks of 45 pairs
     np.testing.assert_allclose(_per_image(tokens, grid), numpy_values, atol=1e-12, rtol=0)
     torch.testing.assert_close(ssdc(sims, grid), numpy_matrices, atol=1e-12, rtol=0)
