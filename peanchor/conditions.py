@@ -6,7 +6,7 @@ permutations (RPT), except that APE trained with RPT is the paper's ``rpt``. :da
 peanchor knows by name, in the order tables and legends show them; any other PE parses too (it gets a plain label).
 :data:`PAPER` is the paper's setting, in which the reference rows were measured.
 
-Imports: :mod:`peanchor.errors` only (the PE registry lazily, to check a name), so that every layer, the report
+Imports: :mod:`peanchor.errors`, and :mod:`peanchor.pe` lazily (the PE registry, to check a name), so that every layer, the report
 included, can take its condition facts from here without importing torch.
 """
 

@@ -20,7 +20,7 @@ eva.EvaBlock (``*_rope_*`` ViTs)       ``block.attn`` (AttentionRope)    the sam
 In every case the prefix tokens (CLS and register tokens) come first, as queries and as keys. A block whose
 attention module is none of these leaves the model without attention weights (the lens is then skipped).
 
-Imports: torch, timm (lazily, inside the functions); :mod:`peanchor.models.probe`.
+Imports: torch, timm (lazily, inside the functions); :mod:`peanchor.models.interface`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 from torch import Tensor, nn
 
-from peanchor.models.probe import AttentionSink
+from peanchor.models.interface import AttentionSink
 
 __all__ = ["attention_modules", "capture_attention"]
 

@@ -32,7 +32,7 @@ Supported families (exact classes, so subclasses with their own forward are refu
 timm is imported lazily: this module imports without it, and every entry point raises
 ``PeanchorError("timm is not installed: ...")`` when it is missing.
 
-Imports: torch, timm (lazily); :mod:`peanchor.adapters` (timm_rope, timm_attention), :mod:`peanchor.models.probe`,
+Imports: torch, timm (lazily); :mod:`peanchor.adapters` (timm_rope, timm_attention), :mod:`peanchor.models.interface`,
 :mod:`peanchor.interventions`, :mod:`peanchor.weights`.
 """
 
@@ -54,7 +54,7 @@ from peanchor.adapters.timm_attention import attention_modules, capture_attentio
 from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
 from peanchor.interventions import NO_INTERVENTION, Intervention, permute_tokens
-from peanchor.models.probe import AttentionSink, Intermediates, ProbedModel
+from peanchor.models.interface import AttentionSink, Intermediates, AnalysisInterface
 from peanchor.weights import load_strict, read_state_dict as read_weights_file
 
 SUPPORTED_FAMILIES = (
@@ -111,7 +111,7 @@ class TimmPE:
     rope: str | None  # "rope", "rope_mixed", "rope_dinov3" or None
 
 
-class TimmViT(ProbedModel, nn.Module):
+class TimmViT(AnalysisInterface, nn.Module):
     """A timm ViT behind peanchor's analysis interface. ``self.model`` is the unchanged timm model.
 
     Build it with :func:`load_timm_model`, or wrap a model you already have: ``TimmViT(timm_model)``.
@@ -310,9 +310,9 @@ class TimmViT(ProbedModel, nn.Module):
         head: bool = True,
         attention: AttentionSink | None = None,
     ) -> Intermediates:
-        """One pass under ``intervention`` (see :class:`~peanchor.models.probe.ProbedModel`), through timm's own
+        """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`), through timm's own
         modules."""
-        count = self._probe_count(layers)
+        count = self._layer_count(layers)
         if not head and count == 0:
             raise ValueError("forward_intermediates with head=False and layers=0 has nothing to compute")
         m = self.model

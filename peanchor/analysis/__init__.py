@@ -8,6 +8,5 @@
 * :mod:`~peanchor.analysis.passes`: forward passes with accuracy and SSDC probes from the same call;
 * :mod:`~peanchor.analysis.evaluate`: the suite, returning a :class:`peanchor.results.AnalysisResult`.
 
-Imports: nothing (its modules import :mod:`peanchor.metrics`, :mod:`peanchor.data`, :mod:`peanchor.results`,
-:mod:`peanchor.presets`).
+Imports: nothing (each of its modules says what it imports).
 """

@@ -40,7 +40,8 @@ is refused, unless ``spe_table="as-ape"``: the buffer (with the CLS row from ``c
 then becomes the table of an ``ape`` PE. That model computes exactly the same function, α included
 (both scale the whole code), but its ``pe`` is ``ape`` and its table would train if fine-tuned.
 
-Imports: :mod:`peanchor.models`, :mod:`peanchor.weights`, :mod:`peanchor.conditions` (the paper's names).
+Imports: :mod:`peanchor.models`, :mod:`peanchor.pe` (the sin-cos table), :mod:`peanchor.weights`,
+:mod:`peanchor.conditions` (the paper's names).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ our sin-cos table) is :mod:`peanchor.convert.paper`; this module writes its resu
 
 Rerunning the same import is a no-op; an ``out_dir`` holding anything else is refused and left untouched.
 
-Imports: :mod:`peanchor.convert.paper`, :mod:`peanchor.checkpoint`, :mod:`peanchor.presets`, :mod:`peanchor.fileio`.
+Imports: :mod:`peanchor.convert.paper`, :mod:`peanchor.checkpoint`, :mod:`peanchor.conditions`, :mod:`peanchor.models`,
+:mod:`peanchor.presets`, :mod:`peanchor.training` (the paper preset's config), :mod:`peanchor.fileio`.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ class AttentionDistanceAccumulator:
     """Mean attention distance and prefix mass per layer and head over any number of images, in O(L·H) memory.
 
     Feed it every block's attention weights as the model computes them, ``update(layer, weights (B, H, T, T))``
-    (it is an :data:`~peanchor.models.probe.AttentionSink`), then :meth:`compute`. Every (image, query patch)
+    (it is an :data:`~peanchor.models.interface.AttentionSink`), then :meth:`compute`. Every (image, query patch)
     counts once. Sums stay on the device of the weights (no sync per batch); they are float64.
 
     >>> acc = AttentionDistanceAccumulator((2, 2))

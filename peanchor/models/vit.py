@@ -24,7 +24,7 @@ from torchvision.ops import StochasticDepth
 
 from peanchor.interventions import NO_INTERVENTION, Intervention, permute_tokens
 from peanchor.models.args import ViTArgs
-from peanchor.models.probe import AttentionSink, Intermediates, ProbedModel
+from peanchor.models.interface import AttentionSink, Intermediates, AnalysisInterface
 from peanchor.pe import PEContext, RotaryTables, create_pe
 
 
@@ -150,7 +150,7 @@ class PatchEmbed(nn.Module):
         return self.proj(x).flatten(2).transpose(1, 2)  # (B, N, D), row-major slots
 
 
-class VisionTransformer(ProbedModel, nn.Module):
+class VisionTransformer(AnalysisInterface, nn.Module):
     """ViT with a CLS token and a pluggable positional encoding (``self.pe``)."""
 
     num_prefix = 1
@@ -240,8 +240,8 @@ class VisionTransformer(ProbedModel, nn.Module):
         head: bool = True,
         attention: AttentionSink | None = None,
     ) -> Intermediates:
-        """One pass under ``intervention`` (see :class:`~peanchor.models.probe.ProbedModel`)."""
-        count = self._probe_count(layers)
+        """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`)."""
+        count = self._layer_count(layers)
         if not head and count == 0:
             raise ValueError("forward_intermediates with head=False and layers=0 has nothing to compute")
         alpha = intervention.pe_scale

@@ -9,7 +9,7 @@ self-contained ``out_dir/report.html`` for a :class:`peanchor.results.Results` (
 * :mod:`~peanchor.report.figures`: the figures;
 * :mod:`~peanchor.report.markdown`, :mod:`~peanchor.report.html`: the two renderers.
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.conditions`, :mod:`peanchor.metrics.stats`, :mod:`peanchor.fileio`.
+Imports: :mod:`peanchor.results`, :mod:`peanchor.fileio` (its modules add the conditions' facts and the statistics).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ wrong type or an unknown key is one line naming the dotted key, what was given a
 
     peanchor train --preset cpu --set optim.lr=3e-4 --set model.overrides.depth=6
 
-Imports: :mod:`peanchor.data.spec`, :mod:`peanchor.conditions`, :mod:`peanchor.models.args`; pydantic lazily (on the first override).
+Imports: :mod:`peanchor.data.spec`, :mod:`peanchor.conditions`, :mod:`peanchor.models.args`, :mod:`peanchor.pe` (lazily,
+to check a PE name); pydantic lazily (on the first override).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The analysis interface every probed model offers: one public pass, :meth:`ProbedModel.forward_intermediates`.
+"""The analysis interface every model offers: one public pass, :meth:`AnalysisInterface.forward_intermediates`.
 
 A model (our ViT, the timm adapter, the transformers adapters) implements exactly one method::
 
@@ -6,9 +6,9 @@ A model (our ViT, the timm adapter, the transformers adapters) implements exactl
         -> Intermediates(logits (B, C) or None, tokens (B, L, N, D) or None)
 
 in the spirit of timm's ``forward_intermediates``: one pass under one :class:`~peanchor.interventions.Intervention`
-(token order and PE scale) that returns what the probes need. ``tokens`` are the patch tokens each block's
+(token order and PE scale) that returns what the lenses need. ``tokens`` are the patch tokens each block's
 attention sees (its first norm's output, prefix tokens dropped), ``layers`` of them (None: every block; 0: none);
-with ``head=False`` the pass stops right after the last probe it needs. Attention weights are handed out during
+with ``head=False`` the pass stops right after the last layer it needs. Attention weights are handed out during
 the pass, block by block, to an :data:`AttentionSink`, so that an analysis can reduce them at once instead of
 keeping ``(B, L, H, T, T)``; a model that can do so says ``has_attention_weights``.
 
@@ -28,7 +28,7 @@ from torch import Tensor
 
 from peanchor.interventions import NO_INTERVENTION, Intervention
 
-__all__ = ["AttentionSink", "Intermediates", "ProbedModel"]
+__all__ = ["AttentionSink", "Intermediates", "AnalysisInterface"]
 
 #: Called during a pass with (block index, attention weights ``(b, H, T, T)``): the softmax over keys of that
 #: block's attention, from the q and k it uses (after RoPE, with any attention bias), the ``num_prefix`` prefix
@@ -39,13 +39,13 @@ AttentionSink = Callable[[int, Tensor], None]
 
 @dataclass
 class Intermediates:
-    """What one pass returns: the logits (``head=True``) and the probe tokens (``layers`` != 0)."""
+    """What one pass returns: the logits (``head=True``) and the spatial tokens (``layers`` != 0)."""
 
     logits: Tensor | None  # (B, C)
-    tokens: Tensor | None  # (B, L, N, D): LN1 output of each probed block, prefix tokens dropped
+    tokens: Tensor | None  # (B, L, N, D): LN1 output of each of the first L blocks, prefix tokens dropped
 
 
-class ProbedModel:
+class AnalysisInterface:
     depth: int
     num_prefix: int
     has_attention_weights: bool = False  # whether forward_intermediates(..., attention=sink) feeds the sink
@@ -61,13 +61,13 @@ class ProbedModel:
     ) -> Intermediates:
         """One pass over normalised ``images (B, 3, H, W)`` under ``intervention``.
 
-        ``layers``: how many probes to return, from block 0 on (None: every block, 0: none). ``head``: compute
-        the logits; without them the pass stops after the last probe. ``attention``: fed every block's attention
+        ``layers``: how many layers of tokens to return, from block 0 on (None: every block, 0: none). ``head``: compute
+        the logits; without them the pass stops after the last of them. ``attention``: fed every block's attention
         weights during the pass (see :data:`AttentionSink`).
         """
         raise NotImplementedError
 
-    def _probe_count(self, layers: int | None) -> int:
+    def _layer_count(self, layers: int | None) -> int:
         count = self.depth if layers is None else layers
         if not 0 <= count <= self.depth:
             raise ValueError(f"layers must be in 0..{self.depth}, got {layers}")
@@ -83,7 +83,7 @@ class ProbedModel:
         self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0, num_layers: int | None = None
     ) -> Tensor:
         """The patch tokens each block's attention sees (its first norm's output, prefix tokens dropped):
-        ``(B, L, N, D)``. ``num_layers`` stops the pass after that many probes (ΔSSDC needs layers 0 and 1).
+        ``(B, L, N, D)``. ``num_layers`` stops the pass after that many layers (ΔSSDC needs layers 0 and 1).
         """
         if num_layers is not None and not 1 <= num_layers <= self.depth:
             raise ValueError(f"num_layers must be in 1..{self.depth}, got {num_layers}")
@@ -98,7 +98,7 @@ class ProbedModel:
         pe_scale: float = 1.0,
         attention: AttentionSink | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Logits ``(B, C)`` and the probe tokens ``(B, L, N, D)`` from one pass; with ``attention``, every
+        """Logits ``(B, C)`` and the spatial tokens ``(B, L, N, D)`` from one pass; with ``attention``, every
         block's attention weights are handed to it during the same pass (see :data:`AttentionSink`)."""
         if attention is not None and not self.has_attention_weights:
             raise ValueError(f"{type(self).__name__} cannot hand out its attention weights")
