@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from peanchor.interventions import random_permutation
 from peanchor.models import create_model
-from peanchor.pe import PEContext, create_pe
+from peanchor.pe import PE_REGISTRY, PEContext, create_pe
 from peanchor.pe.relative import relative_offset_index
 
 
@@ -207,3 +207,17 @@ def test_alpha_zero_is_position_free(pe, images):
     model = micro(pe)
     perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(7))
     torch.testing.assert_close(model(images, token_perm=perm, pe_scale=0.0), model(images, pe_scale=0.0))
+
+
+def test_every_module_of_the_pe_package_is_imported_so_a_new_file_registers_itself():
+    """docs/ARCHITECTURE.md's "How to add a positional encoding": a file in peanchor/pe/ is all it takes."""
+    import pkgutil
+    import sys
+
+    import peanchor.pe
+
+    modules = [m.name for m in pkgutil.iter_modules(peanchor.pe.__path__)]
+    assert {"absolute", "rotary", "relative", "conditional"} <= set(modules)
+    assert all(f"peanchor.pe.{m}" in sys.modules for m in modules)
+    owners = {cls.__module__ for cls in PE_REGISTRY.values()}
+    assert owners == {f"peanchor.pe.{m}" for m in ("base", "absolute", "rotary", "relative", "conditional")}
