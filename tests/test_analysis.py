@@ -158,13 +158,13 @@ def test_forward_pass_count_is_what_was_done(pe, evalset):
     assert calls == r.forward_passes * batches
     shifts, alphas, draws = 2, len(ALPHAS), 2
     if pe == "none":
-        # clean (+probes), 2 RPI draws (+probes), 2 shifts
-        assert r.forward_passes == 1 + draws + shifts and counts["spatial_tokens"] == 0
+        # clean (+probes), 2 RPI draws (+ SSDC and attention), the probe's pass under each draw, 2 shifts
+        assert r.forward_passes == 1 + 2 * draws + shifts and counts["spatial_tokens"] == 0
     else:
         # ... plus, at each α ≠ 1: clean, 2 shifts (full) and 2 two-block RPI passes
-        assert r.forward_passes == 1 + draws + shifts + (alphas - 1) * (1 + shifts + draws)
+        assert r.forward_passes == 1 + 2 * draws + shifts + (alphas - 1) * (1 + shifts + draws)
         assert counts["spatial_tokens"] == (alphas - 1) * draws * batches
-    assert counts["forward_with_tokens"] == (1 + draws) * batches
+    assert counts["forward_with_tokens"] == (1 + 2 * draws) * batches and r.passes["probe_rpi"] == draws
     assert r.passes["full"] + r.passes["truncated"] == r.forward_passes
 
 
@@ -197,8 +197,9 @@ def test_severities_and_shared_passes(trained_ape, evalset):
         assert r.severity_fragility[kind] == [1 - a / r.clean_acc for a in accs]
         # At <= 48 px the main shifts are CIFAR-10-C severity 3: the same pass, the same number.
         assert r.severity_shifts[kind][2] == r.shifts[kind] and accs[2] == r.acc[kind]
-    # 2 main shifts + 10 severities, 2 of them identical: 10 corrupted sets; clean, RPI, 2 shifts + 8 severities.
-    assert len(cache) == 10 and r.forward_passes == 4 + 8
+    # 2 main shifts + 10 severities, 2 of them identical: 10 corrupted sets; clean, RPI (and the probe's pass under
+    # RPI), 2 shifts + 8 severities.
+    assert len(cache) == 10 and r.forward_passes == 5 + 8
     # A second model reuses the corrupted sets.
     evaluate_model(micro("none"), evalset, INFO, alphas=(), severities=True, batch_size=48, device="cpu",
                    progress=False, cache=cache)  # fmt: skip

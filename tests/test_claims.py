@@ -4,14 +4,17 @@ threshold says, whatever the other numbers are."""
 from __future__ import annotations
 
 import copy
+import math
 
+import numpy as np
 import pytest
+from scipy import stats
 
 from peanchor.report import claims as C
 from peanchor.report.claims import check_claims
 from peanchor.results import SCHEMA_VERSION, results_from_dict
 
-ALPHAS = (1.0, 0.75, 0.5, 0.25, 0.0)
+ALPHAS = (1.0, 0.8, 0.6, 0.4, 0.2, 0.1, 0.0)  # six usable points (α = 0 is at chance): exact p of ρ = 1 is 2/720
 
 # Per condition: SSDC in order and under RPI (4 layers), FS per shift. Paper-like: none/rpt collapse under RPI but
 # have a ghost map in order; APE and sin-cos peak early; RoPE builds up; every PE model is clearly less fragile.
@@ -19,7 +22,7 @@ PAPER_LIKE = {
     "none": {"normal": [0.45, 0.30, 0.25, 0.20], "rpi": [0.02, 0.03, -0.02, 0.01], "fs": {"jpeg": 0.50, "blur": 0.60}},
     "rpt": {"normal": [0.40, 0.35, 0.30, 0.22], "rpi": [0.01, 0.02, 0.04, 0.03], "fs": {"jpeg": 0.48, "blur": 0.55}},
     "ape": {"normal": [0.6, 0.6, 0.5, 0.5], "rpi": [0.10, 0.45, 0.35, 0.30], "fs": {"jpeg": 0.30, "blur": 0.20}},
-    "sincos": {"normal": [0.8, 0.7, 0.6, 0.6], "rpi": [0.90, 0.80, 0.70, 0.65], "fs": {"jpeg": 0.25, "blur": 0.15}},
+    "sincos": {"normal": [0.8, 0.7, 0.6, 0.6], "rpi": [0.30, 0.90, 0.70, 0.65], "fs": {"jpeg": 0.25, "blur": 0.15}},
     "rope": {"normal": [0.5, 0.5, 0.5, 0.5], "rpi": [0.05, 0.15, 0.30, 0.40], "fs": {"jpeg": 0.35, "blur": 0.25}},
 }
 
@@ -94,22 +97,91 @@ def test_each_claim_flips_at_its_threshold(claim, path, passing, failing):
     }
 
 
-def test_alpha_sweep_needs_rising_delta_and_falling_fs_over_usable_points():
-    def sweep(delta, fs_blur, acc=(0.8, 0.8, 0.8, 0.8, 0.1)):
-        return {a: {"delta": d, "acc": c, "fs": {"jpeg": 0.6 - 0.3 * a, "blur": f}}
-                for a, d, f, c in zip(ALPHAS, delta, fs_blur, acc)}  # fmt: skip
+# Six points in rank order 0..5 against α descending: ρ and the exact two-sided permutation p over the 720 pairings
+# (scipy.stats.permutation_test over the pairings, checked in test_p_values_on_both_sides_are_scipys).
+RHO_P_0_033 = (0, 1, 3, 2, 5, 4)  # ρ = 0.886, p = 24/720 = 0.033: below SIGNIFICANCE
+RHO_P_0_058 = (0, 1, 2, 4, 5, 3)  # ρ = 0.829, p = 42/720 = 0.058: above it, although ρ has the right sign
 
-    good = sweep([0.3, 0.2, 0.1, 0.0, 0.0], [0.2, 0.3, 0.4, 0.5, 0.0])
-    assert _verdicts(_results(PAPER_LIKE, sweep=good))["alpha_sweep"] is True
+
+def _sweep(delta, fs_blur, acc=(0.8,) * 6 + (0.1,)) -> dict:
+    return {a: {"delta": d, "acc": c, "fs": {"jpeg": 0.6 - 0.3 * a, "blur": f}}
+            for a, d, f, c in zip(ALPHAS, delta, fs_blur, acc)}  # fmt: skip
+
+
+def _sweep_claim(sweep: dict) -> C.Claim:
+    return next(c for c in check_claims(results_from_dict(_results(PAPER_LIKE, sweep=sweep))) if c.key == "alpha_sweep")
+
+
+def _ranks_down(order: tuple[int, ...], scale: float = 0.1) -> list[float]:
+    """Values over ALPHAS[:6] (α descending) whose ρ with α is the ρ of ``order`` against 0..5 (α rising)."""
+    return [scale * v for v in reversed(order)] + [0.0]
+
+
+GOOD_DELTA = [0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.0]  # falls with α: ρ(α, ΔSSDC) = 1
+GOOD_FS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.0]  # rises as α falls: ρ(α, FS) = −1 over the usable points
+
+
+def test_alpha_sweep_needs_rising_delta_and_falling_fs_over_usable_points():
+    assert _sweep_claim(_sweep(GOOD_DELTA, GOOD_FS)).replicates is True
     # FS that rises with α (the wrong way) at one shift fails the claim
-    wrong_fs = sweep([0.3, 0.2, 0.1, 0.0, 0.0], [0.5, 0.4, 0.3, 0.2, 0.0])
-    assert _verdicts(_results(PAPER_LIKE, sweep=wrong_fs))["alpha_sweep"] is False
-    # a broken point (α = 0 at chance) is left out: its FS of 0 would otherwise reverse the trend
-    broken_zero = sweep([0.3, 0.2, 0.1, 0.05, 0.0], [0.2, 0.3, 0.4, 0.5, -0.9])
-    assert _verdicts(_results(PAPER_LIKE, sweep=broken_zero))["alpha_sweep"] is True
-    # fewer than 3 usable points: not measured
-    few = sweep([0.3, 0.2, 0.1, 0.0, 0.0], [0.2, 0.3, 0.4, 0.5, 0.6], acc=(0.8, 0.8, 0.1, 0.1, 0.1))
-    assert _verdicts(_results(PAPER_LIKE, sweep=few))["alpha_sweep"] is None
+    assert _sweep_claim(_sweep(GOOD_DELTA, GOOD_FS[5::-1] + [0.0])).replicates is False
+    # ΔSSDC that falls with α fails it too
+    assert _sweep_claim(_sweep(GOOD_DELTA[5::-1] + [0.0], GOOD_FS)).replicates is False
+    # a broken point (α = 0 at chance) is left out: its FS of −0.9 would otherwise weaken the trend
+    assert _sweep_claim(_sweep(GOOD_DELTA, GOOD_FS[:6] + [-0.9])).replicates is True
+
+
+def test_alpha_sweep_reads_fs_only_from_points_at_or_above_sweep_min_acc():
+    """α = 0 with a reversed FS: just below SWEEP_MIN_ACC it is left out (replicates), at it, it counts (seven
+    points, one against the trend: ρ(α, FS blur) = −0.5, p > SIGNIFICANCE)."""
+    reversed_zero = GOOD_FS[:6] + [-0.9]
+    below = _sweep(GOOD_DELTA, reversed_zero, acc=(0.8,) * 6 + (C.SWEEP_MIN_ACC - 0.01,))
+    at = _sweep(GOOD_DELTA, reversed_zero, acc=(0.8,) * 6 + (C.SWEEP_MIN_ACC,))
+    assert _sweep_claim(below).replicates is True and _sweep_claim(below).evidence.startswith("6 α points")
+    claim = _sweep_claim(at)
+    assert claim.replicates is False and claim.evidence.startswith("7 α points")
+
+
+def test_alpha_sweep_needs_min_points_usable_points():
+    """MIN_POINTS usable points are measured (ρ = ±1 gives p = 2/5! < SIGNIFICANCE); one fewer is not measured,
+    because no p of the exact test could fall below SIGNIFICANCE (2/4! = 0.083)."""
+    assert 2 / math.factorial(C.MIN_POINTS - 1) >= C.SIGNIFICANCE > 2 / math.factorial(C.MIN_POINTS)
+    enough = (0.8,) * C.MIN_POINTS + (0.1,) * (7 - C.MIN_POINTS)
+    fewer = (0.8,) * (C.MIN_POINTS - 1) + (0.1,) * (8 - C.MIN_POINTS)
+    assert _sweep_claim(_sweep(GOOD_DELTA, GOOD_FS, acc=enough)).replicates is True
+    claim = _sweep_claim(_sweep(GOOD_DELTA, GOOD_FS, acc=fewer))
+    assert claim.replicates is None and f"{C.MIN_POINTS - 1} usable α point(s) of 7" in claim.evidence
+
+
+@pytest.mark.parametrize("which", ["delta", "fs"])
+def test_alpha_sweep_needs_each_p_below_significance(which):
+    """The right sign is not enough: each correlation's permutation p must be below SIGNIFICANCE."""
+    def sweep(order):
+        if which == "delta":
+            return _sweep(_ranks_down(order), GOOD_FS)
+        return _sweep(GOOD_DELTA, [-v for v in _ranks_down(order)[:6]] + [0.0])
+
+    below, above = _sweep_claim(sweep(RHO_P_0_033)), _sweep_claim(sweep(RHO_P_0_058))
+    assert below.replicates is True and above.replicates is False
+    label = "ΔSSDC" if which == "delta" else "FS blur"
+    assert f"ρ(α, {label}): ρ = {'' if which == 'delta' else '-'}0.89, p = 0.0333, n = 6" in below.evidence
+    assert f"ρ(α, {label}): ρ = {'' if which == 'delta' else '-'}0.83, p = 0.0583, n = 6" in above.evidence
+
+
+def test_alpha_sweep_evidence_is_scipys_rho_and_p_of_the_seed_means():
+    """The evidence, computed by hand: mean over seeds per α, scipy's Spearman ρ, and the exact two-sided p as
+    scipy.stats.permutation_test gives it over every pairing."""
+    sweep = _sweep(_ranks_down(RHO_P_0_033), GOOD_FS)
+    doc = _results(PAPER_LIKE, sweep=sweep, seeds=(0, 1, 2))
+    for row in doc["alpha_sweep"]:  # seeds differ; their mean keeps the order
+        row["delta_ssdc"] += 0.01 * row["seed"]
+    claim = next(c for c in check_claims(results_from_dict(doc)) if c.key == "alpha_sweep")
+    alphas = np.array(ALPHAS[:6])
+    delta = np.array([np.mean([r["delta_ssdc"] for r in doc["alpha_sweep"] if r["alpha"] == a]) for a in alphas])
+    rho = stats.spearmanr(alphas, delta).statistic
+    p = stats.permutation_test((delta,), lambda d: abs(stats.spearmanr(alphas, d).statistic),
+                               permutation_type="pairings", alternative="greater", n_resamples=np.inf).pvalue  # fmt: skip
+    assert f"ρ(α, ΔSSDC): ρ = {rho:.2f}, p = {p:.3g}, n = 6" in claim.evidence
 
 
 def test_claims_without_their_conditions_are_not_measured():
@@ -144,8 +216,69 @@ def test_delta_fs_evidence_gives_rho_without_the_points_near_chance():
     points = correlation_points(results_from_dict(kept))
     expected = spearmanr([p.delta_ssdc for p in points], [p.fs for p in points]).statistic
     claim = next(c for c in check_claims(results_from_dict(doc)) if c.key == "delta_fs")
-    assert f"{len(low)} of the points have clean accuracy < 0.20, without them ρ = {expected:.2f}" in claim.evidence
-    assert f"over {len(points) + len(low)} points" in claim.evidence  # the verdict's ρ is over every point
+    assert f"{len(low)} of the points have clean accuracy < 0.20, without them" in claim.evidence
+    assert f"n = {len(points) + len(low)} points" in claim.evidence  # the verdict's ρ is over every point
+    assert f"without them ρ = {expected:.2f}, p = " in claim.evidence and f"n = {len(points)}" in claim.evidence
     # every point usable: nothing added
     claim = next(c for c in check_claims(results_from_dict(kept)) if c.key == "delta_fs")
     assert "without them" not in claim.evidence
+
+
+def _delta_fs_claim(pairs: list[tuple[float, float]]) -> C.Claim:
+    """The ΔSSDC–FS claim over the given (ΔSSDC, FS) points: one seed of each condition, then α points of its APE."""
+    spec = copy.deepcopy(PAPER_LIKE)
+    conditions = list(spec)[: len(pairs)]
+    spec = {c: spec[c] for c in conditions}
+    for c, (delta, fs) in zip(conditions, pairs):
+        spec[c]["rpi"] = [0.1, 0.1 + delta, 0.0, 0.0]
+        spec[c]["fs"] = {"jpeg": fs, "blur": fs}
+    sweep = {0.5 - 0.1 * i: {"delta": d, "acc": 0.8, "fs": {"jpeg": f, "blur": f}} for i, (d, f) in enumerate(pairs[5:])}
+    return next(c for c in check_claims(results_from_dict(_results(spec, seeds=(0,), sweep=sweep))) if c.key == "delta_fs")
+
+
+@pytest.mark.parametrize(
+    ("order", "verdict", "evidence"),
+    [
+        ((0, 1, 2, 3, 4, 5), True, "ρ = -1.00, p = 0.00278, n = 6"),
+        (RHO_P_0_033, True, "ρ = -0.89, p = 0.0333, n = 6"),  # p just below SIGNIFICANCE
+        (RHO_P_0_058, False, "ρ = -0.83, p = 0.0583, n = 6"),  # negative, but p just above it
+    ],
+)
+def test_delta_fs_needs_a_negative_rho_with_p_below_significance(order, verdict, evidence):
+    claim = _delta_fs_claim([(0.1 * i, 0.5 - 0.05 * v) for i, v in enumerate(order)])
+    assert claim.replicates is verdict and evidence in claim.evidence
+
+
+def test_delta_fs_needs_the_expected_sign_and_min_points():
+    rising = _delta_fs_claim([(0.1 * i, 0.1 + 0.05 * i) for i in range(6)])  # ρ = +1, p = 0.003: the wrong sign
+    assert rising.replicates is False and "ρ = 1.00, p = 0.00278, n = 6" in rising.evidence
+    enough = _delta_fs_claim([(0.1 * i, 0.5 - 0.05 * i) for i in range(C.MIN_POINTS)])
+    assert enough.replicates is True and f"p = {2 / math.factorial(C.MIN_POINTS):.3g}, n = {C.MIN_POINTS}" in enough.evidence
+    fewer = _delta_fs_claim([(0.1 * i, 0.5 - 0.05 * i) for i in range(C.MIN_POINTS - 1)])
+    assert fewer.replicates is None and f"{C.MIN_POINTS - 1} point(s)" in fewer.evidence
+
+
+def test_p_values_on_both_sides_are_scipys():
+    """The two orders the threshold tests use, against scipy.stats.permutation_test over all 720 pairings."""
+    x = np.arange(6.0)
+    for order, expected in ((RHO_P_0_033, 24 / 720), (RHO_P_0_058, 42 / 720)):
+        y = np.array(order, dtype=float)
+        res = stats.permutation_test((y,), lambda v: abs(stats.spearmanr(x, v).statistic), permutation_type="pairings",
+                                     alternative="greater", n_resamples=np.inf)  # fmt: skip
+        assert res.pvalue == pytest.approx(expected, abs=1e-12)
+        assert bool(res.pvalue < C.SIGNIFICANCE) is (order == RHO_P_0_033)
+
+
+def test_less_fragile_evidence_is_numpys_means_and_scipys_paired_ci():
+    """With three seeds: the FS cells are numpy's mean over seeds, the paired CI of FS(ape) − FS(none) is scipy's
+    percentile bootstrap of the per-seed differences (10,000 resamples, seed 0)."""
+    doc = _results(PAPER_LIKE, seeds=(0, 1, 2))
+    for m in doc["models"]:
+        m["fragility"] = {k: v + 0.013 * m["seed"] * (1 if m["condition"] == "ape" else -1) for k, v in m["fragility"].items()}
+    claim = next(c for c in check_claims(results_from_dict(doc)) if c.key == "less_fragile")
+    fs = {c: np.array([m["fragility"]["jpeg"] for m in doc["models"] if m["condition"] == c]) for c in ("none", "ape")}
+    assert f"`none` {fs['none'].mean():.3f}" in claim.evidence and f"`ape` {fs['ape'].mean():.3f}" in claim.evidence
+    diff = fs["ape"] - fs["none"]
+    ci = stats.bootstrap((diff,), np.mean, n_resamples=10000, confidence_level=0.95, method="percentile",
+                         rng=np.random.default_rng(0)).confidence_interval  # fmt: skip
+    assert f"ape − none {diff.mean():+.3f} [{ci.low:+.3f}, {ci.high:+.3f}]" in claim.evidence

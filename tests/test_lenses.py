@@ -20,6 +20,7 @@ from peanchor.data import DataInfo, normalize
 from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from peanchor.interventions import random_permutation
 from peanchor.models import create_model
+from peanchor.metrics import SSDCAccumulator
 from peanchor.metrics.attention_distance import AttentionDistanceAccumulator
 from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE, PositionProbeAccumulator, heldout_mask
 from peanchor.pe import PE_NAMES, PE_REGISTRY
@@ -135,15 +136,68 @@ def test_sincos_layer_0_is_decodable_with_and_without_rpi(state, trained, evalse
         assert values[0] >= 0.9, probe
 
 
-def test_no_pe_probe_is_about_zero_under_rpi_at_every_layer(trained, evalset):
-    r = evaluate_model(trained["none"], evalset, INFO, alphas=(), rpi_draws=2, batch_size=BATCH, device="cpu",
+def _shared_permutation_probe(model: torch.nn.Module, evalset: EvalSet, batch_size: int, seed: int = 0) -> torch.Tensor:
+    """The probe under RPI as it was before issue 18: fed from the SSDC pass, one permutation per batch shared by the
+    fit and the held-out images of that batch. ``(L, 2)`` held-out R²."""
+    heldout = heldout_mask(len(evalset), DEFAULT_HOLDOUT, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    probe = PositionProbeAccumulator(model.grid, DEFAULT_RIDGE)
+    with torch.inference_mode():
+        for start in range(0, len(evalset), batch_size):
+            x = normalize(evalset.images[start : start + batch_size], INFO.mean, INFO.std)
+            _, tokens = model.forward_with_tokens(x, token_perm=random_permutation(model.num_patches, generator=g))
+            probe.update(tokens, heldout[start : start + batch_size])
+    return probe.compute()
+
+
+@pytest.mark.parametrize("batch_size", [256, 1, 16], ids=["one-batch", "one-image-per-batch", "many-batches"])
+def test_no_pe_probe_is_about_zero_under_rpi_at_every_layer(batch_size, trained, evalset):
+    """Without a PE, no slot knows where it is: the held-out R² under RPI is 0 ± 0.05 however the images are batched
+    (the fit and the held-out images never pass through the same permutation), while the tokens in order give the
+    row away (sky and ground are content that carries it)."""
+    r = evaluate_model(trained["none"], evalset, INFO, alphas=(), batch_size=batch_size, device="cpu",
                        progress=False)  # fmt: skip
     probe = r.position_probe
     assert probe is not None and r.clean_acc > 0.9  # trained: the blob's colour needs no position
     for values in (probe.row.rpi, probe.col.rpi):
-        assert max(values) <= 0.05, probe
-    # The tokens in order are another matter: sky and ground are content that carries the row.
+        assert max(abs(v) for v in values) <= 0.05, probe
     assert probe.row.normal[0] > 0.5
+
+
+def test_a_shared_permutation_lets_the_no_pe_probe_read_the_content(trained, evalset):
+    """The control for the test above: with one permutation shared by every image (one batch), the probe learns
+    "content from π(s) ⇒ slot s" and scores it on the held-out images, so the invariant fails clearly."""
+    shared = _shared_permutation_probe(trained["none"], evalset, batch_size=256)
+    assert shared[:, 0].max() > 0.3, shared
+
+
+@pytest.mark.parametrize("batch_size", [256, 16])
+def test_the_probe_fix_leaves_every_other_number_as_it_was(batch_size, trained, evalset):
+    """The probe's own RPI pass changes the probe under RPI only: the in-order probe, SSDC (in order and under RPI),
+    the attention distances and the accuracies are those of the passes before issue 18 (computed here by hand)."""
+    model = trained["none"]
+    r = evaluate_model(model, evalset, INFO, alphas=(), batch_size=batch_size, device="cpu", progress=False)
+    heldout = heldout_mask(len(evalset), DEFAULT_HOLDOUT, seed=0)
+    normal, ssdc, correct = PositionProbeAccumulator(model.grid, DEFAULT_RIDGE), SSDCAccumulator(model.grid), 0
+    g = torch.Generator().manual_seed(0)
+    rpi_ssdc = SSDCAccumulator(model.grid)
+    attention = [AttentionDistanceAccumulator(model.grid), AttentionDistanceAccumulator(model.grid)]  # normal, RPI
+    with torch.inference_mode():
+        for start in range(0, len(evalset), batch_size):
+            x = normalize(evalset.images[start : start + batch_size], INFO.mean, INFO.std)
+            _, tokens = model.forward_with_tokens(x, attention=attention[0])
+            normal.update(tokens, heldout[start : start + batch_size])
+            ssdc.update(tokens)
+            perm = random_permutation(model.num_patches, generator=g)
+            logits, tokens = model.forward_with_tokens(x, token_perm=perm, attention=attention[1])
+            rpi_ssdc.update(tokens)
+            correct += int((logits.argmax(-1) == evalset.labels[start : start + batch_size]).sum())
+    got = torch.tensor([r.position_probe.row.normal, r.position_probe.col.normal], dtype=torch.float64).T
+    torch.testing.assert_close(got, normal.compute(), rtol=0, atol=1e-12)
+    assert r.ssdc.normal == ssdc.compute().tolist() and r.ssdc.rpi == rpi_ssdc.compute().tolist()
+    assert r.attention_distance.manhattan.normal == attention[0].compute()["manhattan"].tolist()
+    assert r.attention_distance.manhattan.rpi == attention[1].compute()["manhattan"].tolist()
+    assert r.rpi_acc == correct / len(evalset)
 
 
 # ---- the suite's numbers are the accumulators run by hand -----------------------------------------
@@ -164,7 +218,13 @@ def test_suite_lenses_equal_the_accumulators_run_by_hand(pe, evalset):
                 x = normalize(evalset.images[start : start + 64], INFO.mean, INFO.std)
                 perm = random_permutation(model.num_patches, generator=g) if g is not None else None
                 _, tokens = model.forward_with_tokens(x, token_perm=perm, attention=attention)
-                probe.update(tokens, heldout[start : start + 64])
+                if g is None:
+                    probe.update(tokens, heldout[start : start + 64])
+            for start in range(0, len(evalset), 64) if g is not None else ():
+                # under RPI the probe's own pass: one permutation per image, continuing the draw's generator
+                x = normalize(evalset.images[start : start + 64], INFO.mean, INFO.std)
+                perm = random_permutation(model.num_patches, batch=x.shape[0], generator=g)  # (B, N)
+                probe.update(model.forward_with_tokens(x, token_perm=perm)[1], heldout[start : start + 64])
         by_hand.append((attention.compute(), probe.compute()))
     distance = r.attention_distance
     for (att, pr), mode in zip(by_hand, ("normal", "rpi")):

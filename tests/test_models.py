@@ -74,10 +74,87 @@ def test_truncated_probe_equals_the_first_layers(pe, images):
         model.spatial_tokens(images, num_layers=0)
 
 
-@pytest.mark.parametrize("pe", PE_NAMES)
-def test_alpha_one_is_the_default(pe, images):
-    model = micro(pe)
-    assert torch.equal(model(images), model(images, pe_scale=1.0))
+def _unscaled_pe(pe: torch.nn.Module) -> dict:
+    """The PE of ``pe`` applied as trained, written out here with no scaling code at all: what it adds to the tokens,
+    its rotation tables, its attention bias, or its conditional term."""
+    from peanchor.pe.base import RotaryTables
+
+    p = pe.ctx.num_prefix
+    out: dict = {}
+    if pe.name == "ape":
+        out["add"] = lambda x: x + pe.table  # the whole table, CLS row included
+    elif pe.name == "sincos":
+        cls = pe.cls_pe if pe.cls_mode == "learned" else 0.0
+        out["add"] = lambda x: torch.cat((x[:, :p] + cls, x[:, p:] + pe.table), dim=1)
+    elif pe.name == "rope":
+        out["rope"] = RotaryTables(pe.angles.cos()[None, None], pe.angles.sin()[None, None], groups=2)
+    elif pe.name == "rope_mixed":
+        (fx, fy), (x, y) = pe.freqs, pe.xy  # (L, H, hd/2) each; (N,) each
+        angle = x[None, None, :, None] * fx[:, :, None] + y[None, None, :, None] * fy[:, :, None]  # (L, H, N, hd/2)
+        angle = torch.cat((angle, angle), dim=-1)  # (L, H, N, hd): pairs (j, j + hd/2)
+        out["rope"] = RotaryTables(angle.cos(), angle.sin(), groups=1)
+    elif pe.name == "relbias":
+        rows, cols = pe.ctx.grid
+        r, c = torch.arange(rows * cols) // cols, torch.arange(rows * cols) % cols
+        offset = (r[:, None] - r[None, :] + rows - 1) * (2 * cols - 1) + (c[:, None] - c[None, :] + cols - 1)  # (N, N)
+        patch = pe.table[:, offset].permute(0, 3, 1, 2)  # (L|1, H, N, N)
+        bias = torch.zeros(*patch.shape[:2], p + rows * cols, p + rows * cols)
+        bias[..., p:, p:] = patch
+        if pe.cls_mode == "learned":
+            c = pe.cls_bias  # (L|1, 3, H): CLS→patch, patch→CLS, CLS→CLS
+            bias[..., :p, p:] = c[:, 0, :, None, None]
+            bias[..., p:, :p] = c[:, 1, :, None, None]
+            bias[..., :p, :p] = c[:, 2, :, None, None]
+        out["bias"] = bias
+    elif pe.name == "peg":
+        rows, cols = pe.ctx.grid
+
+        def after(i: int, x: torch.Tensor) -> torch.Tensor:
+            if i != pe.block:
+                return x
+            grid = x[:, p:].transpose(1, 2).reshape(x.shape[0], -1, rows, cols)  # (B, D, H, W)
+            return torch.cat((x[:, :p], x[:, p:] + pe.conv(grid).flatten(2).transpose(1, 2)), dim=1)
+
+        out["after"] = after
+    else:
+        raise AssertionError(f"write out the unscaled forward of the new scalable PE {pe.name!r} here")
+    return out
+
+
+def _unscaled_forward(model: torch.nn.Module, images: torch.Tensor, with_pe: bool = True) -> torch.Tensor:
+    """The ViT's forward written out (patches, CLS, the PE as trained, the blocks, the head); logits (B, C)."""
+    pe = _unscaled_pe(model.pe) if with_pe else {}
+    x = model.patch_embed(images)  # (B, N, D)
+    x = torch.cat((model.cls_token.expand(x.shape[0], -1, -1), x), dim=1)  # (B, 1 + N, D)
+    x = pe.get("add", lambda t: t)(x)
+    rope, bias = pe.get("rope"), pe.get("bias")
+    for i, block in enumerate(model.blocks):
+        x, _ = block(x, rope.layer(i) if rope is not None else None,
+                     bias[i if bias.shape[0] > 1 else 0] if bias is not None else None, model.num_prefix)  # fmt: skip
+        x = pe.get("after", lambda _i, t: t)(i, x)
+    return model.head(model.norm(x)[:, 0])  # (B, C)
+
+
+SCALABLE_VARIANTS = [(n, {}) for n in SCALABLE] + [("sincos", {"cls": "learned"}), ("relbias", {"cls": "learned"}),
+                                                   ("relbias", {"shared": True})]  # fmt: skip
+
+
+@pytest.mark.parametrize(("pe", "pe_kwargs"), SCALABLE_VARIANTS, ids=lambda v: str(v))
+def test_alpha_one_is_the_pe_applied_without_any_scaling(pe, pe_kwargs, images):
+    """At α = 1 the model is the one whose PE is applied as is (the forward written out above, with no α anywhere),
+    not merely the model at its default argument. Every parameter is enlarged so the PE's terms are not small, and
+    the same forward without the PE differs clearly (the comparison can fail)."""
+    model = micro(pe, pe_kwargs=pe_kwargs)
+    with torch.no_grad():
+        for param in model.parameters():  # peaked attention and a head that is not near zero
+            param.mul_(4)
+        for param in model.pe.parameters():
+            param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(2)))
+        expected = _unscaled_forward(model, images)  # (B, C)
+        scale = expected.abs().max()
+        torch.testing.assert_close(model(images, pe_scale=1.0), expected, rtol=0, atol=1e-6 * scale)
+        torch.testing.assert_close(model(images), expected, rtol=0, atol=1e-6 * scale)
+        assert (_unscaled_forward(model, images, with_pe=False) - expected).abs().max() > 0.01 * scale
 
 
 def _position_free_models() -> list[tuple[str, float]]:

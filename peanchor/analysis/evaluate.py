@@ -8,7 +8,8 @@ out of the same passes as accuracy:
 pass                       yields                                                       model call
 ========================== ============================================================ ==========
 clean, α = 1               clean top-1 and the three lenses per layer (RPI off)         forward_with_tokens
-RPI draw k, α = 1          the three lenses per layer under RPI, RPI top-1              forward_with_tokens
+RPI draw k, α = 1          SSDC and attention distance per layer under RPI, RPI top-1   forward_with_tokens
+RPI draw k, probe          the position probe under RPI (one permutation per image)     forward_with_tokens
 shift s, α = 1             top-1 under each shift (and each severity, on request)       forward
 clean / shift s, α ≠ 1     the α sweep's accuracies (RPI off)                           forward
 RPI draw k, α ≠ 1          ΔSSDC at α: only probes 0 and 1 are needed                   spatial_tokens(num_layers=2)
@@ -21,7 +22,9 @@ reused, not rerun.
 
 The three lenses (docs/lenses.md) come from the same full passes: SSDC, the mean attention distance per layer
 and head (where the model hands out its attention weights) and the position-decoding probe, fitted on a split
-of the evaluation images drawn with ``seed`` (the same split in every pass) and scored on the rest.
+of the evaluation images drawn with ``seed`` (the same split in every pass) and scored on the rest. Under RPI the
+probe has a pass of its own, with one permutation per image (continuing the draw's generator after the draw's
+own pass): a permutation shared by fit and held-out images would let the probe learn it from the content.
 
 RPI draws one permutation of the patch tokens per forward call (i.e. per batch), shared by the
 batch, from a ``torch.Generator`` seeded with ``seed + draw``. The same stream is used at every α,
@@ -211,16 +214,17 @@ def evaluate_model(
         plan += [c, *s.values(), *r]
     plan = list(dict.fromkeys(plan))  # unique, in order
     batches_per_pass = math.ceil(len(evalset) / batch_size)
+    lenses = LensPlan.for_model(model, len(evalset), seed=seed, ridge=probe_ridge, holdout=probe_holdout)
+    probe_passes = rpi_draws if lenses.heldout is not None else 0  # the probe's own pass under each RPI draw
 
     def make_accumulator() -> SSDCAccumulator:
         return SSDCAccumulator(grid, metric=metric, mode=ssdc_mode, bootstrap=bootstrap, seed=seed)
 
-    lenses = LensPlan.for_model(model, len(evalset), seed=seed, ridge=probe_ridge, holdout=probe_holdout)
     was_training = model.training
     model.to(dev).eval()
     t_passes = time.perf_counter()
     try:
-        with tqdm(total=len(plan) * batches_per_pass, desc="evaluate", unit="batch", disable=None if progress is None else not progress,
+        with tqdm(total=(len(plan) + probe_passes) * batches_per_pass, desc="evaluate", unit="batch", disable=None if progress is None else not progress,
                   leave=False) as bar:  # fmt: skip
             runner = PassRunner(
                 model, evalset, info.mean, info.std, sets=sets, batch_size=batch_size, device=dev, seed=seed,
@@ -267,7 +271,7 @@ def evaluate_model(
         sweep.append(SweepPoint(alpha=a, delta_ssdc=_delta(first2), ssdc_rpi=first2, clean_acc=ca, acc=sa,
                                 fragility={name: fragility_score(ca, v) for name, v in sa.items()}))  # fmt: skip
 
-    full = sum(1 for p in plan if p.probes != "first2")
+    full = sum(1 for p in plan if p.probes != "first2") + probe_passes
     return AnalysisResult(
         clean_acc=clean_acc,
         rpi_acc=float(np.mean([runner.accuracy(p) for p in rpi])),
@@ -285,8 +289,9 @@ def evaluate_model(
         shifts={name: s.describe() for name, s in shifts.items()},
         alpha_sweep=sweep,
         num_images=len(evalset),
-        forward_passes=len(plan),
-        passes={"full": full, "truncated": len(plan) - full, "truncated_layers": 2},
+        forward_passes=len(plan) + probe_passes,
+        passes={"full": full, "truncated": len(plan) + probe_passes - full, "truncated_layers": 2,
+                "probe_rpi": probe_passes},
         seconds=time.perf_counter() - t0,
         timing={"corrupt": t_corrupt, "passes": t_passes},
         model=ModelInfo(pe=getattr(model, "pe_name", None), depth=int(model.depth), grid=list(grid), scalable=scalable),

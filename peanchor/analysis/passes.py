@@ -1,5 +1,6 @@
 """Passes over an evaluation set: one model call per batch, accuracy and the lenses (SSDC, attention distance,
-the position probe) from the same forward.
+the position probe) from the same forward. Under RPI the position probe has a pass of its own with one permutation
+per image (:meth:`PassRunner._probe_under_rpi` says why); the other lenses keep one permutation per call.
 
 A :class:`PassSpec` names a pass (which images, which α, which probes, which RPI draw); :class:`PassRunner`
 runs each distinct pass once on one device and keeps its result, so that the suite can plan every pass up
@@ -154,7 +155,7 @@ class PassRunner:
                     # are reduced block by block as the model hands them out
                     logits, tokens = model.forward_with_tokens(x, token_perm=perm, pe_scale=spec.alpha, **lens_kwargs)
                     acc.update(tokens)
-                    if position is not None and self.heldout is not None:
+                    if position is not None and perm is None:  # under RPI the probe has a pass of its own
                         position.update(tokens, self.heldout[start : start + batch.shape[0]])
                 elif spec.probes == "first2":  # ΔSSDC needs probes 0 and 1 only: stop after block 0
                     tokens = model.spatial_tokens(x, token_perm=perm, pe_scale=spec.alpha, num_layers=self.first_layers)
@@ -166,9 +167,32 @@ class PassRunner:
                     correct += (logits.argmax(dim=-1) == labels).sum()
                 if self.bar is not None:
                     self.bar.update(1)
+            if position is not None and generator is not None:
+                self._probe_under_rpi(images, spec.alpha, generator, position)
         result = PassResult(int(correct.item()) if spec.probes != "first2" else None, acc, attention, position)
         self.done[spec] = result
         return result
+
+    def _probe_under_rpi(
+        self, images: Tensor, alpha: float, generator: torch.Generator, position: PositionProbeAccumulator
+    ) -> None:
+        """The position probe's pass under RPI: one permutation per *image*, so that no two images share one.
+
+        With a permutation shared by a batch, a probe fitted on some of its images can learn "content from
+        position π(s) ⇒ slot s" and score it on the others (content carries position in any image with a layout);
+        with one per image there is nothing shared to learn, and the probe reads only what the slots carry. The
+        permutations continue ``generator`` after the pass's own draws, which therefore stay as they are.
+        """
+        assert self.heldout is not None
+        num_patches = int(self.model.grid[0]) * int(self.model.grid[1])
+        for start in range(0, images.shape[0], self.batch_size):
+            batch = images[start : start + self.batch_size].to(self.device, non_blocking=True)
+            x = self.normalize(batch, self.mean, self.std)  # (B, 3, S, S)
+            perm = random_permutation(num_patches, batch=batch.shape[0], generator=generator).to(self.device)  # (B, N)
+            _, tokens = self.model.forward_with_tokens(x, token_perm=perm, pe_scale=alpha)  # (B, L, N, D)
+            position.update(tokens, self.heldout[start : start + batch.shape[0]])
+            if self.bar is not None:
+                self.bar.update(1)
 
     def accuracy(self, spec: PassSpec) -> float:
         correct = self.run(spec).correct

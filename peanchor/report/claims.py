@@ -15,16 +15,23 @@ early_peak         ``ape``, ``sincos``: the peak SSDC under RPI lies in the firs
 gradual_build_up   ``rope``: SSDC under RPI of the last layer ≥ layer 0 + BUILD_UP
 less_fragile       at every shift, each of ``ape``, ``sincos``, ``rope`` has an FS at least FS_MARGIN below
                    both ``none``'s and ``rpt``'s
-alpha_sweep        the APE scaled by α (points whose clean accuracy is ≥ SWEEP_MIN_ACC, at least 3): ρ(α, ΔSSDC)
-                   > 0, and ρ(α, FS) < 0 at every shift (Spearman over the points)
-delta_fs           ΔSSDC and FS rank-correlate negatively over the models and α points (ρ < 0); the
-                   evidence adds ρ without the points below SWEEP_MIN_ACC, whose FS says little
+alpha_sweep        the APE scaled by α (points whose clean accuracy is ≥ SWEEP_MIN_ACC, at least MIN_POINTS):
+                   ρ(α, ΔSSDC) > 0, and ρ(α, FS) < 0 at every shift (Spearman over the points), each with
+                   its permutation p < SIGNIFICANCE
+delta_fs           ΔSSDC and FS rank-correlate negatively over the models and α points (at least MIN_POINTS):
+                   ρ < 0 with permutation p < SIGNIFICANCE; the evidence adds ρ without the points below
+                   SWEEP_MIN_ACC, whose FS says little
 =================  =========================================================================================
+
+A correlation claim needs evidence of its size, not only its sign: ρ must have the expected sign *and* the two-sided
+permutation test of ρ = 0 (:func:`~peanchor.metrics.stats.permutation_test_spearman`, exact when n! ≤ 10,000, else
+10,000 seeded permutations) must give p < SIGNIFICANCE. With fewer than MIN_POINTS points no p can (the exact test's
+smallest p is 2/n!), so such a claim is not measured. The evidence prints ρ, p and n of every correlation.
 
 The thresholds are ours, not the paper's (it gives curves, not cut-offs); docs/study.md explains them. With at
 least 3 seeds, the evidence of ``less_fragile`` adds the paired bootstrap CI of FS(condition) − FS(none).
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.report.summary`, scipy.stats.
+Imports: :mod:`peanchor.results`, :mod:`peanchor.report.summary`, :mod:`peanchor.metrics.stats`.
 """
 
 from __future__ import annotations
@@ -33,9 +40,10 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from scipy.stats import spearmanr
-
+from peanchor.metrics.stats import permutation_test_spearman
 from peanchor.report.summary import (
+    N_PERM,
+    Correlation,
     delta_fs_correlation,
     finite,
     fmt,
@@ -45,7 +53,18 @@ from peanchor.report.summary import (
 )
 from peanchor.results import ModelResult, Results
 
-__all__ = ["ANCHORED", "BUILD_UP", "FS_MARGIN", "GHOST_MAP", "NEAR_ZERO", "SWEEP_MIN_ACC", "Claim", "check_claims"]
+__all__ = [
+    "ANCHORED",
+    "BUILD_UP",
+    "FS_MARGIN",
+    "GHOST_MAP",
+    "MIN_POINTS",
+    "NEAR_ZERO",
+    "SIGNIFICANCE",
+    "SWEEP_MIN_ACC",
+    "Claim",
+    "check_claims",
+]
 
 NEAR_ZERO = 0.10  # |SSDC| under RPI that counts as "no index-anchored structure"
 GHOST_MAP = 0.20  # SSDC with tokens in order that counts as content-driven structure
@@ -53,6 +72,8 @@ ANCHORED = 0.25  # peak SSDC under RPI that counts as index-anchored structure
 BUILD_UP = 0.10  # how much RoPE's SSDC under RPI must rise from layer 0 to the last layer
 FS_MARGIN = 0.05  # how much lower a PE model's FS must be than the ablated and RPT models'
 SWEEP_MIN_ACC = 0.20  # α points below this clean accuracy are too broken to read FS from
+SIGNIFICANCE = 0.05  # a correlation claim's permutation p must be below this
+MIN_POINTS = 5  # the fewest points whose exact two-sided permutation p can be below SIGNIFICANCE: 2/5! = 0.017
 
 _NO_PE = ("none", "rpt")
 _PE = ("ape", "sincos", "rope")
@@ -163,10 +184,27 @@ def _less_fragile(results: Results, groups: dict[str, list[ModelResult]]) -> Cla
     return Claim("less_fragile", statement, all(verdicts), "; ".join(parts))
 
 
+def _rank_test(x: Sequence[float], y: Sequence[float]) -> Correlation:
+    """Spearman ρ of ``x`` and ``y`` with its permutation p, as the ΔSSDC–FS correlation computes it."""
+    test = permutation_test_spearman(x, y, n_perm=N_PERM, seed=0)
+    return Correlation(None, len(x), test["rho"], test["p_value"], bool(test["exact"]))
+
+
+def _shows(corr: Correlation, sign: int) -> bool:
+    """ρ has the sign ``sign`` and its permutation p is below SIGNIFICANCE."""
+    return finite(corr.rho) and corr.rho * sign > 0 and finite(corr.p_value) and corr.p_value < SIGNIFICANCE
+
+
+def _rank_text(corr: Correlation) -> str:
+    """``ρ = -0.63, p = 0.008, n = 17``: what a correlation claim rests on."""
+    p = f"{corr.p_value:.3g}" + ("" if corr.exact else f" ({N_PERM:,} permutations)")
+    return f"ρ = {fmt(corr.rho, 2)}, p = {p}, n = {corr.n}"
+
+
 def _alpha_sweep(results: Results) -> Claim:
     statement = (f"Scaling the learned APE down (α < 1) removes anchored structure and makes the model more fragile: "
                  f"over the α points with clean accuracy ≥ {SWEEP_MIN_ACC:.1f}, ΔSSDC rises with α and FS falls "
-                 "with α (Spearman ρ).")  # fmt: skip
+                 f"with α (Spearman ρ, each with permutation p < {SIGNIFICANCE:g}).")  # fmt: skip
     rows = [p for p in results.alpha_sweep if p.condition == "ape"]
     by_alpha: dict[float, list] = {}
     for p in rows:
@@ -175,34 +213,35 @@ def _alpha_sweep(results: Results) -> Claim:
         (a, _mean([p.clean_acc for p in ps]), _mean([p.delta_ssdc for p in ps]), ps) for a, ps in by_alpha.items()
     )
     usable = [pt for pt in points if pt[1] >= SWEEP_MIN_ACC]
-    if len(usable) < 3:
-        return Claim("alpha_sweep", statement, None, f"{len(usable)} usable α point(s) of {len(points)}: not measured")
+    if len(usable) < MIN_POINTS:
+        return Claim("alpha_sweep", statement, None, f"{len(usable)} usable α point(s) of {len(points)}, fewer than "
+                     f"{MIN_POINTS}: no permutation p can fall below {SIGNIFICANCE:g}; not measured")  # fmt: skip
     alphas = [a for a, *_ in usable]
-    rho_delta = float(spearmanr(alphas, [d for _, _, d, _ in usable]).statistic)
-    parts = [f"{len(usable)} α points ({', '.join(f'{a:g}' for a in alphas)}): ρ(α, ΔSSDC) = {fmt(rho_delta, 2)}"]
-    verdicts = [rho_delta > 0]
+    delta = _rank_test(alphas, [d for _, _, d, _ in usable])
+    parts = [f"{len(usable)} α points ({', '.join(f'{a:g}' for a in alphas)}): ρ(α, ΔSSDC): {_rank_text(delta)}"]
+    verdicts = [_shows(delta, +1)]
     for k in shift_keys(results):
-        fs = [_mean([p.fragility.get(k) for p in ps]) for *_, ps in usable]
-        rho = float(spearmanr(alphas, fs).statistic)
-        verdicts.append(rho < 0)
-        parts.append(f"ρ(α, FS {k}) = {fmt(rho, 2)}")
-    return Claim("alpha_sweep", statement, all(v is True for v in verdicts), "; ".join(parts))
+        fs = _rank_test(alphas, [_mean([p.fragility.get(k) for p in ps]) for *_, ps in usable])
+        verdicts.append(_shows(fs, -1))
+        parts.append(f"ρ(α, FS {k}): {_rank_text(fs)}")
+    return Claim("alpha_sweep", statement, all(verdicts), "; ".join(parts))
 
 
 def _delta_fs(results: Results) -> Claim:
     corr = delta_fs_correlation(results)
-    statement = "More index-anchored structure goes with less fragility: ΔSSDC and FS correlate negatively."
-    if not finite(corr.rho):
-        return Claim("delta_fs", statement, None, f"{corr.n} point(s): not measured")
-    detail = (f"Spearman ρ = {fmt(corr.rho, 2)} over {corr.n} points (FS {corr.shift}), permutation p = "
-              f"{corr.p_value:.3g}")  # fmt: skip
+    statement = (f"More index-anchored structure goes with less fragility: ΔSSDC and FS correlate negatively "
+                 f"(Spearman ρ < 0, permutation p < {SIGNIFICANCE:g}).")  # fmt: skip
+    if not finite(corr.rho) or corr.n < MIN_POINTS:
+        return Claim("delta_fs", statement, None, f"{corr.n} point(s), fewer than {MIN_POINTS} or constant values: "
+                     "not measured")  # fmt: skip
+    detail = f"Spearman {_rank_text(corr)} points (FS {corr.shift})"
     # The verdict uses every point, as the paper does; a point near chance has an FS near 0 whatever its
     # structure, so the detail says how much such points carry.
     usable = delta_fs_correlation(results, corr.shift, min_clean_acc=SWEEP_MIN_ACC)
     if usable.n < corr.n:
         detail += (f"; {corr.n - usable.n} of the points have clean accuracy < {SWEEP_MIN_ACC:.2f}, "
-                   f"without them ρ = {fmt(usable.rho, 2)}")  # fmt: skip
-    return Claim("delta_fs", statement, corr.rho < 0, detail)
+                   f"without them {_rank_text(usable)}")  # fmt: skip
+    return Claim("delta_fs", statement, _shows(corr, -1), detail)
 
 
 def check_claims(results: Results) -> list[Claim]:
