@@ -228,3 +228,37 @@ def test_folders_that_cannot_be_analysed_are_one_line(tmp_path) -> None:
     T.ViTForMaskedImageModeling(T.ViTConfig(**TINY)).save_pretrained(tmp_path / "mim")
     with pytest.raises(ConfigError, match="ViTForMaskedImageModeling is not supported; supported: ViTModel"):
         load_hf_model(tmp_path / "mim")
+
+
+def test_the_cli_analyses_a_save_pretrained_folder(tmp_path, capsys) -> None:
+    from peanchor.cli import main
+
+    build("Dinov2ForImageClassification").save_pretrained(tmp_path / "dino")  # 5 outputs: scenes has 10 classes
+    out = tmp_path / "out"
+    args = ["analyze", "--hf", str(tmp_path / "dino"), "--data", "scenes", "--images", "12", "--alphas", "1,0",
+            "--shift", "jpeg:quality=10", "--no-progress", "--out", str(out)]  # fmt: skip
+    assert main(args) != 0
+    assert "the model has 5 outputs but the dataset has 10 classes" in capsys.readouterr().err
+    assert not out.exists()
+    model = T.Dinov2ForImageClassification(T.Dinov2Config(num_labels=10, **TINY)).eval()
+    model.save_pretrained(tmp_path / "dino")
+    assert main(args) == 0
+    doc = json.loads((out / "analysis.json").read_text())
+    assert doc["model"]["pe"] == "hf:ape" and doc["source"]["kind"] == "transformers"
+    assert doc["source"]["model_args"]["class"] == "Dinov2ForImageClassification"
+    assert [p["alpha"] for p in doc["alpha_sweep"]] == [1.0, 0.0] and doc["num_images"] == 12
+
+
+def test_the_cli_refuses_a_folder_without_weights_in_one_line(tmp_path, capsys) -> None:
+    from peanchor.cli import main
+
+    build("ViTModel").save_pretrained(tmp_path / "vit")
+    (tmp_path / "vit" / "model.safetensors").unlink()
+    before = sorted(p.name for p in (tmp_path / "vit").iterdir())
+    capsys.readouterr()  # save_pretrained's own progress bar
+    code = main(["analyze", "--hf", str(tmp_path / "vit"), "--data", "scenes", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and len(err.splitlines()) == 1 and "has no weights" in err
+    assert sorted(p.name for p in (tmp_path / "vit").iterdir()) == before and not (tmp_path / "out").exists()
+    assert main(["analyze", "--hf", str(tmp_path / "vit"), "--timm", "vit_small_patch16_224"]) != 0
+    assert "give one of RUN_DIR, --timm NAME or --hf DIR, not --timm and --hf" in capsys.readouterr().err

@@ -379,10 +379,16 @@ def load_hf_model(folder: str | Path, *, img_size: int | None = None) -> HFViT:
     if arch not in SUPPORTED_CLASSES:
         raise ConfigError(f"{path}: model class {arch} is not supported; supported: {_supported_line()}")
     cls = getattr(transformers, arch)
+    logging = transformers.utils.logging
+    bars = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()  # one local folder: no "Loading weights" bar on stderr
     try:
         model = cls.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{path}: transformers could not load {arch}: {str(e).strip().splitlines()[0]}") from e
+    finally:
+        if bars:
+            logging.enable_progress_bar()
     mean, std = _read_stats(path)
     wrapped = HFViT(model, img_size=img_size, mean=mean, std=std)
     wrapped._model_args["folder"] = str(path)
