@@ -1,7 +1,16 @@
 """peanchor: how positional encodings anchor spatial structure and robustness in Vision Transformers.
 
-Imports: nothing at import time; ``create_model``, ``load_model`` and ``PE_NAMES`` lazily from
-:mod:`peanchor.models`, :mod:`peanchor.checkpoint` and :mod:`peanchor.pe`.
+From Python (README.md, "Python"; docs/python.md)::
+
+    import peanchor
+    result = peanchor.analyze(model, images, labels, shifts=["jpeg:quality=10"], alphas=[1.0, 0.5, 0.0])
+    peanchor.plot_ssdc_per_layer({"mine": result})
+    result.save("runs/mine")  # analysis.json + analysis.csv
+
+Imports: nothing at import time; lazily ``create_model`` / ``MODEL_SIZES`` from :mod:`peanchor.models`,
+``load_model`` from :mod:`peanchor.checkpoint`, ``PE_NAMES`` from :mod:`peanchor.pe`, ``analyze`` / ``LENSES``
+from :mod:`peanchor.api`, ``read_analysis`` / ``AnalysisResult`` from :mod:`peanchor.results`, the ``plot_*``
+functions from :mod:`peanchor.report.plots`.
 """
 
 from __future__ import annotations
@@ -10,26 +19,32 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "create_model", "load_model", "PE_NAMES", "MODEL_SIZES"]
+__all__ = [
+    "__version__", "create_model", "load_model", "PE_NAMES", "MODEL_SIZES", "analyze", "LENSES", "AnalysisResult",
+    "read_analysis", "plot_ssdc_per_layer", "plot_alpha_sweep", "plot_lenses", "plot_attention_heads",
+]  # fmt: skip
 
 if TYPE_CHECKING:  # pragma: no cover
+    from peanchor.api import LENSES, analyze
     from peanchor.checkpoint import load_model
     from peanchor.models import MODEL_SIZES, create_model
     from peanchor.pe import PE_NAMES
+    from peanchor.report.plots import plot_alpha_sweep, plot_attention_heads, plot_lenses, plot_ssdc_per_layer
+    from peanchor.results import AnalysisResult, read_analysis
+
+# name → the module it lives in; imported on first use so that `peanchor --help` does not pay for torch.
+_LAZY = {
+    "create_model": "peanchor.models", "MODEL_SIZES": "peanchor.models", "PE_NAMES": "peanchor.pe",
+    "load_model": "peanchor.checkpoint", "analyze": "peanchor.api", "LENSES": "peanchor.api",
+    "AnalysisResult": "peanchor.results", "read_analysis": "peanchor.results",
+    "plot_ssdc_per_layer": "peanchor.report.plots", "plot_alpha_sweep": "peanchor.report.plots",
+    "plot_lenses": "peanchor.report.plots", "plot_attention_heads": "peanchor.report.plots",
+}  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy so that `peanchor --help` does not pay for importing torch.
-    if name in ("create_model", "MODEL_SIZES"):
-        from peanchor import models
+    if name in _LAZY:
+        import importlib
 
-        return getattr(models, name)
-    if name == "PE_NAMES":
-        from peanchor import pe
-
-        return pe.PE_NAMES
-    if name == "load_model":
-        from peanchor.checkpoint import load_model
-
-        return load_model
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'peanchor' has no attribute {name!r}")

@@ -223,6 +223,8 @@ class AnalysisResult(Measures):
     severity_table: str | None = _optional()
     shift_sources: dict[str, str] | None = _optional()  # shift name → "preset cpu", "--shift jpeg:quality=10", ...
     source: dict[str, Any] = field(default_factory=dict)  # where the model and the data came from
+    def save(self, out_dir: str | os.PathLike[str]) -> Path:  # analysis.json + .csv in out_dir: write_analysis
+        return write_analysis(self, out_dir)
 
 
 # ----------------------------------------------------------------------------------------------

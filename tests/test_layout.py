@@ -18,6 +18,7 @@ STAGES: list[tuple[str, ...]] = [
     ("checkpoint", "adapters"),
     ("training", "presets", "convert"),  # convert writes run directories, as training does
     ("analysis",),
+    ("api",),  # peanchor.analyze: the Python front end, and the analysis path the CLI shares
     ("report",),
     ("grid",),
     ("commands", "cli", "__main__", "__init__"),

@@ -48,13 +48,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run directory (from peanchor train or import)")
     p.add_argument("--out", metavar="DIR", help="where to write analysis.json/.csv (default: RUN_DIR/analysis, "
-                   "or runs/analyze-timm-NAME with --timm)")  # fmt: skip
+                   "or runs/analyze-timm-NAME with --timm, runs/analyze-hf-NAME with --hf)")  # fmt: skip
     timm = p.add_argument_group("a timm model instead of a run directory (pip install 'peanchor[timm]')")
     timm.add_argument("--timm", metavar="NAME", help="a timm ViT or EVA-family RoPE ViT, e.g. vit_small_patch16_224")
     timm.add_argument("--weights", metavar="FILE", help="its weights: .safetensors, or .pt/.pth read with weights_only")
     timm.add_argument("--num-classes", type=int, metavar="N", help="output classes (default: from the weights' head)")
     timm.add_argument("--timm-arg", action="append", default=[], metavar="KEY=VALUE",
                       help="extra timm.create_model argument, e.g. img_size=384 (repeatable; values parsed as YAML)")  # fmt: skip
+    hf = p.add_argument_group("a transformers model instead of a run directory (pip install 'peanchor[transformers]')")
+    hf.add_argument("--hf", metavar="DIR", help="a local save_pretrained folder (read offline, no remote code) of a "
+                    "ViT, DeiT, DINOv2 (+registers), CLIP or SigLIP vision tower, or DINOv3")  # fmt: skip
     data = p.add_argument_group("data (default: the run's config.yaml)")
     data.add_argument("--data", metavar="NAME", help="evaluate on another dataset (scenes, cifar10, imagenet100, ...)")
     data.add_argument("--data-root", metavar="PATH", help="where that dataset lives")
@@ -158,6 +161,18 @@ def subject_from_timm(args: argparse.Namespace) -> Subject:
     return Subject(model, None, args.timm, Path("runs") / f"analyze-timm-{safe}", source, None, (model.mean, model.std))
 
 
+def subject_from_hf(args: argparse.Namespace) -> Subject:
+    """A transformers model from a local ``save_pretrained`` folder, evaluated on ``--data``."""
+    from peanchor.adapters.hf_vit import load_hf_model
+
+    if not args.data:
+        raise ConfigError("--hf needs --data NAME (and --data-root PATH) to say what to evaluate on")
+    model = load_hf_model(args.hf)
+    source = {"kind": "transformers", "model_args": model.model_args, "pe": model.pe_name}
+    name = Path(args.hf).resolve().name
+    return Subject(model, None, name, Path("runs") / f"analyze-hf-{name}", source, None, (model.mean, model.std))
+
+
 def parse_timm_args(items: list[str]) -> dict[str, Any]:
     """``["img_size=64", "depth=2"]`` → ``{"img_size": 64, "depth": 2}``.
 
@@ -179,16 +194,19 @@ def parse_timm_args(items: list[str]) -> dict[str, Any]:
 
 
 def resolve_subject(args: argparse.Namespace) -> Subject:
-    """Arguments → :class:`Subject`: a run directory, or a timm model."""
-    if args.run_dir and args.timm:
-        raise ConfigError("give either RUN_DIR or --timm NAME, not both")
+    """Arguments → :class:`Subject`: a run directory, a timm model or a transformers folder."""
+    given = [flag for flag, value in (("RUN_DIR", args.run_dir), ("--timm", args.timm), ("--hf", args.hf)) if value]
+    if len(given) > 1:
+        raise ConfigError(f"give one of RUN_DIR, --timm NAME or --hf DIR, not {' and '.join(given)}")
     if args.timm:
         return subject_from_timm(args)
     if args.weights or args.num_classes or args.timm_arg:
         raise ConfigError("--weights, --num-classes and --timm-arg go with --timm NAME")
+    if args.hf:
+        return subject_from_hf(args)
     if args.run_dir:
         return subject_from_run_dir(args.run_dir)
-    raise ConfigError("analyze needs a RUN_DIR (from peanchor train or peanchor import) or --timm NAME")
+    raise ConfigError("analyze needs a RUN_DIR (from peanchor train or peanchor import), --timm NAME or --hf DIR")
 
 
 def match_classes(model: Any, classes: list[str]) -> None:
@@ -197,10 +215,12 @@ def match_classes(model: Any, classes: list[str]) -> None:
     A timm ImageNet-1k head evaluated on an ImageNet subset (classes named by WordNet id, e.g.
     ImageNet-100) keeps the logits of those classes, in the dataset's order.
     """
-    head = getattr(getattr(model, "model", None), "num_classes", None)
+    if getattr(model, "has_head", True) is False:
+        return  # a transformers backbone: no accuracy to line up (the analysis reports none)
+    head = getattr(model, "num_classes", None) or getattr(getattr(model, "model", None), "num_classes", None)
     if head is None or head == len(classes):
         return
-    if head == 1000 and classes and all(c.startswith("n") and c[1:].isdigit() for c in classes):
+    if head == 1000 and hasattr(model, "restrict_to_classes") and classes and all(c.startswith("n") and c[1:].isdigit() for c in classes):
         from timm.data import ImageNetInfo
 
         synsets = {w: i for i, w in enumerate(ImageNetInfo().label_names())}
@@ -209,9 +229,11 @@ def match_classes(model: Any, classes: list[str]) -> None:
             model.restrict_to_classes([synsets[c] for c in classes])
             return
         raise ConfigError(f"classes {', '.join(missing[:3])} are not ImageNet-1k WordNet ids")
+    hint = ("pass --num-classes to match a fine-tuned head" if hasattr(model, "restrict_to_classes")
+            else "a transformers head needs config.num_labels equal to the number of classes")  # fmt: skip
     raise ConfigError(
         f"the model has {head} outputs but the dataset has {len(classes)} classes; "
-        "accuracy and FS need matching classes (pass --num-classes to match a fine-tuned head)"
+        f"accuracy and FS need matching classes ({hint})"
     )
 
 
@@ -240,10 +262,10 @@ def data_spec_for(subject: Subject, args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from peanchor.analysis.evalset import EvalSet
-    from peanchor.analysis.evaluate import DEFAULT_ALPHAS, evaluate_model
-    from peanchor.analysis.shift_specs import measured_shifts, parse_shift_specs
+    from peanchor.analysis.evaluate import DEFAULT_ALPHAS
+    from peanchor.analysis.shift_specs import parse_shift_specs
+    from peanchor.api import run_analysis
     from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
-    from peanchor.results import write_analysis
 
     if args.rpi_draws < 1:
         raise ConfigError(f"--rpi-draws {args.rpi_draws}: expected >= 1")
@@ -274,18 +296,16 @@ def run(args: argparse.Namespace) -> int:
     if subject.normalization is not None:
         info = dataclasses.replace(info, mean=tuple(subject.normalization[0]), std=tuple(subject.normalization[1]))
         match_classes(subject.model, list(info.classes))
-    shifts, shift_sources = measured_shifts(subject.preset, evalset.img_size, shift_specs)
-    result = evaluate_model(
-        subject.model, evalset, info, shifts=shifts, alphas=alphas, rpi_draws=args.rpi_draws, seed=args.seed,
+    result = run_analysis(
+        subject.model, evalset, info, preset=subject.preset, shift_specs=shift_specs,
+        source={**subject.source, "data": spec.to_dict()}, alphas=alphas, rpi_draws=args.rpi_draws, seed=args.seed,
         ssdc_mode="per_image" if args.per_image else "mean_similarity",
         metric="euclidean" if args.euclidean else "manhattan", bootstrap=args.bootstrap, severities=args.severities,
         batch_size=args.batch_size or subject.eval_batch_size or 256, device=args.device, progress=progress,
         probe_ridge=DEFAULT_RIDGE if args.probe_ridge is None else args.probe_ridge,
         probe_holdout=DEFAULT_HOLDOUT if args.probe_holdout is None else args.probe_holdout,
     )  # fmt: skip
-    result.source = {**subject.source, "data": spec.to_dict()}
-    result.shift_sources = shift_sources
-    path = write_analysis(result, out)
+    path = result.save(out)
     print(summary_text(result, subject.name))
     print(f"wrote {path} and {path.with_suffix('.csv')}")
     if args.tensorboard:

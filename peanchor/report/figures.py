@@ -35,7 +35,7 @@ from peanchor.report.summary import (
 )
 from peanchor.results import Results
 
-__all__ = ["DPI", "condition_style", "make_figures"]
+__all__ = ["DPI", "condition_style", "draw_alpha_sweep", "draw_ssdc_per_layer", "make_figures"]
 
 DPI = 150
 _SPARE_MARKERS = ("h", "<", ">", "p", "d", "8", "H", "1")
@@ -137,7 +137,8 @@ def _finish(fig: Figure, axes: Sequence[Axes]) -> None:
                    frameon=False, fontsize=8.5, handlelength=3.2)
 
 
-def _plot_ssdc_per_layer(results: Results, directory: Path) -> FigureFile | None:
+def _draw_ssdc_per_layer(results: Results) -> tuple[Figure, bool] | None:
+    """The figure, and whether a single seed's band is its spread over RPI draws or its CI."""
     groups = models_by_condition(results)
     if not groups:
         return None
@@ -177,6 +178,20 @@ def _plot_ssdc_per_layer(results: Results, directory: Path) -> FigureFile | None
             ax.set_ylabel("SSDC")
         ax.xaxis.get_major_locator().set_params(integer=True)
     _finish(fig, axes)
+    return fig, single_band
+
+
+def draw_ssdc_per_layer(results: Results) -> Figure | None:
+    """SSDC per layer, tokens in order (left) and under RPI (right), one line per condition; None without models."""
+    drawn = _draw_ssdc_per_layer(results)
+    return drawn[0] if drawn is not None else None
+
+
+def _plot_ssdc_per_layer(results: Results, directory: Path) -> FigureFile | None:
+    drawn = _draw_ssdc_per_layer(results)
+    if drawn is None:
+        return None
+    fig, single_band = drawn
     png, pdf = _save(fig, directory, "ssdc_per_layer")
     caption = ("SSDC per layer with tokens in their order (left) and under random permutation at inference (right); "
                "lines are means over seeds, bands and bars ±1 std over seeds")
@@ -185,7 +200,9 @@ def _plot_ssdc_per_layer(results: Results, directory: Path) -> FigureFile | None
     return FigureFile("ssdc_per_layer", "SSDC per layer", caption + ".", png, pdf)
 
 
-def _plot_alpha_sweep(results: Results, directory: Path) -> FigureFile | None:
+def draw_alpha_sweep(results: Results) -> Figure | None:
+    """ΔSSDC (under RPI) and the Fragility Score of each shift against α, one line per condition; None without
+    a sweep."""
     sweep = [p for p in results.alpha_sweep if finite(p.alpha)]
     if not sweep:
         return None
@@ -215,6 +232,13 @@ def _plot_alpha_sweep(results: Results, directory: Path) -> FigureFile | None:
         ax.set_title(f"{panel} vs α", fontsize=10)
         ax.set_xlim(-0.02, 1.05)
     _finish(fig, axes)
+    return fig
+
+
+def _plot_alpha_sweep(results: Results, directory: Path) -> FigureFile | None:
+    fig = draw_alpha_sweep(results)
+    if fig is None:
+        return None
     png, pdf = _save(fig, directory, "alpha_sweep")
     caption = ("ΔSSDC (RPI on) and Fragility Scores (clean and shifted accuracy both at that α, RPI off) as the PE is scaled "
                "by α at inference; means over seeds, bars ±1 std; the dotted grey line is the paper's APE sweep "

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from peanchor.conditions import label
 from peanchor.report.document import FigureFile, Table
 from peanchor.report.figures import _finish, _mean_std, _save, _styles
 from peanchor.report.summary import finite, fmt, models_by_condition, summarise
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
 from peanchor.results import ModelResult, Results
 
 __all__ = ["LENS_INTRO", "lens_sentences", "lens_table", "plot_attention_heads", "plot_lenses_per_layer"]
@@ -150,8 +153,9 @@ PANELS: list[tuple[str, str, Callable[[ModelResult, str], list[float]]]] = [
 ]
 
 
-def plot_lenses_per_layer(results: Results, directory: Path) -> FigureFile | None:
-    """Each lens per layer, tokens in order (top row) and under RPI (bottom row), one line per condition."""
+def draw_lenses_per_layer(results: Results) -> Figure | None:
+    """Each lens per layer, tokens in order (top row) and under RPI (bottom row), one line per condition; None
+    without lens records."""
     groups = _lens_groups(results)
     if not groups:
         return None
@@ -189,6 +193,14 @@ def plot_lenses_per_layer(results: Results, directory: Path) -> FigureFile | Non
     axes = [ax for r in grid for ax in r]
     _finish(fig, axes)
     fig.subplots_adjust(hspace=0.35)
+    return fig
+
+
+def plot_lenses_per_layer(results: Results, directory: Path) -> FigureFile | None:
+    """:func:`draw_lenses_per_layer`, saved as PNG and PDF."""
+    fig = draw_lenses_per_layer(results)
+    if fig is None:
+        return None
     png, pdf = _save(fig, directory, "lenses_per_layer")
     caption = ("SSDC, the position probe's held-out R² and the mean attention distance per layer, with tokens in order "
                "(top) and under RPI (bottom; positions are the slots); means over seeds, bands ±1 std. The dashed line "
@@ -196,9 +208,9 @@ def plot_lenses_per_layer(results: Results, directory: Path) -> FigureFile | Non
     return FigureFile("lenses_per_layer", "The three lenses per layer", caption, png, pdf)
 
 
-def plot_attention_heads(results: Results, directory: Path) -> FigureFile | None:
+def draw_attention_heads(results: Results) -> Figure | None:
     """Every head's mean attention distance against its layer, one panel per condition (Dosovitskiy et al.'s view),
-    filled in order and hollow under RPI; all seeds' heads are shown."""
+    filled in order and hollow under RPI; all seeds' heads are shown. None without attention records."""
     groups = {c: [m for m in ms if m.attention_distance is not None] for c, ms in _lens_groups(results).items()}
     groups = {c: ms for c, ms in groups.items() if ms}
     if not groups:
@@ -234,6 +246,14 @@ def plot_attention_heads(results: Results, directory: Path) -> FigureFile | None
         for coll in ax.collections:
             coll.set_label("_")
     _finish(fig, axes)
+    return fig
+
+
+def plot_attention_heads(results: Results, directory: Path) -> FigureFile | None:
+    """:func:`draw_attention_heads`, saved as PNG and PDF."""
+    fig = draw_attention_heads(results)
+    if fig is None:
+        return None
     png, pdf = _save(fig, directory, "attention_distance_heads")
     caption = ("The mean attention distance (Manhattan, in patches) of every head against its layer, for every seed: "
                "filled with tokens in order, hollow under RPI; the dashed line is the distance of attention spread "

@@ -1,0 +1,395 @@
+"""Run peanchor's analysis on Hugging Face ``transformers`` vision transformers, through their own forward.
+
+:class:`HFViT` wraps a transformers model and offers the probe interface of
+:class:`peanchor.models.probe.ProbedModel` (``forward(images, token_perm, pe_scale)``, ``spatial_tokens``,
+``forward_with_tokens``, ``attention_maps``, ``grid``, ``depth``, ``num_prefix``, ``pe_name``, ``pe_scalable``).
+Unlike the timm adapter it does not re-orchestrate the forward: every pass is the model's own ``forward``, and the
+interventions are hooks and temporary swaps that are undone when the pass ends:
+
+* RPI: a forward hook on the patch embedding reorders its output's token axis, i.e. right after patch embedding
+  and before any position embedding is added, so the table stays attached to the slots (docs/study.md);
+* α on a learned table: the table parameter (``position_embeddings``, or ``position_embedding.weight``) is
+  replaced by α × table for the pass (transformers' bicubic ``interpolate_pos_encoding`` is linear, so an
+  interpolated table is scaled by α too); α on DINOv3's RoPE: its ``inv_freq`` buffer is replaced by
+  α × ``inv_freq``, which multiplies every rotation angle by α (α = 0: no rotation), as the timm adapter does;
+* the SSDC probe: forward hooks on each layer's first norm, prefix tokens (CLS, distillation, registers) dropped;
+  a truncated pass (``num_layers``) stops the forward once the last probe needed is recorded;
+* attention weights: the pass runs transformers' eager attention path, whose attention modules return their
+  softmax weights; a forward hook hands them to the sink.
+
+With the identity permutation (or none) and α = 1 nothing changes the computation, so logits and hidden states
+are transformers' own (tests/test_hf_models.py checks this on small random configs of every family). A model with
+no classification head (``Dinov2Model``, ``CLIPVisionModel``, ...) returns its pooled features from ``forward``
+and says ``has_head = False``; :func:`peanchor.api.analyze` then reports no accuracy for it.
+
+Imports: torch, transformers (lazily); :mod:`peanchor.models.probe`, :mod:`peanchor.interventions`,
+:mod:`peanchor.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from peanchor.errors import CheckpointError, ConfigError, PeanchorError
+from peanchor.interventions import permute_tokens
+from peanchor.models.probe import AttentionSink, ProbedModel
+
+__all__ = ["HFViT", "SUPPORTED_CLASSES", "is_transformers_model", "load_hf_model"]
+
+IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+HALF = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+OPENAI_CLIP = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
+
+
+@dataclass(frozen=True)
+class Family:
+    """Where a transformers family keeps what the probes need, relative to its backbone module."""
+
+    name: str
+    layers: str  # the ModuleList of layers
+    norm: str  # each layer's first norm: the SSDC probe point
+    attention: str  # each layer's attention module (returns (output, weights))
+    patch: str  # the patch embedding: (B, N, D) out, or a Conv2d's (B, D, h, w)
+    table: tuple[str, str] | None  # (module, parameter) of the learned position table
+    rope: str | None  # the rotary module with an ``inv_freq`` buffer
+    interpolate_kwarg: bool  # whether forward takes ``interpolate_pos_encoding``
+    extra_prefix: int  # prefix tokens besides the registers (CLS, distillation)
+    norm_stats: tuple[tuple[float, ...], tuple[float, ...]]  # the image processor's default mean/std
+
+
+_VIT = dict(layers="layers", norm="layernorm_before", attention="attention", patch="embeddings.patch_embeddings",
+            table=("embeddings", "position_embeddings"), rope=None, interpolate_kwarg=True)  # fmt: skip
+_DINO2 = dict(layers="encoder.layer", norm="norm1", attention="attention", patch="embeddings.patch_embeddings",
+              table=("embeddings", "position_embeddings"), rope=None, interpolate_kwarg=False, extra_prefix=1,
+              norm_stats=IMAGENET)  # fmt: skip
+_TOWER = dict(layers="encoder.layers", norm="layer_norm1", attention="self_attn", patch="embeddings.patch_embedding",
+              table=("embeddings.position_embedding", "weight"), rope=None, interpolate_kwarg=True)  # fmt: skip
+FAMILIES = {
+    "vit": Family("vit", extra_prefix=1, norm_stats=HALF, **_VIT),  # type: ignore[arg-type]
+    "deit": Family("deit", extra_prefix=2, norm_stats=IMAGENET, **_VIT),  # type: ignore[arg-type]
+    "dinov2": Family("dinov2", **_DINO2),  # type: ignore[arg-type]
+    "dinov2_with_registers": Family("dinov2_with_registers", **_DINO2),  # type: ignore[arg-type]
+    "clip": Family("clip", extra_prefix=1, norm_stats=OPENAI_CLIP, **_TOWER),  # type: ignore[arg-type]
+    "siglip": Family("siglip", extra_prefix=0, norm_stats=HALF, **_TOWER),  # type: ignore[arg-type]
+    "dinov3": Family("dinov3", layers="model.layer", norm="norm1", attention="attention",
+                     patch="embeddings.patch_embeddings", table=None, rope="rope_embeddings", interpolate_kwarg=False,
+                     extra_prefix=1, norm_stats=IMAGENET),  # fmt: skip
+}
+
+#: class name → (family, attribute of the backbone in the model, or "" for the model itself)
+SUPPORTED_CLASSES: dict[str, tuple[str, str]] = {
+    "ViTModel": ("vit", ""), "ViTForImageClassification": ("vit", "vit"),
+    "DeiTModel": ("deit", ""), "DeiTForImageClassification": ("deit", "deit"),
+    "DeiTForImageClassificationWithTeacher": ("deit", "deit"),
+    "Dinov2Model": ("dinov2", ""), "Dinov2ForImageClassification": ("dinov2", "dinov2"),
+    "Dinov2WithRegistersModel": ("dinov2_with_registers", ""),
+    "Dinov2WithRegistersForImageClassification": ("dinov2_with_registers", "dinov2_with_registers"),
+    "CLIPVisionModel": ("clip", ""), "SiglipVisionModel": ("siglip", ""), "DINOv3ViTModel": ("dinov3", ""),
+}  # fmt: skip
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def _require_transformers() -> Any:
+    try:
+        import transformers
+    except ModuleNotFoundError as e:
+        if e.name != "transformers":
+            raise PeanchorError(f"transformers could not be imported: {e}") from e
+        raise PeanchorError("transformers is not installed: pip install 'peanchor[transformers]'") from e
+    return transformers
+
+
+def is_transformers_model(model: Any) -> bool:
+    """Whether ``model`` is a transformers ``PreTrainedModel`` (without importing transformers if it is not)."""
+    return any(c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel" for c in type(model).__mro__)
+
+
+def _supported_line() -> str:
+    return ", ".join(SUPPORTED_CLASSES)
+
+
+def _attr(module: nn.Module, dotted: str) -> Any:
+    for part in dotted.split(".") if dotted else ():
+        module = getattr(module, part)
+    return module
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    return (int(value[0]), int(value[1])) if isinstance(value, (tuple, list)) else (int(value), int(value))
+
+
+class _Stop(Exception):
+    """Raised by the last probe hook a truncated pass needs: the rest of the forward is not computed."""
+
+
+class HFViT(ProbedModel, nn.Module):
+    """A transformers vision transformer behind peanchor's analysis interface; ``self.model`` is unchanged.
+
+    ``img_size`` (default: the config's) is the resolution the analysis feeds; at another size than the config's
+    the model's own ``interpolate_pos_encoding`` resizes the table (DINOv2 and DINOv3 always adapt to the input).
+    ``mean``/``std`` (default: the family's image processor default) normalise the uint8 images.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        img_size: int | None = None,
+        mean: tuple[float, ...] | None = None,
+        std: tuple[float, ...] | None = None,
+    ):
+        super().__init__()
+        transformers = _require_transformers()
+        name = type(model).__name__
+        if not is_transformers_model(model) or name not in SUPPORTED_CLASSES:
+            raise ConfigError(f"transformers model class {name} is not supported; supported: {_supported_line()}")
+        family_name, backbone_attr = SUPPORTED_CLASSES[name]
+        self.family = FAMILIES[family_name]
+        self.model = model
+        self._backbone: nn.Module = _attr(model, backbone_attr)
+        config = self._backbone.config
+        self._patch = _pair(config.patch_size)
+        native = _pair(config.image_size)
+        size = (int(img_size), int(img_size)) if img_size is not None else native
+        if size[0] % self._patch[0] or size[1] % self._patch[1]:
+            raise ConfigError(f"img_size {size[0]} is not a multiple of the model's patch size {self._patch[0]}")
+        self._img_size = size
+        self._interpolate = size != native
+        self._layers: nn.ModuleList = _attr(self._backbone, self.family.layers)
+        self._prefix = self.family.extra_prefix + int(getattr(config, "num_register_tokens", 0) or 0)
+        self.mean = tuple(mean) if mean is not None else self.family.norm_stats[0]
+        self.std = tuple(std) if std is not None else self.family.norm_stats[1]
+        self.has_head = "ForImageClassification" in name
+        self._model_args = {
+            "source": "transformers", "class": name, "img_size": size[0], "num_classes": self.num_classes,
+            "transformers_version": transformers.__version__,
+        }  # fmt: skip
+
+    # ---- what the analysis reads ------------------------------------------------------------
+
+    @property
+    def pe_name(self) -> str:
+        return "hf:rope" if self.family.rope else "hf:ape"
+
+    @property
+    def pe_scalable(self) -> bool:
+        return True  # every supported family has a learned table or a rope
+
+    @property
+    def has_attention_weights(self) -> bool:  # type: ignore[override]
+        return True
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self._img_size[0] // self._patch[0], self._img_size[1] // self._patch[1]
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def depth(self) -> int:  # type: ignore[override]
+        return len(self._layers)
+
+    @property
+    def num_prefix(self) -> int:  # type: ignore[override]
+        """Tokens in front of the patches (CLS, DeiT's distillation token, registers), dropped from the probes."""
+        return self._prefix
+
+    @property
+    def img_size(self) -> tuple[int, int]:
+        return self._img_size
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.model.config.num_labels) if self.has_head else 0
+
+    @property
+    def model_args(self) -> dict[str, Any]:
+        """Provenance (JSON-able): the class, the resolution analysed and the transformers version."""
+        return dict(self._model_args)
+
+    def extra_repr(self) -> str:
+        return f"class={type(self.model).__name__}, pe={self.pe_name}, grid={self.grid}, depth={self.depth}, prefix={self.num_prefix}"
+
+    # ---- interventions, as hooks and swaps undone after the pass ----------------------------
+
+    @contextmanager
+    def _permuted(self, perm: Tensor | None) -> Iterator[None]:
+        if perm is None:
+            yield
+            return
+
+        def hook(_m: nn.Module, _i: Any, out: Tensor) -> Tensor:
+            if out.dim() == 4:  # a Conv2d's (B, D, h, w): permute its flattened, row-major grid
+                b, d, h, w = out.shape
+                moved = permute_tokens(out.flatten(2).transpose(1, 2), perm)  # (B, N, D)
+                return moved.transpose(1, 2).reshape(b, d, h, w)
+            return permute_tokens(out, perm)  # (B, N, D)
+
+        handle = _attr(self._backbone, self.family.patch).register_forward_hook(hook)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+    @contextmanager
+    def _scaled(self, alpha: float) -> Iterator[None]:
+        """The table (or the rope's ``inv_freq``) × α for the pass; the original tensor is put back after."""
+        if alpha == 1.0:
+            yield
+            return
+        if self.family.table is not None:
+            owner, key, store = _attr(self._backbone, self.family.table[0]), self.family.table[1], "_parameters"
+        else:
+            owner, key, store = _attr(self._backbone, self.family.rope or ""), "inv_freq", "_buffers"
+        slots = getattr(owner, store)
+        original = slots[key]
+        slots[key] = original.detach() * alpha  # a plain tensor in the slot: forward reads it like the original
+        try:
+            yield
+        finally:
+            slots[key] = original
+
+    @contextmanager
+    def _probes(self, sink: list[Tensor] | None, stop_after: int | None) -> Iterator[None]:
+        if sink is None:
+            yield
+            return
+        p = self._prefix
+
+        def hook(_m: nn.Module, _i: Any, out: Tensor) -> None:
+            sink.append(out[:, p:])  # (B, N, D): what attention sees, patch slots only
+            if stop_after is not None and len(sink) == stop_after:
+                raise _Stop
+
+        handles = [getattr(layer, self.family.norm).register_forward_hook(hook) for layer in self._layers]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    @contextmanager
+    def _attention(self, sink: AttentionSink | None) -> Iterator[None]:
+        if sink is None:
+            yield
+            return
+        before = self.model.config._attn_implementation
+        self.model.set_attn_implementation("eager")  # the path that computes (and returns) the softmax weights
+        handles = []
+        for i, layer in enumerate(self._layers):
+
+            def hook(_m: nn.Module, _i: Any, out: Any, i: int = i) -> None:
+                sink(i, out[1])  # (B, H, T, T), prefix tokens first
+
+            handles.append(getattr(layer, self.family.attention).register_forward_hook(hook))
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+            self.model.set_attn_implementation(before)
+
+    # ---- the forward pass ---------------------------------------------------------------------
+
+    def _run(
+        self,
+        images: Tensor,
+        token_perm: Tensor | None,
+        pe_scale: float,
+        collect: bool,
+        head: bool,
+        num_layers: int | None = None,
+        attention: AttentionSink | None = None,
+    ) -> tuple[Tensor | None, Tensor | None]:
+        if tuple(images.shape[-2:]) != self._img_size:
+            raise ValueError(
+                f"images are {images.shape[-2]}x{images.shape[-1]} px but this wrapper analyses "
+                f"{self._img_size[0]}x{self._img_size[1]} px (HFViT(model, img_size=...) sets it)"
+            )
+        probes: list[Tensor] = []
+        stop_after = None if head else (num_layers or self.depth)
+        kwargs = {"interpolate_pos_encoding": True} if self._interpolate and self.family.interpolate_kwarg else {}
+        out = None
+        with ExitStack() as stack:
+            stack.enter_context(self._permuted(token_perm))
+            stack.enter_context(self._scaled(float(pe_scale)))
+            stack.enter_context(self._probes(probes if collect else None, stop_after))
+            stack.enter_context(self._attention(attention))
+            try:
+                out = self.model(pixel_values=images, **kwargs)
+            except _Stop:
+                pass
+        tokens = torch.stack(probes, dim=1) if collect else None  # (B, L, N, D)
+        if not head:
+            return None, tokens
+        assert out is not None
+        return self._head_output(out), tokens
+
+    def _head_output(self, out: Any) -> Tensor:
+        """Logits ``(B, C)``; for a model without a classification head, its pooled features ``(B, D)``."""
+        if self.has_head:
+            return out.logits
+        pooled = getattr(out, "pooler_output", None)
+        return pooled if pooled is not None else out.last_hidden_state.mean(dim=1)
+
+
+def _read_stats(folder: Path) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+    """``image_mean``/``image_std`` from the folder's ``preprocessor_config.json``, when it has one."""
+    path = folder / "preprocessor_config.json"
+    if not path.is_file():
+        return None, None
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: not readable JSON ({e})") from e
+    mean, std = cfg.get("image_mean"), cfg.get("image_std")
+    return (tuple(mean) if mean else None), (tuple(std) if std else None)
+
+
+def load_hf_model(folder: str | Path, *, img_size: int | None = None) -> HFViT:
+    """A local ``save_pretrained`` folder as an :class:`HFViT`, in eval mode.
+
+    Read with ``local_files_only=True`` (nothing is downloaded) and without ``trust_remote_code``. The class comes
+    from ``config.json``'s ``architectures``; a class outside :data:`SUPPORTED_CLASSES`, a folder without
+    ``config.json`` or without weights is one :class:`~peanchor.errors.PeanchorError` line.
+    """
+    transformers = _require_transformers()
+    path = Path(folder)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: no such directory (expected a transformers save_pretrained folder)")
+    if not (path / "config.json").is_file():
+        raise CheckpointError(f"{path} has no config.json: not a transformers save_pretrained folder")
+    if not any((path / f).is_file() for f in _WEIGHT_FILES):
+        raise CheckpointError(f"{path} has no weights ({', '.join(_WEIGHT_FILES[::2])}): save them with model.save_pretrained")
+    try:
+        config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise CheckpointError(f"{path}/config.json could not be read: {str(e).strip().splitlines()[0]}") from e
+    arch = (getattr(config, "architectures", None) or [None])[0]
+    if arch not in SUPPORTED_CLASSES:
+        raise ConfigError(f"{path}: model class {arch} is not supported; supported: {_supported_line()}")
+    cls = getattr(transformers, arch)
+    logging = transformers.utils.logging
+    bars = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()  # one local folder: no "Loading weights" bar on stderr
+    try:
+        model = cls.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"{path}: transformers could not load {arch}: {str(e).strip().splitlines()[0]}") from e
+    finally:
+        if bars:
+            logging.enable_progress_bar()
+    mean, std = _read_stats(path)
+    wrapped = HFViT(model, img_size=img_size, mean=mean, std=std)
+    wrapped._model_args["folder"] = str(path)
+    return wrapped.eval()

@@ -1,0 +1,269 @@
+"""The Python API: ``peanchor.analyze(model, data, ...)`` and the one analysis path that ``peanchor analyze`` shares.
+
+:func:`analyze` takes a peanchor model, a timm ViT or a transformers vision model (wrapped by
+:mod:`peanchor.adapters`), and data as a uint8 image tensor with labels, a dataset or a ``DataLoader`` of
+``(image, label)``, or a dataset name (``"scenes"``) or :class:`~peanchor.data.DataSpec`. It returns the
+:class:`~peanchor.results.AnalysisResult` that the CLI writes (``result.save(dir)`` writes ``analysis.json``).
+
+:func:`run_analysis` is the part both front ends run once they have a model and an evaluation set: the shifts a
+model is measured under (:func:`peanchor.analysis.shift_specs.measured_shifts`), :func:`evaluate_model`, then the
+record of where model and data came from. Two choices are the API's own: ``shifts=`` is the whole list of shifts
+(the CLI's ``--shift`` replaces or adds to the preset's), and ``lenses=`` leaves out the lenses not asked for
+from the result (they are still computed: the lens plan cannot skip them yet). A model without a classification
+head (a transformers backbone such as ``Dinov2Model``) is analysed for geometry; its accuracies and Fragility
+Scores are NaN, and ``source["accuracy"]`` says why.
+
+Imports: torch; :mod:`peanchor.analysis`, :mod:`peanchor.adapters`, :mod:`peanchor.models`, :mod:`peanchor.data`,
+:mod:`peanchor.results`, :mod:`peanchor.errors`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from peanchor.analysis.corruptions import Shift
+from peanchor.analysis.evalset import EvalSet
+from peanchor.analysis.evaluate import DEFAULT_ALPHAS, evaluate_model
+from peanchor.analysis.shift_specs import ShiftSpec, measured_shifts, parse_shift_specs
+from peanchor.errors import ConfigError, DataError
+from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
+from peanchor.models.probe import ProbedModel
+from peanchor.results import AnalysisResult
+
+__all__ = ["LENSES", "analyze", "as_probed_model", "run_analysis"]
+
+#: The lenses an analysis can report; SSDC is always measured (ΔSSDC and the α sweep are made of it).
+LENSES = ("ssdc", "attention_distance", "position_probe")
+NO_HEAD = "none: the model has no classification head (accuracy and FS are NaN)"
+
+
+def as_probed_model(model: Any, img_size: int | None = None) -> ProbedModel:
+    """``model`` behind the probe interface: a peanchor model as it is, a timm model through
+    :class:`~peanchor.adapters.TimmViT`, a transformers model through :class:`~peanchor.adapters.hf_vit.HFViT`
+    (at ``img_size`` when given: transformers interpolates its table). Anything else is one ConfigError line."""
+    if isinstance(model, ProbedModel):
+        return model
+    if type(model).__module__.startswith("timm."):
+        from peanchor.adapters import TimmViT
+
+        return TimmViT(model).eval()
+    from peanchor.adapters.hf_vit import HFViT, is_transformers_model
+
+    if is_transformers_model(model):
+        return HFViT(model, img_size=img_size).eval()
+    raise ConfigError(
+        f"cannot analyse a {type(model).__module__}.{type(model).__name__}: expected a peanchor model "
+        "(peanchor.create_model / load_model), a timm ViT, or a transformers vision model (ViT, DeiT, DINOv2, "
+        "CLIP, SigLIP, DINOv3)"
+    )
+
+
+def model_img_size(model: Any) -> int | None:
+    """The image size (px) a probed model takes, when it says."""
+    size = getattr(model, "img_size", None)
+    if isinstance(size, tuple):
+        return int(size[0])
+    size = (getattr(model, "model_args", None) or {}).get("img_size")
+    return int(size) if isinstance(size, int) else None
+
+
+def _shift_text(shift: Shift | str) -> str:
+    if isinstance(shift, str):
+        return shift
+    if isinstance(shift, Shift):
+        params = ",".join(f"{k}={v}" for k, v in shift.describe().items() if k != "kind" and v is not None)
+        return f"{shift.kind}:{params}"
+    raise ConfigError(f"shift {shift!r}: expected a Shift or a string such as 'jpeg:quality=10'")
+
+
+def _check_lenses(lenses: Iterable[str]) -> tuple[str, ...]:
+    chosen = tuple(lenses)
+    unknown = [name for name in chosen if name not in LENSES]
+    if unknown:
+        raise ConfigError(f"unknown lens {unknown[0]!r}; valid: {', '.join(LENSES)}")
+    return chosen
+
+
+def _without_accuracy(result: AnalysisResult) -> None:
+    """NaN for every accuracy and FS of a model without a classification head (its 'logits' are features)."""
+    nan = math.nan
+    result.clean_acc = result.rpi_acc = nan
+    result.acc = {k: nan for k in result.acc}
+    result.fragility = {k: nan for k in result.fragility}
+    for record in (result.severities, result.severity_fragility):
+        for values in (record or {}).values():
+            values[:] = [nan] * len(values)
+    for point in result.alpha_sweep:
+        point.clean_acc = nan
+        point.acc = {k: nan for k in point.acc}
+        point.fragility = {k: nan for k in point.fragility}
+
+
+def run_analysis(
+    model: nn.Module,
+    evalset: EvalSet,
+    info: Any,
+    *,
+    preset: str | None = None,
+    shift_specs: Sequence[ShiftSpec] = (),
+    only_given_shifts: bool = False,
+    lenses: Iterable[str] = LENSES,
+    source: dict[str, Any] | None = None,
+    **options: Any,
+) -> AnalysisResult:
+    """The analysis both front ends run: shifts for the model (``preset``'s, or the resolution rule, with
+    ``shift_specs`` replacing or adding one per kind; ``only_given_shifts``: just those), then
+    :func:`~peanchor.analysis.evaluate.evaluate_model` with ``options``; ``source`` is recorded in the result."""
+    chosen = _check_lenses(lenses)
+    if only_given_shifts and not shift_specs:
+        raise ConfigError("shifts=[]: give at least one shift (accuracy under a shift is part of every analysis)")
+    shifts, sources = measured_shifts(preset, evalset.img_size, shift_specs)
+    if only_given_shifts:
+        kinds = {spec.kind for spec in shift_specs}
+        shifts = {name: s for name, s in shifts.items() if name in kinds}
+        sources = {name: s for name, s in sources.items() if name in kinds}
+    result = evaluate_model(model, evalset, info, shifts=shifts, **options)
+    result.shift_sources = sources
+    result.source = dict(source or {})
+    if getattr(model, "has_head", True) is False:
+        _without_accuracy(result)
+        result.source["accuracy"] = NO_HEAD
+    if "attention_distance" not in chosen:
+        result.attention_distance = None
+    if "position_probe" not in chosen:
+        result.position_probe = None
+    return result
+
+
+def _images_from(data: Any, labels: Any) -> tuple[Tensor, Tensor]:
+    """``data`` (a tensor with ``labels``, an ``(images, labels)`` pair, a dataset or an iterable of batches)
+    as one uint8 ``(N, 3, S, S)`` tensor and its labels ``(N,)``."""
+    if isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[0], Tensor) and labels is None:
+        data, labels = data
+    if isinstance(data, Tensor):
+        if labels is None:
+            raise DataError("images given as a tensor need their labels: analyze(model, images, labels, ...)")
+        images, labels = data, torch.as_tensor(labels)
+    else:
+        from torch.utils.data import DataLoader, Dataset
+
+        if isinstance(data, Dataset):
+            data = DataLoader(data, batch_size=256)
+        if not isinstance(data, Iterable):
+            raise DataError(f"cannot read images from a {type(data).__name__}: expected a uint8 tensor (N, 3, S, S) "
+                            "with labels, a dataset or a DataLoader of (image, label), or a dataset name")  # fmt: skip
+        parts = [(x, torch.as_tensor(y)) for x, y in data]
+        if not parts or not all(isinstance(x, Tensor) for x, _ in parts):
+            raise DataError("the data gave no image tensors: expected (uint8 image (3, S, S), label) items")
+        images, labels = torch.cat([x for x, _ in parts]), torch.cat([y.reshape(-1) for _, y in parts])
+    if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[1] != 3:
+        raise DataError(f"images must be uint8 (N, 3, S, S) with values 0..255, got {images.dtype} "
+                        f"{tuple(images.shape)}")  # fmt: skip
+    if images.shape[-1] != images.shape[-2]:
+        raise DataError(f"images must be square (N, 3, S, S), got {tuple(images.shape)}")
+    if labels.dim() != 1 or labels.shape[0] != images.shape[0] or labels.is_floating_point():
+        raise DataError(f"labels must be integers of shape ({images.shape[0]},), got {labels.dtype} {tuple(labels.shape)}")
+    return images, labels.long()
+
+
+def _evalset(data: Any, labels: Any, img_size: int | None, max_images: int | None, progress: bool | None) -> EvalSet:
+    from peanchor.data import DataInfo, DataSpec
+
+    if isinstance(data, str):
+        data = DataSpec(name=data)
+    if isinstance(data, DataSpec):
+        spec = data if img_size is None else DataSpec.from_dict({**data.to_dict(), "img_size": img_size})
+        evalset = EvalSet.from_spec(spec, max_images, progress=progress)
+        evalset.source = {**evalset.source, "kind": "dataset"}
+        return evalset
+    images, labels = _images_from(data, labels)
+    classes = int(labels.max()) + 1
+    # A placeholder for the normalisation: analyze() always sets mean/std before the analysis runs.
+    info = DataInfo(num_classes=classes, img_size=int(images.shape[-1]), mean=(0.0,) * 3, std=(1.0,) * 3,
+                    name="tensors")  # fmt: skip
+    evalset = EvalSet.from_tensors(images, labels, info, max_images=max_images)
+    evalset.source = {**evalset.source, "kind": "tensors", "num_images": len(evalset)}
+    return evalset
+
+
+def analyze(
+    model: Any,
+    data: Any,
+    labels: Any = None,
+    *,
+    shifts: Sequence[Shift | str] | None = None,
+    alphas: Sequence[float] = DEFAULT_ALPHAS,
+    rpi_draws: int = 1,
+    lenses: Iterable[str] = LENSES,
+    seed: int = 0,
+    ssdc_mode: Literal["mean_similarity", "per_image"] = "mean_similarity",
+    metric: Literal["manhattan", "euclidean"] = "manhattan",
+    bootstrap: int = 0,
+    severities: bool = False,
+    batch_size: int = 256,
+    device: str | torch.device | None = None,
+    progress: bool | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    max_images: int | None = None,
+    probe_ridge: float = DEFAULT_RIDGE,
+    probe_holdout: float = DEFAULT_HOLDOUT,
+    preset: str | None = None,
+) -> AnalysisResult:
+    """Analyse ``model`` on ``data``, as ``peanchor analyze`` does: SSDC per layer (normal and under RPI), ΔSSDC,
+    the attention distance and position probe, accuracy and Fragility Score under shifts, and the α sweep.
+
+    Args:
+        model: a peanchor model, a timm ViT, or a transformers ViT / DeiT / DINOv2 / CLIP / SigLIP / DINOv3.
+        data: uint8 images ``(N, 3, S, S)`` (then ``labels``), an ``(images, labels)`` pair, a dataset or
+            ``DataLoader`` of ``(image, label)``, or a dataset name / :class:`~peanchor.data.DataSpec` (read at
+            the model's resolution). ``S`` must be the model's resolution (a transformers model adapts).
+        shifts: ``Shift`` objects or strings such as ``"jpeg:quality=10"`` (the CLI's ``--shift`` syntax),
+            the whole list; None: the ``preset``'s shifts, or the resolution rule.
+        alphas: the α sweep (``()`` skips it); rpi_draws, seed, ssdc_mode, metric, bootstrap, severities,
+            batch_size, device, probe_ridge, probe_holdout: as ``peanchor analyze``.
+        lenses: which of :data:`LENSES` to report. progress: progress bars (None: only on a terminal).
+        mean, std: the normalisation the model expects; default the adapter's (timm, transformers) or the
+            named dataset's. Tensors for a peanchor model need them.
+        max_images: a deterministic random subset of that many images.
+
+    Example::
+
+        result = peanchor.analyze(model, images, labels, shifts=["jpeg:quality=10"], alphas=[1.0, 0.0])
+        result.ssdc.rpi, result.delta_ssdc, result.fragility["jpeg"]
+        result.save("runs/my-analysis")  # analysis.json + analysis.csv
+    """
+    size = data.shape[-1] if isinstance(data, Tensor) else None
+    probed = as_probed_model(model, img_size=size)
+    expected = model_img_size(probed)
+    evalset = _evalset(data, labels, expected, max_images, progress)
+    if expected is not None and evalset.img_size != expected:
+        grid = "x".join(str(g) for g in probed.grid)  # type: ignore[attr-defined]
+        raise DataError(f"images are {evalset.img_size} px but the model takes {expected} px (its {grid} patch grid); "
+                        "resize the images or build the model for their size")  # fmt: skip
+    if mean is None and std is None and hasattr(probed, "mean") and hasattr(probed, "std"):
+        mean, std = probed.mean, probed.std  # type: ignore[attr-defined]
+    info = evalset.info
+    if mean is not None and std is not None:
+        info = dataclasses.replace(info, mean=tuple(mean), std=tuple(std))
+    elif info.name == "tensors":
+        raise ConfigError("pass mean= and std=: the normalisation this model was trained with (a dataset name as "
+                          "data brings its own)")  # fmt: skip
+    outputs = (getattr(probed, "model_args", None) or {}).get("num_classes")
+    if getattr(probed, "has_head", True) and isinstance(outputs, int) and outputs and int(evalset.labels.max()) >= outputs:
+        raise DataError(f"labels go up to {int(evalset.labels.max())} but the model has {outputs} outputs")
+    specs = parse_shift_specs(_shift_text(s) for s in shifts) if shifts is not None else []
+    source = {"kind": "python", "model": type(model).__name__, "model_args": getattr(probed, "model_args", None),
+              "data": evalset.source}  # fmt: skip
+    return run_analysis(
+        probed, evalset, info, preset=preset, shift_specs=specs, only_given_shifts=shifts is not None, lenses=lenses,
+        source=source, alphas=alphas, rpi_draws=rpi_draws, seed=seed, ssdc_mode=ssdc_mode, metric=metric,
+        bootstrap=bootstrap, severities=severities, batch_size=batch_size, device=device, progress=progress,
+        probe_ridge=probe_ridge, probe_holdout=probe_holdout,
+    )  # fmt: skip

@@ -1,0 +1,162 @@
+"""`peanchor.analyze`: the Python front end runs the CLI's analysis, takes data in every form a notebook has it,
+wraps timm and transformers models, refuses bad input in one line, and its results plot and save."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from matplotlib.figure import Figure
+from torch.utils.data import DataLoader, TensorDataset
+
+import peanchor
+from peanchor.analysis.corruptions import Shift
+from peanchor.analysis.evalset import EvalSet
+from peanchor.analysis.evaluate import evaluate_model
+from peanchor.data import DataInfo
+from peanchor.errors import ConfigError, DataError, PeanchorError
+from peanchor.results import read_analysis
+
+ROOT = Path(__file__).resolve().parents[1]
+STATS = dict(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+FAST = dict(alphas=[1.0, 0.0], batch_size=8, progress=False)
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0, 256, (12, 3, 16, 16), dtype=torch.uint8, generator=g), torch.arange(12) % 4
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return peanchor.create_model("vit_micro", pe="ape", num_classes=4).eval()
+
+
+def test_analyze_is_the_analysis_the_cli_runs(model, data) -> None:
+    images, labels = data
+    result = peanchor.analyze(model, images, labels, shifts=["jpeg:quality=10"], **STATS, **FAST)
+    info = DataInfo(num_classes=4, img_size=16, name="tensors", **STATS)
+    direct = evaluate_model(model, EvalSet(images, labels, info), info, shifts={"jpeg": Shift("jpeg", quality=10)},
+                            **FAST)  # fmt: skip
+    assert result.ssdc == direct.ssdc and result.acc == direct.acc and result.alpha_sweep == direct.alpha_sweep
+    assert result.position_probe == direct.position_probe and result.attention_distance == direct.attention_distance
+    assert result.shift_sources == {"jpeg": "--shift jpeg:quality=10"} and result.source["kind"] == "python"
+
+
+def test_shift_objects_and_strings_are_the_same_and_are_the_whole_list(model, data) -> None:
+    by_text = peanchor.analyze(model, *data, shifts=["blur:sigma=0.7,kernel_size=3"], **STATS, **FAST)
+    by_object = peanchor.analyze(model, *data, shifts=[Shift("blur", sigma=0.7, kernel_size=3)], **STATS, **FAST)
+    assert list(by_text.acc) == ["blur"] and by_text.acc == by_object.acc and by_text.shifts == by_object.shifts
+    default = peanchor.analyze(model, *data, **STATS, **FAST)  # the resolution rule's shifts
+    assert sorted(default.shifts) == ["blur", "jpeg"]
+
+
+def test_every_form_of_data_gives_the_same_analysis(model, data) -> None:
+    images, labels = data
+    reference = peanchor.analyze(model, images, labels, shifts=["jpeg:quality=10"], **STATS, **FAST)
+    dataset = TensorDataset(images, labels)
+    for form in ((images, labels), dataset, DataLoader(dataset, batch_size=5)):
+        again = peanchor.analyze(model, form, shifts=["jpeg:quality=10"], **STATS, **FAST)
+        assert again.ssdc == reference.ssdc and again.clean_acc == reference.clean_acc
+
+
+def test_lenses_choose_what_the_result_reports(model, data) -> None:
+    only_ssdc = peanchor.analyze(model, *data, lenses=["ssdc"], shifts=["jpeg:quality=10"], **STATS, **FAST)
+    assert only_ssdc.attention_distance is None and only_ssdc.position_probe is None
+    with pytest.raises(ConfigError, match="unknown lens 'ranks'; valid: ssdc, attention_distance, position_probe"):
+        peanchor.analyze(model, *data, lenses=["ranks"], **STATS, **FAST)
+
+
+def _one_line(error: pytest.ExceptionInfo) -> str:
+    text = str(error.value)
+    assert "\n" not in text and isinstance(error.value, PeanchorError)
+    return text
+
+
+def test_bad_input_is_one_line(model, data) -> None:
+    images, labels = data
+    cases = [
+        (dict(model=torch.nn.Linear(3, 3), data=images, labels=labels), "cannot analyse a torch.nn.modules.linear.Linear"),
+        (dict(model=model, data=images.float(), labels=labels), "images must be uint8 (N, 3, S, S)"),
+        (dict(model=model, data=images[:, :1], labels=labels), "got torch.uint8 (12, 1, 16, 16)"),
+        (dict(model=model, data=images, labels=None), "need their labels"),
+        (dict(model=model, data=images, labels=labels[:5]), "labels must be integers of shape (12,)"),
+        (dict(model=model, data=torch.zeros(2, 3, 32, 32, dtype=torch.uint8), labels=torch.zeros(2, dtype=torch.long)),
+         "images are 32 px but the model takes 16 px (its 4x4 patch grid)"),
+        (dict(model=model, data=images, labels=labels + 4), "labels go up to 7 but the model has 4 outputs"),
+        (dict(model=model, data=42, labels=None), "cannot read images from a int"),
+    ]  # fmt: skip
+    for kwargs, message in cases:
+        with pytest.raises(PeanchorError) as e:
+            peanchor.analyze(**kwargs, **STATS, **FAST)
+        assert message in _one_line(e), message
+    with pytest.raises(ConfigError) as e:
+        peanchor.analyze(model, images, labels, **FAST)
+    assert "pass mean= and std=" in _one_line(e)
+
+
+def test_save_writes_analysis_json_that_reads_back(model, data, tmp_path) -> None:
+    result = peanchor.analyze(model, *data, shifts=["jpeg:quality=10"], **STATS, **FAST)
+    path = result.save(tmp_path / "out")
+    assert path == tmp_path / "out" / "analysis.json" and (tmp_path / "out" / "analysis.csv").is_file()
+    assert read_analysis(path) == result
+
+
+def test_a_timm_model_is_wrapped(data) -> None:
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    vit = timm.create_model("vit_tiny_patch16_224", img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2,
+                            num_classes=4).eval()  # fmt: skip
+    result = peanchor.analyze(vit, *data, shifts=["jpeg:quality=10"], **FAST)  # normalised with timm's stats
+    assert result.model.pe == "timm:ape" and len(result.ssdc.normal) == 2 and math.isfinite(result.clean_acc)
+
+
+def test_transformers_models_are_wrapped_and_backbones_report_no_accuracy(data) -> None:
+    T = pytest.importorskip("transformers")
+    tiny = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, patch_size=4)
+    torch.manual_seed(0)
+    backbone = T.Dinov2Model(T.Dinov2Config(image_size=16, **tiny)).eval()
+    result = peanchor.analyze(backbone, *data, shifts=["jpeg:quality=10"], **FAST)
+    assert result.model.pe == "hf:ape" and result.model.grid == [4, 4] and len(result.ssdc.rpi) == 2
+    assert math.isnan(result.clean_acc) and math.isnan(result.alpha_sweep[1].fragility["jpeg"])
+    assert result.source["accuracy"].startswith("none: the model has no classification head")
+    assert result.attention_distance is not None  # from transformers' eager attention
+    # A classifier built for 32 px analyses 16 px images through transformers' interpolate_pos_encoding.
+    classifier = T.ViTForImageClassification(T.ViTConfig(image_size=32, num_labels=4, **tiny)).eval()
+    result = peanchor.analyze(classifier, *data, shifts=["jpeg:quality=10"], **FAST)
+    assert result.model.grid == [4, 4] and 0.0 <= result.clean_acc <= 1.0
+
+
+def test_plots_draw_from_one_result_or_several(model, data) -> None:
+    result = peanchor.analyze(model, *data, shifts=["jpeg:quality=10"], **STATS, **FAST)
+    ssdc = peanchor.plot_ssdc_per_layer({"ape": result, "again": [result, result]})
+    assert isinstance(ssdc, Figure)
+    titles = [ax.get_title() for ax in ssdc.axes]
+    assert "SSDC per layer, tokens in order" in titles and "SSDC per layer, under RPI (tokens shuffled)" in titles
+    labels = {t.get_text() for legend in ssdc.legends for t in legend.get_texts()}
+    assert {"ape (APE) (n=1)", "again (n=2)"} <= labels or {"ape (n=1)", "again (n=2)"} <= labels, labels
+    sweep = peanchor.plot_alpha_sweep(result)
+    assert [ax.get_ylabel() for ax in sweep.axes] == ["ΔSSDC (under RPI)", "FS (jpeg)"]
+    assert len(peanchor.plot_lenses([result]).axes) == 6 and isinstance(peanchor.plot_attention_heads(result), Figure)
+    flat = peanchor.analyze(model, *data, shifts=["jpeg:quality=10"], **STATS, **{**FAST, "alphas": ()})
+    with pytest.raises(DataError, match="nothing to plot: no α sweep"):
+        peanchor.plot_alpha_sweep(flat)
+
+
+def test_the_readme_python_example_runs(tmp_path, monkeypatch) -> None:
+    """The README's "Python" section, executed as written (in a scratch directory)."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- python-example -->\s*```python\n(.*?)```", text, re.S)
+    assert block is not None, "README.md lost its tested Python example"
+    code = block.group(1)
+    assert len(code.strip().splitlines()) <= 12
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    written = json.loads((tmp_path / "runs" / "readme-example" / "analysis.json").read_text())
+    assert written["schema"] == "peanchor.analysis"
