@@ -33,7 +33,7 @@ from peanchor.analysis.evaluate import DEFAULT_ALPHAS, evaluate_model
 from peanchor.analysis.shift_specs import ShiftSpec, measured_shifts, parse_shift_specs
 from peanchor.errors import ConfigError, DataError
 from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
-from peanchor.models.probe import ProbedModel
+from peanchor.models.interface import AnalysisInterface
 from peanchor.results import AnalysisResult
 
 __all__ = ["LENSES", "analyze", "as_probed_model", "run_analysis"]
@@ -43,11 +43,11 @@ LENSES = ("ssdc", "attention_distance", "position_probe")
 NO_HEAD = "none: the model has no classification head (accuracy and FS are NaN)"
 
 
-def as_probed_model(model: Any, img_size: int | None = None) -> ProbedModel:
+def as_probed_model(model: Any, img_size: int | None = None) -> AnalysisInterface:
     """``model`` behind the probe interface: a peanchor model as it is, a timm model through
     :class:`~peanchor.adapters.TimmViT`, a transformers model through :class:`~peanchor.adapters.hf_vit.HFViT`
     (at ``img_size`` when given: transformers interpolates its table). Anything else is one ConfigError line."""
-    if isinstance(model, ProbedModel):
+    if isinstance(model, AnalysisInterface):
         return model
     if type(model).__module__.startswith("timm."):
         from peanchor.adapters import TimmViT

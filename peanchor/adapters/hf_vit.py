@@ -1,7 +1,7 @@
 """Run peanchor's analysis on Hugging Face ``transformers`` vision transformers, through their own forward.
 
 :class:`HFViT` wraps a transformers model and offers the probe interface of
-:class:`peanchor.models.probe.ProbedModel` (``forward(images, token_perm, pe_scale)``, ``spatial_tokens``,
+:class:`peanchor.models.interface.AnalysisInterface` (``forward(images, token_perm, pe_scale)``, ``spatial_tokens``,
 ``forward_with_tokens``, ``attention_maps``, ``grid``, ``depth``, ``num_prefix``, ``pe_name``, ``pe_scalable``).
 Unlike the timm adapter it does not re-orchestrate the forward: every pass is the model's own ``forward``, and the
 interventions are hooks and temporary swaps that are undone when the pass ends:
@@ -22,7 +22,7 @@ are transformers' own (tests/test_hf_models.py checks this on small random confi
 no classification head (``Dinov2Model``, ``CLIPVisionModel``, ...) returns its pooled features from ``forward``
 and says ``has_head = False``; :func:`peanchor.api.analyze` then reports no accuracy for it.
 
-Imports: torch, transformers (lazily); :mod:`peanchor.models.probe`, :mod:`peanchor.interventions`,
+Imports: torch, transformers (lazily); :mod:`peanchor.models.interface`, :mod:`peanchor.interventions`,
 :mod:`peanchor.errors`.
 """
 
@@ -39,8 +39,8 @@ import torch
 from torch import Tensor, nn
 
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
-from peanchor.interventions import permute_tokens
-from peanchor.models.probe import AttentionSink, ProbedModel
+from peanchor.interventions import NO_INTERVENTION, Intervention, permute_tokens
+from peanchor.models.interface import AnalysisInterface, AttentionSink, Intermediates
 
 __all__ = ["HFViT", "SUPPORTED_CLASSES", "is_transformers_model", "load_hf_model"]
 
@@ -130,7 +130,7 @@ class _Stop(Exception):
     """Raised by the last probe hook a truncated pass needs: the rest of the forward is not computed."""
 
 
-class HFViT(ProbedModel, nn.Module):
+class HFViT(AnalysisInterface, nn.Module):
     """A transformers vision transformer behind peanchor's analysis interface; ``self.model`` is unchanged.
 
     ``img_size`` (default: the config's) is the resolution the analysis feeds; at another size than the config's
@@ -260,18 +260,17 @@ class HFViT(ProbedModel, nn.Module):
             slots[key] = original
 
     @contextmanager
-    def _probes(self, sink: list[Tensor] | None, stop_after: int | None) -> Iterator[None]:
-        if sink is None:
-            yield
-            return
+    def _probes(self, sink: list[Tensor], count: int, stop: bool) -> Iterator[None]:
+        """Hooks on the first ``count`` layers' first norms, appending their output minus the prefix tokens to
+        ``sink``; with ``stop``, the pass ends right after the last of them."""
         p = self._prefix
 
         def hook(_m: nn.Module, _i: Any, out: Tensor) -> None:
             sink.append(out[:, p:])  # (B, N, D): what attention sees, patch slots only
-            if stop_after is not None and len(sink) == stop_after:
+            if stop and len(sink) == count:
                 raise _Stop
 
-        handles = [getattr(layer, self.family.norm).register_forward_hook(hook) for layer in self._layers]
+        handles = [getattr(layer, self.family.norm).register_forward_hook(hook) for layer in self._layers[:count]]
         try:
             yield
         finally:
@@ -301,39 +300,42 @@ class HFViT(ProbedModel, nn.Module):
 
     # ---- the forward pass ---------------------------------------------------------------------
 
-    def _run(
+    def forward_intermediates(
         self,
         images: Tensor,
-        token_perm: Tensor | None,
-        pe_scale: float,
-        collect: bool,
-        head: bool,
-        num_layers: int | None = None,
+        intervention: Intervention = NO_INTERVENTION,
+        *,
+        layers: int | None = None,
+        head: bool = True,
         attention: AttentionSink | None = None,
-    ) -> tuple[Tensor | None, Tensor | None]:
+    ) -> Intermediates:
+        """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`), through the
+        model's own forward with hooks."""
+        count = self._layer_count(layers)
+        if not head and count == 0:
+            raise ValueError("forward_intermediates with head=False and layers=0 has nothing to compute")
         if tuple(images.shape[-2:]) != self._img_size:
             raise ValueError(
                 f"images are {images.shape[-2]}x{images.shape[-1]} px but this wrapper analyses "
                 f"{self._img_size[0]}x{self._img_size[1]} px (HFViT(model, img_size=...) sets it)"
             )
         probes: list[Tensor] = []
-        stop_after = None if head else (num_layers or self.depth)
         kwargs = {"interpolate_pos_encoding": True} if self._interpolate and self.family.interpolate_kwarg else {}
         out = None
         with ExitStack() as stack:
-            stack.enter_context(self._permuted(token_perm))
-            stack.enter_context(self._scaled(float(pe_scale)))
-            stack.enter_context(self._probes(probes if collect else None, stop_after))
+            stack.enter_context(self._permuted(intervention.token_perm))
+            stack.enter_context(self._scaled(float(intervention.pe_scale)))
+            stack.enter_context(self._probes(probes, count, stop=not head))
             stack.enter_context(self._attention(attention))
             try:
                 out = self.model(pixel_values=images, **kwargs)
             except _Stop:
                 pass
-        tokens = torch.stack(probes, dim=1) if collect else None  # (B, L, N, D)
+        tokens = torch.stack(probes, dim=1) if probes else None  # (B, L, N, D)
         if not head:
-            return None, tokens
+            return Intermediates(None, tokens)
         assert out is not None
-        return self._head_output(out), tokens
+        return Intermediates(self._head_output(out), tokens)
 
     def _head_output(self, out: Any) -> Tensor:
         """Logits ``(B, C)``; for a model without a classification head, its pooled features ``(B, D)``."""
