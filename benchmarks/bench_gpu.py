@@ -209,7 +209,7 @@ def data_path(args: Any, device: torch.device, train_rate: float, root: Path) ->
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from peanchor.grid.resources import usable_cpus
+    from peanchor.study.resources import usable_cpus
 
     p = bc.parser(__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")

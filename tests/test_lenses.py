@@ -294,7 +294,7 @@ def test_bad_probe_settings_are_user_errors(evalset):
 
 
 def test_reproduce_compares_against_the_suites_probe_defaults():
-    from peanchor.grid.pipeline import AnalysisRequest
+    from peanchor.study.pipeline import AnalysisRequest
 
     request = AnalysisRequest(digest="", data={}, max_images=None, alphas=[], shifts={}, rpi_draws=1, seed=0,
                               severities=False, batch_size=1)  # fmt: skip

@@ -17,7 +17,7 @@ from peanchor.errors import ConfigError
 from peanchor.conditions import CONDITIONS, DEFAULT_CONDITIONS, parse_condition, parse_conditions
 from peanchor.presets import PRESETS
 from peanchor.results import SCHEMA_VERSION
-from peanchor.grid import ReproduceOptions, grid_cells, list_commands, parse_shard, shard_cells, split_set_items
+from peanchor.study import ReproduceOptions, grid_cells, list_commands, parse_shard, shard_cells, split_set_items
 
 TOP_KEYS = {"preset", "dataset", "img_size", "shifts", "conditions", "seeds", "models", "alpha_sweep", "failed",
             "wall_seconds", "versions"}  # fmt: skip
@@ -210,8 +210,8 @@ def test_a_zero_based_shard_index_says_how_to_use_a_zero_based_array():
 
 
 def test_jobs_auto_counts_what_this_job_may_use(monkeypatch):
-    from peanchor.grid import resources
-    from peanchor.grid.executor import resolve_jobs
+    from peanchor.study import resources
+    from peanchor.study.executor import resolve_jobs
 
     monkeypatch.setattr(resources.os, "sched_getaffinity", lambda pid: {3, 4, 5}, raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU for this job
@@ -365,7 +365,7 @@ def test_parallel_jobs_give_the_same_results_as_one_process(smoke, tmp_path, cap
 def test_an_analysis_is_reused_only_for_the_same_weights_data_settings_and_shifts():
     import dataclasses
 
-    from peanchor.grid.pipeline import AnalysisRequest, reusable
+    from peanchor.study.pipeline import AnalysisRequest, reusable
     from peanchor.results import AnalysisResult, AnalysisSettings, ModelInfo, SSDCLayers
 
     shifts = {"jpeg": {"kind": "jpeg", "quality": 58}}

@@ -3,7 +3,7 @@
 Reads result files only (run summaries, analyses, statuses), never models. ``OUT`` may also be a
 ``results.json`` file (or a directory holding only one): then it is rendered as it is.
 
-Imports: when run, :mod:`peanchor.grid` (assembly), :mod:`peanchor.report`, :mod:`peanchor.results`.
+Imports: when run, :mod:`peanchor.study` (assembly), :mod:`peanchor.report`, :mod:`peanchor.results`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from peanchor import fileio
     from peanchor.errors import DataError
-    from peanchor.grid import MANIFEST, write_results_and_report
+    from peanchor.study import MANIFEST, write_results_and_report
 
     target = Path(args.out)
     is_grid = target.is_dir() and ((target / MANIFEST).exists() or (target / "runs").is_dir())

@@ -4,7 +4,7 @@ With no arguments: the ``cpu`` preset (32 px scenes, embedded) into ``runs/repro
 continues where an interrupted run stopped and does only what is missing.
 
 Imports: :mod:`peanchor.presets` and :mod:`peanchor.conditions` (choices and defaults); when run,
-:mod:`peanchor.grid`.
+:mod:`peanchor.study`.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def options_from_args(args: argparse.Namespace):  # -> ReproduceOptions
     from peanchor.conditions import parse_conditions
-    from peanchor.grid import ReproduceOptions, parse_shard
-    from peanchor.grid.executor import resolve_jobs
+    from peanchor.study import ReproduceOptions, parse_shard
+    from peanchor.study.executor import resolve_jobs
 
     return ReproduceOptions(
         preset=args.preset,
@@ -111,12 +111,12 @@ def _echo_args(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from peanchor.grid import list_commands, reproduce
+    from peanchor.study import list_commands, reproduce
 
     options = options_from_args(args)
     if args.list:
         if args.shard:
-            from peanchor.grid import shard_cells
+            from peanchor.study import shard_cells
 
             index, count = options.shard
             wanted = {c.index for c in shard_cells(options.cells(), index, count)}

@@ -6,8 +6,8 @@ Workers are spawned (never forked from a process that already runs torch threads
 corrupted copies between cells, stop cleanly on SIGTERM/SIGINT (a resumable checkpoint first), and die with their
 parent. The device (``--device``) is passed through to training and analysis.
 
-Imports: :mod:`peanchor.grid.pipeline` (what one cell does), :mod:`peanchor.grid.options`,
-:mod:`peanchor.grid.resources`, :mod:`peanchor.interrupts`.
+Imports: :mod:`peanchor.study.pipeline` (what one cell does), :mod:`peanchor.study.options`,
+:mod:`peanchor.study.resources`, :mod:`peanchor.interrupts`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from peanchor.errors import ConfigError
-from peanchor.grid.cells import Cell
-from peanchor.grid.options import ReproduceOptions
-from peanchor.grid.pipeline import Evaluation, attempt, stderr_log
+from peanchor.study.cells import Cell
+from peanchor.study.options import ReproduceOptions
+from peanchor.study.pipeline import Evaluation, attempt, stderr_log
 from peanchor.presets import get_preset
 
 __all__ = ["attempt_cells", "cells_on_gpus", "resolve_jobs"]
@@ -32,7 +32,7 @@ def cells_on_gpus(device: str | None) -> bool:
     """Whether cells run on CUDA with the device left to peanchor (``auto``/``cuda``), so that worker processes
     can be spread over the visible GPUs. An explicit ``cuda:N`` pins every cell to that GPU."""
     if device in (None, "auto"):
-        from peanchor.grid.resources import visible_gpus
+        from peanchor.study.resources import visible_gpus
 
         return bool(visible_gpus())
     return device == "cuda"
@@ -56,7 +56,7 @@ def resolve_jobs(jobs: str, preset: str, device: str | None) -> int:
         if n < 1:
             raise ConfigError(f"--jobs {jobs}: expected >= 1")
         return n
-    from peanchor.grid.resources import usable_cpus, visible_gpus
+    from peanchor.study.resources import usable_cpus, visible_gpus
 
     if not get_preset(preset).parallel_cells or (device or "").startswith("cuda:"):
         return 1
@@ -73,7 +73,7 @@ def _worker_init(parent: int, slots: Any, gpus: list[str], threads: int) -> None
 
     slot = slots.get()  # 0, 1, ...: this worker's place in the pool
     if gpus:  # before torch initialises CUDA: the worker then sees exactly one GPU, as cuda:0
-        from peanchor.grid.resources import gpu_for_worker
+        from peanchor.study.resources import gpu_for_worker
 
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for_worker(slot, gpus)
     import torch
@@ -134,7 +134,7 @@ def attempt_cells(
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from peanchor import interrupts
-    from peanchor.grid.resources import usable_cpus, visible_gpus
+    from peanchor.study.resources import usable_cpus, visible_gpus
 
     workers = min(options.jobs, len(cells))
     quiet = dataclasses.replace(options, progress=False, debug=False)

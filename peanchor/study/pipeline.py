@@ -5,7 +5,7 @@ schema, made from the same weights, on the same evaluation data, with the same s
 ``--shift`` that changes one, adds one or is dropped again means analysing again).
 
 Imports: :mod:`peanchor.training`, :mod:`peanchor.checkpoint`, :mod:`peanchor.analysis`, :mod:`peanchor.results`,
-:mod:`peanchor.interrupts`, :mod:`peanchor.grid.options`, :mod:`peanchor.tracking` (``--tensorboard``); torch-heavy
+:mod:`peanchor.interrupts`, :mod:`peanchor.study.options`, :mod:`peanchor.tracking` (``--tensorboard``); torch-heavy
 ones inside the functions that use them.
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 from peanchor import interrupts
 from peanchor.errors import PeanchorError, SchemaError
 from peanchor.interrupts import Interrupted
-from peanchor.grid.cells import Cell
-from peanchor.grid.options import ReproduceOptions
+from peanchor.study.cells import Cell
+from peanchor.study.options import ReproduceOptions
 from peanchor.results import ANALYSIS_JSON, AnalysisResult, read_analysis
 
 __all__ = ["AnalysisRequest", "Evaluation", "attempt", "eval_data_key", "reusable", "stderr_log"]

@@ -2,7 +2,7 @@
 ``--shift``, shard, device, jobs), each cell's training config, and ``--list`` (the ``peanchor train`` command of
 every cell).
 
-Imports: :mod:`peanchor.grid.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.presets`, :mod:`peanchor.analysis`
+Imports: :mod:`peanchor.study.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.presets`, :mod:`peanchor.analysis`
 (``--shift``, when checked).
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from peanchor.conditions import DEFAULT_CONDITIONS, Condition, parse_conditions
 from peanchor.errors import ConfigError
-from peanchor.grid.cells import Cell, grid_cells
+from peanchor.study.cells import Cell, grid_cells
 from peanchor.presets import AnalysisPlan, get_preset, resolve_config
 
 __all__ = ["ReproduceOptions", "list_commands", "split_set_items"]

@@ -5,7 +5,7 @@ It reads result files only (the manifest ``reproduce.json``, each cell's ``summa
 with an analysis is a model; one whose last attempt failed is listed under ``failed``; one never analysed under
 ``missing``.
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.grid.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.analysis`
+Imports: :mod:`peanchor.results`, :mod:`peanchor.study.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.analysis`
 (the planned shifts).
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from peanchor.conditions import parse_condition, parse_conditions
 from peanchor.errors import SchemaError
-from peanchor.grid.cells import Cell, grid_cells
+from peanchor.study.cells import Cell, grid_cells
 from peanchor.results import (
     ANALYSIS_JSON,
     RESULTS_JSON,

@@ -12,11 +12,11 @@ write the report.
       report.md, report.html, figures/
 
 Everything is incremental: a finished run is reused by ``train`` itself (and a half-finished one resumed), an
-analysis is reused when :func:`peanchor.grid.pipeline.reusable` says so, and ``results.json``/the report are
+analysis is reused when :func:`peanchor.study.pipeline.reusable` says so, and ``results.json``/the report are
 rewritten only when their content changes. A failing cell is recorded and the others go on; the caller gets a
 non-zero exit at the end.
 
-Imports: the rest of :mod:`peanchor.grid`, :mod:`peanchor.interrupts`, :mod:`peanchor.report` (its public
+Imports: the rest of :mod:`peanchor.study`, :mod:`peanchor.interrupts`, :mod:`peanchor.report` (its public
 ``write_report``), the training loop and data (preflight checks), :mod:`peanchor.analysis` (the shifts),
 :mod:`peanchor.tracking` (``--tensorboard``).
 """
@@ -34,11 +34,11 @@ from typing import Any
 
 from peanchor import fileio, interrupts
 from peanchor.errors import ConfigError
-from peanchor.grid.assemble import MANIFEST, read_json, update_results
-from peanchor.grid.cells import Cell, shard_cells
-from peanchor.grid.executor import attempt_cells
-from peanchor.grid.options import ReproduceOptions
-from peanchor.grid.pipeline import eval_data_key, stderr_log
+from peanchor.study.assemble import MANIFEST, read_json, update_results
+from peanchor.study.cells import Cell, shard_cells
+from peanchor.study.executor import attempt_cells
+from peanchor.study.options import ReproduceOptions
+from peanchor.study.pipeline import eval_data_key, stderr_log
 from peanchor.results import Results
 
 __all__ = ["ReproduceOutcome", "reproduce", "write_results_and_report"]
