@@ -6,15 +6,13 @@ caller's backend and works headless. Each condition has its own marker *and* lin
 colour (Okabe-Ito, safe for colour blindness; :attr:`peanchor.conditions.Condition.style`), so the figures stay
 readable in black and white. What is plotted comes from :mod:`peanchor.report.summary`, as for the text.
 
-Imports: matplotlib, :mod:`peanchor.report.summary`, :mod:`peanchor.report.document`, :mod:`peanchor.conditions`.
+Imports: matplotlib, :mod:`peanchor.report` (summary, document, figure_style, lenses), :mod:`peanchor.conditions`,
+:mod:`peanchor.results`.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +20,9 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from peanchor import fileio
 from peanchor.conditions import CONDITIONS, PAPER, label, ordered
 from peanchor.report.document import FigureFile
+from peanchor.report.figure_style import condition_styles, finish, group_values, mean_std, new_figure, save
 from peanchor.report.summary import (
     correlation_points,
     delta_fs_correlation,
@@ -35,115 +33,15 @@ from peanchor.report.summary import (
 )
 from peanchor.results import Results
 
-__all__ = ["DPI", "condition_style", "draw_alpha_sweep", "draw_ssdc_per_layer", "make_figures"]
-
-DPI = 150
-_SPARE_MARKERS = ("h", "<", ">", "p", "d", "8", "H", "1")
-_SPARE_LINES: tuple[Any, ...] = ((0, (2, 2)), (0, (8, 2, 2, 2)), (0, (4, 1, 1, 1)), (0, (1, 2)))
-_SPARE_COLOURS = ("#444444", "#882255", "#117733", "#332288")
-
-
-def condition_style(condition: str, index: int = 0) -> dict[str, Any]:
-    """matplotlib keyword arguments (marker, linestyle, color) for a condition."""
-    style = CONDITIONS[condition].style if condition in CONDITIONS else None
-    if style is not None:
-        marker, line, colour = style.marker, style.linestyle, style.colour
-    else:
-        marker = _SPARE_MARKERS[index % len(_SPARE_MARKERS)]
-        line = _SPARE_LINES[index % len(_SPARE_LINES)]
-        colour = _SPARE_COLOURS[index % len(_SPARE_COLOURS)]
-    return {"marker": marker, "linestyle": line, "color": colour}
-
-
-def _styles(names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    spare = 0
-    out = {}
-    for c in names:
-        out[c] = condition_style(c, spare)
-        spare += c not in CONDITIONS
-    return out
-
-
-def _mean_std(rows: list[list[float]]) -> tuple[np.ndarray, np.ndarray, int]:
-    """Column-wise mean and sample std of ragged rows (truncated to the shortest); std is 0 for one row."""
-    length = min(len(r) for r in rows)
-    arr = np.array([r[:length] for r in rows], dtype=np.float64)  # (n, L)
-    with warnings.catch_warnings():  # an all-NaN column is a gap in the line, not a problem
-        warnings.simplefilter("ignore", RuntimeWarning)
-        mean = np.nanmean(arr, axis=0)
-        std = np.nanstd(arr, axis=0, ddof=1) if len(rows) >= 2 else np.zeros(length)
-    return mean, std, len(rows)
-
-
-def _group_values(points: Iterable[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Group (x, y) pairs by x: sorted x, mean y and sample std of y (0 for single values)."""
-    by_x: dict[float, list[float]] = defaultdict(list)
-    for x, y in points:
-        if finite(x) and finite(y):
-            by_x[round(float(x), 6)].append(float(y))
-    xs = np.array(sorted(by_x))
-    means = np.array([np.mean(by_x[x]) for x in xs])
-    stds = np.array([np.std(by_x[x], ddof=1) if len(by_x[x]) > 1 else 0.0 for x in xs])
-    return xs, means, stds
-
-
-# ---- drawing --------------------------------------------------------------------------------------
-def _save(fig: Figure, directory: Path, stem: str) -> tuple[Path, Path]:
-    paths = []
-    for ext in ("png", "pdf"):
-        target = directory / f"{stem}.{ext}"
-        # No timestamps or software versions in the files: the same results give the same bytes.
-        metadata = {"Software": None} if ext == "png" else {"CreationDate": None, "Producer": None}
-        with fileio.atomic_path(target) as tmp:
-            fig.savefig(tmp, format=ext, dpi=DPI, metadata=metadata)
-        paths.append(target)
-    return paths[0], paths[1]
-
-
-def _new_figure(
-    ncols: int, width_per_panel: float = 4.6, height: float = 3.4, sharey: bool = False
-) -> tuple[Figure, list[Axes]]:
-    # A fixed layout (margins in inches, set in _finish) instead of constrained/tight layout: on a slow
-    # machine each of those costs an extra full draw per file.
-    fig = Figure(figsize=(width_per_panel * ncols, height))
-    axes = fig.subplots(1, ncols, squeeze=False, sharey=sharey)[0]
-    for ax in axes:
-        ax.grid(True, color="0.85", linewidth=0.6)
-        ax.set_axisbelow(True)
-    return fig, list(axes)
-
-
-def _finish(fig: Figure, axes: Sequence[Axes]) -> None:
-    """Put one shared legend under the panels and set margins (in inches) around them."""
-    handles, labels = [], []
-    for ax in axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    # Our conditions first, the paper's reference lines last.
-    order = sorted(range(len(labels)), key=lambda i: PAPER.label in labels[i])
-    handles, labels = [handles[i] for i in order], [labels[i] for i in order]
-    width, height = fig.get_size_inches()
-    ncols = max(1, min(len(labels), int(width // 2.4)))
-    rows = math.ceil(len(labels) / ncols) if labels else 0
-    legend_h = 0.2 * rows + (0.1 if rows else 0.0)
-    height += legend_h
-    fig.set_size_inches(width, height)
-    fig.subplots_adjust(left=0.7 / width, right=1 - 0.2 / width, top=1 - 0.35 / height,
-                        bottom=(0.6 + legend_h) / height, wspace=0.32)
-    if handles:
-        fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.05 / height), ncols=ncols,
-                   frameon=False, fontsize=8.5, handlelength=3.2)
-
+__all__ = ["draw_alpha_sweep", "draw_ssdc_per_layer", "make_figures"]
 
 def _draw_ssdc_per_layer(results: Results) -> tuple[Figure, bool] | None:
     """The figure, and whether a single seed's band is its spread over RPI draws or its CI."""
     groups = models_by_condition(results)
     if not groups:
         return None
-    styles = _styles(list(groups))
-    fig, axes = _new_figure(2, sharey=True)
+    styles = condition_styles(list(groups))
+    fig, axes = new_figure(2, sharey=True)
     single_band = False
     for ax, mode, title in zip(axes, ("normal", "rpi"), ("tokens in order", "under RPI (tokens shuffled)")):
         for c, ms in groups.items():
@@ -151,7 +49,7 @@ def _draw_ssdc_per_layer(results: Results) -> tuple[Figure, bool] | None:
             rows = [r for r in rows if r]
             if not rows:
                 continue
-            mean, std, n = _mean_std(rows)
+            mean, std, n = mean_std(rows)
             layers = np.arange(len(mean))
             st = styles[c]
             ax.plot(layers, mean, label=f"{label(c)} (n={n})", markersize=5, linewidth=1.4, **st)
@@ -177,7 +75,7 @@ def _draw_ssdc_per_layer(results: Results) -> tuple[Figure, bool] | None:
         if ax is axes[0]:  # the y axis is shared
             ax.set_ylabel("SSDC")
         ax.xaxis.get_major_locator().set_params(integer=True)
-    _finish(fig, axes)
+    finish(fig, axes)
     return fig, single_band
 
 
@@ -192,7 +90,7 @@ def _plot_ssdc_per_layer(results: Results, directory: Path) -> FigureFile | None
     if drawn is None:
         return None
     fig, single_band = drawn
-    png, pdf = _save(fig, directory, "ssdc_per_layer")
+    png, pdf = save(fig, directory, "ssdc_per_layer")
     caption = ("SSDC per layer with tokens in their order (left) and under random permutation at inference (right); "
                "lines are means over seeds, bands and bars ±1 std over seeds")
     if single_band:
@@ -207,15 +105,15 @@ def draw_alpha_sweep(results: Results) -> Figure | None:
     if not sweep:
         return None
     conds = ordered(p.condition for p in sweep)
-    styles = _styles(conds)
+    styles = condition_styles(conds)
     keys = [k for k in shift_keys(results) if any(finite(p.fragility.get(k)) for p in sweep)]
-    fig, axes = _new_figure(1 + len(keys), width_per_panel=4.0)
+    fig, axes = new_figure(1 + len(keys), width_per_panel=4.0)
     same_shifts = results.shifts.get("jpeg") == PAPER.shifts["jpeg"]
     panels: list[tuple[Axes, str, Any]] = [(axes[0], "ΔSSDC (under RPI)", lambda p: p.delta_ssdc)]
     panels += [(ax, f"FS ({k})", (lambda p, k=k: p.fragility.get(k))) for ax, k in zip(axes[1:], keys)]
     for ax, panel, get in panels:
         for c in conds:
-            xs, means, stds = _group_values((p.alpha, get(p)) for p in sweep if p.condition == c)
+            xs, means, stds = group_values((p.alpha, get(p)) for p in sweep if p.condition == c)
             if xs.size == 0:
                 continue
             seeds = len({p.seed for p in sweep if p.condition == c})
@@ -231,7 +129,7 @@ def draw_alpha_sweep(results: Results) -> Figure | None:
         ax.set_ylabel(panel)
         ax.set_title(f"{panel} vs α", fontsize=10)
         ax.set_xlim(-0.02, 1.05)
-    _finish(fig, axes)
+    finish(fig, axes)
     return fig
 
 
@@ -239,7 +137,7 @@ def _plot_alpha_sweep(results: Results, directory: Path) -> FigureFile | None:
     fig = draw_alpha_sweep(results)
     if fig is None:
         return None
-    png, pdf = _save(fig, directory, "alpha_sweep")
+    png, pdf = save(fig, directory, "alpha_sweep")
     caption = ("ΔSSDC (RPI on) and Fragility Scores (clean and shifted accuracy both at that α, RPI off) as the PE is scaled "
                "by α at inference; means over seeds, bars ±1 std; the dotted grey line is the paper's APE sweep "
                f"({PAPER.label}), shown for FS only when our shifts are the paper's.")
@@ -253,8 +151,8 @@ def _plot_correlation(results: Results, directory: Path) -> FigureFile | None:
         return None
     stats = delta_fs_correlation(results, shift)
     conds = ordered(p.condition for p in points)
-    styles = _styles(conds)
-    fig, axes = _new_figure(1, width_per_panel=5.6, height=4.2)
+    styles = condition_styles(conds)
+    fig, axes = new_figure(1, width_per_panel=5.6, height=4.2)
     ax = axes[0]
     for c in conds:
         st = styles[c]
@@ -271,8 +169,8 @@ def _plot_correlation(results: Results, directory: Path) -> FigureFile | None:
     ax.set_title(stat_text, fontsize=10)
     ax.set_xlabel("ΔSSDC = SSDC(layer 1) − SSDC(layer 0), under RPI")
     ax.set_ylabel(f"Fragility Score ({shift})")
-    _finish(fig, axes)
-    png, pdf = _save(fig, directory, "delta_ssdc_vs_fs")
+    finish(fig, axes)
+    png, pdf = save(fig, directory, "delta_ssdc_vs_fs")
     caption = (f"ΔSSDC against FS ({shift}) for every model (filled, α = 1) and every α-sweep point (hollow); "
                f"{stat_text}.")
     return FigureFile("delta_ssdc_vs_fs", f"ΔSSDC vs FS ({shift})", caption, png, pdf)
@@ -287,8 +185,8 @@ def _plot_severities(results: Results, directory: Path) -> FigureFile | None:
     for ms in groups.values():
         for m in ms:
             kinds += [k for k in m.severity_fragility or {} if k not in kinds]
-    styles = _styles(list(groups))
-    fig, axes = _new_figure(len(kinds), width_per_panel=4.0, sharey=True)
+    styles = condition_styles(list(groups))
+    fig, axes = new_figure(len(kinds), width_per_panel=4.0, sharey=True)
     for ax, kind in zip(axes, kinds):
         for c, ms in groups.items():
             # FS is 0 at severity 0 (clean) by definition; the curve starts there.
@@ -296,7 +194,7 @@ def _plot_severities(results: Results, directory: Path) -> FigureFile | None:
                     for m in ms if (m.severity_fragility or {}).get(kind)]  # fmt: skip
             if not rows:
                 continue
-            mean, std, n = _mean_std(rows)
+            mean, std, n = mean_std(rows)
             sev = np.arange(len(mean))
             ax.errorbar(sev, mean, yerr=std if n > 1 else None, label=f"{label(c)} (n={n})", markersize=5,
                         linewidth=1.4, capsize=2, elinewidth=0.8, **styles[c])
@@ -306,8 +204,8 @@ def _plot_severities(results: Results, directory: Path) -> FigureFile | None:
         if ax is axes[0]:  # the y axis is shared
             ax.set_ylabel("FS = 1 − A_shift / A_clean")
         ax.xaxis.get_major_locator().set_params(integer=True)
-    _finish(fig, axes)
-    png, pdf = _save(fig, directory, "severity_curves")
+    finish(fig, axes)
+    png, pdf = save(fig, directory, "severity_curves")
     table = results.severity_table
     source = f" from the {table} table" if table else ""
     caption = (f"Fragility Score against corruption severity 1–5{source} (0 is clean, FS = 0), for every condition; "

@@ -10,7 +10,7 @@ Per model, each lens is read normally and under RPI:
 
 Models analysed before the lenses existed (or whose attention weights could not be had) simply have no entry.
 
-Imports: matplotlib, :mod:`peanchor.report` (summary, document, figures), :mod:`peanchor.conditions`,
+Imports: matplotlib, :mod:`peanchor.report` (summary, document, figure_style), :mod:`peanchor.conditions`,
 :mod:`peanchor.results`.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 
 from peanchor.conditions import label
 from peanchor.report.document import FigureFile, Table
-from peanchor.report.figures import _finish, _mean_std, _save, _styles
+from peanchor.report.figure_style import condition_styles, finish, mean_std, save
 from peanchor.report.summary import finite, fmt, models_by_condition, summarise
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -161,7 +161,7 @@ def draw_lenses_per_layer(results: Results) -> Figure | None:
         return None
     from matplotlib.figure import Figure
 
-    styles = _styles(list(groups))
+    styles = condition_styles(list(groups))
     fig = Figure(figsize=(4.2 * len(PANELS), 6.4))
     grid = fig.subplots(2, len(PANELS), squeeze=False, sharex="col", sharey="col")
     for row, (mode, title) in enumerate((("normal", "tokens in order"), ("rpi", "under RPI"))):
@@ -174,7 +174,7 @@ def draw_lenses_per_layer(results: Results) -> Figure | None:
                 rows = [r for r in rows if r]
                 if not rows:
                     continue
-                mean, std, n = _mean_std(rows)
+                mean, std, n = mean_std(rows)
                 layers = np.arange(len(mean))
                 ax.plot(layers, mean, label=f"{label(c)} (n={n})", markersize=4, linewidth=1.3, **styles[c])
                 if n > 1:
@@ -191,7 +191,7 @@ def draw_lenses_per_layer(results: Results) -> Figure | None:
                 ax.set_xlabel("layer")
             ax.xaxis.get_major_locator().set_params(integer=True)
     axes = [ax for r in grid for ax in r]
-    _finish(fig, axes)
+    finish(fig, axes)
     fig.subplots_adjust(hspace=0.35)
     return fig
 
@@ -201,7 +201,7 @@ def plot_lenses_per_layer(results: Results, directory: Path) -> FigureFile | Non
     fig = draw_lenses_per_layer(results)
     if fig is None:
         return None
-    png, pdf = _save(fig, directory, "lenses_per_layer")
+    png, pdf = save(fig, directory, "lenses_per_layer")
     caption = ("SSDC, the position probe's held-out R² and the mean attention distance per layer, with tokens in order "
                "(top) and under RPI (bottom; positions are the slots); means over seeds, bands ±1 std. The dashed line "
                "is the attention distance of a head that attends to every patch equally.")  # fmt: skip
@@ -217,7 +217,7 @@ def draw_attention_heads(results: Results) -> Figure | None:
         return None
     from matplotlib.figure import Figure
 
-    styles = _styles(list(groups))
+    styles = condition_styles(list(groups))
     fig = Figure(figsize=(3.0 * len(groups), 3.4))
     axes = list(fig.subplots(1, len(groups), squeeze=False, sharey=True)[0])
     uniform = _uniform([m for ms in groups.values() for m in ms])
@@ -245,7 +245,7 @@ def draw_attention_heads(results: Results) -> Figure | None:
     for ax in axes[1:]:  # one legend entry per mode, not per condition
         for coll in ax.collections:
             coll.set_label("_")
-    _finish(fig, axes)
+    finish(fig, axes)
     return fig
 
 
@@ -254,7 +254,7 @@ def plot_attention_heads(results: Results, directory: Path) -> FigureFile | None
     fig = draw_attention_heads(results)
     if fig is None:
         return None
-    png, pdf = _save(fig, directory, "attention_distance_heads")
+    png, pdf = save(fig, directory, "attention_distance_heads")
     caption = ("The mean attention distance (Manhattan, in patches) of every head against its layer, for every seed: "
                "filled with tokens in order, hollow under RPI; the dashed line is the distance of attention spread "
                "evenly over the patches.")  # fmt: skip
