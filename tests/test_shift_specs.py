@@ -14,7 +14,7 @@ import torch
 from peanchor.analysis.corruptions import SEVERITY_TABLES, SHIFT_KINDS, SHIFT_PARAMS, Shift
 from peanchor.analysis.shift_specs import measured_shifts, parse_shift_spec, parse_shift_specs
 from peanchor.cli import main
-from peanchor.commands.analyze import SHIFT_HELP
+from peanchor.commands.shared import SHIFT_HELP
 from peanchor.errors import ConfigError
 from peanchor.presets import PRESETS
 

@@ -23,17 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from peanchor.commands.shared import SHIFT_HELP, with_data_items
 from peanchor.errors import ConfigError
-
-# The --shift help of analyze and reproduce, written out here so that building the parser does not import torch
-# (a test checks that it names every kind and parameter of peanchor.analysis.shift_specs).
-SHIFT_HELP = (
-    "KIND:key=value[,key=value], repeatable; replaces the preset's shift of that kind or adds one: "
-    "jpeg:quality=Q, blur:sigma=S[,kernel_size=K], gaussian_noise:sigma=S[,seed=N], contrast:factor=F, "
-    "pixelate:factor=F, or KIND:severity=1..5 (the ImageNet-C-style table for the model's resolution), "
-    "e.g. --shift jpeg:quality=10 --shift blur:sigma=1.5,kernel_size=9"
-)
-
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
@@ -244,7 +235,6 @@ def data_spec_for(subject: Subject, args: argparse.Namespace) -> Any:
     section (:meth:`~peanchor.data.spec.DataSpec.for_dataset`, as ``train`` and ``reproduce`` do), and only
     ``--set data.val_size=N`` subsamples it.
     """
-    from peanchor.commands.data import with_data_items
     from peanchor.data import DataSpec
 
     spec = subject.spec if subject.spec is not None else DataSpec(name=args.data or DataSpec().name)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+
+from peanchor.commands.shared import with_data_items
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -80,27 +81,6 @@ def data_spec_from_args(args: argparse.Namespace):  # -> peanchor.data.DataSpec
         spec = spec.for_dataset(args.data)
     flags = {"root": args.data_root, "class_list": args.class_list, "img_size": args.img_size}
     return with_data_items(spec, flags, list(args.set))
-
-
-def with_data_items(spec: Any, flags: dict[str, Any], set_items: list[str]) -> Any:  # DataSpec -> DataSpec
-    """``spec`` with dataset keys set, type-checked like ``train --set``: ``flags`` (key → value from the
-    command's own options; None is skipped), then the user's ``--set`` items, which may say ``data.key`` or
-    ``key``."""
-    from peanchor.errors import ConfigError
-    from peanchor.training.config import TrainConfig, parse_set_item, set_value
-
-    config = TrainConfig(data=spec)
-    for key, value in flags.items():
-        if value is not None:
-            set_value(config, f"data.{key}", value)
-    for item in set_items:
-        key, value, raw = parse_set_item(item)
-        key = key.removeprefix("data.")
-        if not key or "." in key:
-            raise ConfigError(f"--set {item!r}: expected a dataset key such as val_size or hf_name")
-        set_value(config, f"data.{key}", value, raw)
-    config.data.validate()
-    return config.data
 
 
 def run_prepare(args: argparse.Namespace) -> int:

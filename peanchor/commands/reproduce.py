@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from peanchor.commands.analyze import SHIFT_HELP
+from peanchor.commands.shared import SHIFT_HELP
 from peanchor.conditions import DEFAULT_CONDITIONS
 from peanchor.presets import PRESET_NAMES, PRESETS, preset_help
 

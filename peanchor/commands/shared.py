@@ -1,0 +1,40 @@
+"""What more than one sub-command uses: the ``--shift`` help text and dataset keys set from flags and ``--set``.
+
+Imports: at parse time nothing heavy; :mod:`peanchor.training` (the typed ``--set``) when a command runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["SHIFT_HELP", "with_data_items"]
+
+# The --shift help of analyze and reproduce, written out here so that building the parser does not import torch
+# (a test checks that it names every kind and parameter of peanchor.analysis.shift_specs).
+SHIFT_HELP = (
+    "KIND:key=value[,key=value], repeatable; replaces the preset's shift of that kind or adds one: "
+    "jpeg:quality=Q, blur:sigma=S[,kernel_size=K], gaussian_noise:sigma=S[,seed=N], contrast:factor=F, "
+    "pixelate:factor=F, or KIND:severity=1..5 (the ImageNet-C-style table for the model's resolution), "
+    "e.g. --shift jpeg:quality=10 --shift blur:sigma=1.5,kernel_size=9"
+)
+
+
+def with_data_items(spec: Any, flags: dict[str, Any], set_items: list[str]) -> Any:  # DataSpec -> DataSpec
+    """``spec`` with dataset keys set, type-checked like ``train --set``: ``flags`` (key → value from the
+    command's own options; None is skipped), then the user's ``--set`` items, which may say ``data.key`` or
+    ``key``."""
+    from peanchor.errors import ConfigError
+    from peanchor.training.config import TrainConfig, parse_set_item, set_value
+
+    config = TrainConfig(data=spec)
+    for key, value in flags.items():
+        if value is not None:
+            set_value(config, f"data.{key}", value)
+    for item in set_items:
+        key, value, raw = parse_set_item(item)
+        key = key.removeprefix("data.")
+        if not key or "." in key:
+            raise ConfigError(f"--set {item!r}: expected a dataset key such as val_size or hf_name")
+        set_value(config, f"data.{key}", value, raw)
+    config.data.validate()
+    return config.data
