@@ -36,15 +36,15 @@ from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
 from peanchor.models.interface import AnalysisInterface
 from peanchor.results import AnalysisResult
 
-__all__ = ["LENSES", "analyze", "as_probed_model", "run_analysis"]
+__all__ = ["LENSES", "analyze", "wrap_model", "run_analysis"]
 
 #: The lenses an analysis can report; SSDC is always measured (ΔSSDC and the α sweep are made of it).
 LENSES = ("ssdc", "attention_distance", "position_probe")
 NO_HEAD = "none: the model has no classification head (accuracy and FS are NaN)"
 
 
-def as_probed_model(model: Any, img_size: int | None = None) -> AnalysisInterface:
-    """``model`` behind the probe interface: a peanchor model as it is, a timm model through
+def wrap_model(model: Any, img_size: int | None = None) -> AnalysisInterface:
+    """``model`` behind the analysis interface (:class:`~peanchor.models.interface.AnalysisInterface`): a peanchor model as it is, a timm model through
     :class:`~peanchor.adapters.TimmViT`, a transformers model through :class:`~peanchor.adapters.hf_vit.HFViT`
     (at ``img_size`` when given: transformers interpolates its table). Anything else is one ConfigError line."""
     if isinstance(model, AnalysisInterface):
@@ -240,7 +240,7 @@ def analyze(
         result.save("runs/my-analysis")  # analysis.json + analysis.csv
     """
     size = data.shape[-1] if isinstance(data, Tensor) else None
-    probed = as_probed_model(model, img_size=size)
+    probed = wrap_model(model, img_size=size)
     expected = model_img_size(probed)
     evalset = _evalset(data, labels, expected, max_images, progress)
     if expected is not None and evalset.img_size != expected:

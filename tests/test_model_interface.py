@@ -32,7 +32,29 @@ def timm_micro() -> torch.nn.Module:
                            num_heads=2, num_classes=5)  # fmt: skip
 
 
-MODELS = [*(pytest.param(lambda pe=pe: micro(pe), id=pe) for pe in PE_NAMES), pytest.param(timm_micro, id="timm")]
+def hf_micro(family: str):
+    transformers = pytest.importorskip("transformers")
+    from peanchor.adapters.hf_vit import HFViT
+
+    def make() -> torch.nn.Module:
+        torch.manual_seed(0)
+        size = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64, image_size=16,
+                    patch_size=4)  # fmt: skip
+        if family == "dinov2":  # a learned table, CLS and register tokens
+            config = transformers.Dinov2WithRegistersConfig(num_register_tokens=2, num_labels=5, **size)
+            model = transformers.Dinov2WithRegistersForImageClassification(config)
+        else:  # rotary, CLS and register tokens
+            model = transformers.DINOv3ViTModel(transformers.DINOv3ViTConfig(num_register_tokens=2, **size))
+        for key, param in model.named_parameters():  # a table and q/k that the interventions visibly move
+            if key.endswith(("position_embeddings", "q_proj.weight", "k_proj.weight")):
+                torch.nn.init.normal_(param, std=0.5)
+        return HFViT(model.eval())
+
+    return make
+
+
+MODELS = [*(pytest.param(lambda pe=pe: micro(pe), id=pe) for pe in PE_NAMES), pytest.param(timm_micro, id="timm"),
+          pytest.param(hf_micro("dinov2"), id="hf-dinov2"), pytest.param(hf_micro("dinov3"), id="hf-dinov3")]
 
 
 @pytest.fixture
