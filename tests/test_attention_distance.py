@@ -111,3 +111,72 @@ def test_bad_input_is_a_clear_value_error():
         acc.compute()  # layer 0 never fed
     with pytest.raises(ValueError, match="heads"):
         acc.update(1, random_weights(1, 3, 1))
+
+
+# ---- what the functions accept and refuse, to the letter (found by mutation testing) ------------------------------
+
+
+def test_uniform_distance_defaults_to_manhattan():
+    pairs = [(a, b) for a in range(12) for b in range(12)]
+    brute = sum(distance(a, b, "manhattan") for a, b in pairs) / len(pairs)
+    assert uniform_attention_distance(GRID) == pytest.approx(brute, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        (torch.eye(13), r"^attention weights must have shape \(\.\.\., T, T\), got \(13, 13\)$"),  # two dims
+        ([[1.0]], r"^attention weights must have shape \(\.\.\., T, T\), got list$"),
+        (torch.ones(2, 13, 12), r"^attention weights must have shape \(\.\.\., T, T\), got \(2, 13, 12\)$"),
+        (torch.ones(1, 3, 6, 6), r"^attention weights have T=6 tokens but the grid has 12 patches and num_prefix=1; "
+                                 r"expected T = num_prefix \+ H\*W$"),  # fmt: skip
+    ],
+)
+def test_bad_weights_are_refused_with_their_shape(weights, message):
+    with pytest.raises(ValueError, match=message):
+        attention_distance(weights, GRID)
+    with pytest.raises(ValueError, match=message):
+        AttentionDistanceAccumulator(GRID).update(0, weights)
+
+
+def test_prefix_mass_refuses_what_it_cannot_read_and_accepts_no_prefix():
+    message = r"^prefix_mass needs weights \(\.\.\., T, T\) and 0 <= num_prefix < T, got num_prefix=1$"
+    for bad in (torch.full((3, 3), 1 / 3), [[1.0]]):
+        with pytest.raises(ValueError, match=message):
+            prefix_mass(bad)
+    w = torch.full((2, 3, 3), 1 / 3)
+    with pytest.raises(ValueError, match="got num_prefix=3$"):
+        prefix_mass(w, num_prefix=3)
+    assert prefix_mass(w, num_prefix=0).tolist() == [0.0, 0.0]  # no prefix: no mass on it
+    assert prefix_mass(w, num_prefix=2).tolist() == pytest.approx([2 / 3, 2 / 3])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_low_precision_weights_are_read_in_float32(dtype):
+    w = random_weights(2, 2, 1, dtype=torch.float64).to(dtype)
+    exact = w.to(torch.float32)
+    assert prefix_mass(w).dtype == torch.float32 and attention_distance(w, GRID).dtype == torch.float32
+    torch.testing.assert_close(prefix_mass(w), prefix_mass(exact), rtol=0, atol=0)
+    torch.testing.assert_close(attention_distance(w, GRID), attention_distance(exact, GRID), rtol=0, atol=0)
+    acc = AttentionDistanceAccumulator(GRID)
+    acc.update(0, w)
+    assert all(v.dtype == torch.float64 for v in acc.compute().values())  # the sums are float64
+
+
+def test_weights_stay_on_their_device():
+    """The distance table follows the weights' device (here ``meta``, which refuses to mix with CPU tensors)."""
+    w = torch.empty(2, 3, 13, 13, device="meta")
+    assert attention_distance(w, GRID).device.type == "meta" and prefix_mass(w).device.type == "meta"
+
+
+def test_accumulator_settings_are_checked_to_the_letter():
+    for bad in (-1, 1.5, True, "1"):
+        with pytest.raises(ValueError, match=rf"^num_prefix must be a non-negative int, got {bad!r}$"):
+            AttentionDistanceAccumulator(GRID, num_prefix=bad)
+    acc = AttentionDistanceAccumulator(GRID, num_prefix=0)  # no CLS: every token is a patch
+    acc.update(0, torch.full((1, 2, 12, 12), 1 / 12))
+    assert acc.compute()["prefix_mass"].tolist() == [[0.0, 0.0]]
+    with pytest.raises(ValueError, match=r"^attention weights must have shape \(B, H, T, T\), got \(2, 13, 13\)$"):
+        AttentionDistanceAccumulator(GRID).update(0, torch.full((2, 13, 13), 1 / 13))
+    with pytest.raises(ValueError, match=r"^AttentionDistanceAccumulator\.compute\(\) needs at least one update\(\) first$"):
+        AttentionDistanceAccumulator(GRID).compute()

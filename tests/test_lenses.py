@@ -240,12 +240,51 @@ def test_suite_lenses_equal_the_accumulators_run_by_hand(pe, evalset):
     assert [row["value"] for row in rows if row["metric"] == "probe_r2_col_normal"] == r.position_probe.col.normal
 
 
-def test_rpi_draws_average_the_lenses(evalset):
-    model = micro("rope")
-    one = evaluate_model(model, evalset, INFO, alphas=(), rpi_draws=1, batch_size=64, device="cpu", progress=False)
-    two = evaluate_model(model, evalset, INFO, alphas=(), rpi_draws=2, batch_size=64, device="cpu", progress=False)
-    assert one.position_probe.row.normal == two.position_probe.row.normal  # the same normal pass and split
-    assert one.attention_distance.manhattan.rpi != two.attention_distance.manhattan.rpi  # a second draw counts
+def _single_draw_by_hand(model, evalset: EvalSet, seed: int, draw: int, batch: int = 64) -> dict:
+    """One RPI draw run by hand: its shared permutation per batch (generator ``seed + draw``) for SSDC, attention
+    distance and accuracy, then the probe's pass with one permutation per image from the same generator."""
+    heldout = heldout_mask(len(evalset), DEFAULT_HOLDOUT, seed=seed)
+    g = torch.Generator().manual_seed(seed + draw)
+    ssdc, attention = SSDCAccumulator(model.grid), AttentionDistanceAccumulator(model.grid)
+    probe, correct = PositionProbeAccumulator(model.grid, DEFAULT_RIDGE), 0
+    with torch.inference_mode():
+        for start in range(0, len(evalset), batch):
+            x = normalize(evalset.images[start : start + batch], INFO.mean, INFO.std)
+            perm = random_permutation(model.num_patches, generator=g)  # (N,)
+            logits, tokens = model.forward_with_tokens(x, token_perm=perm, attention=attention)
+            ssdc.update(tokens)
+            correct += int((logits.argmax(-1) == evalset.labels[start : start + batch]).sum())
+        for start in range(0, len(evalset), batch):
+            x = normalize(evalset.images[start : start + batch], INFO.mean, INFO.std)
+            perm = random_permutation(model.num_patches, batch=x.shape[0], generator=g)  # (B, N)
+            probe.update(model.forward_with_tokens(x, token_perm=perm)[1], heldout[start : start + batch])
+    return {"ssdc": ssdc.compute().numpy(), "attention": {k: v.numpy() for k, v in attention.compute().items()},
+            "probe": probe.compute().numpy(), "acc": correct / len(evalset)}  # fmt: skip
+
+
+@pytest.mark.parametrize("pe", ["rope", "none"])
+def test_rpi_draws_average_the_lenses(pe, evalset):
+    """Every number averaged over RPI draws (SSDC with its std, the attention distances, the probe, the RPI accuracy)
+    is numpy's mean of single-draw runs made by hand with the same permutations."""
+    import numpy as np
+
+    model, draws = micro(pe), 3
+    r = evaluate_model(model, evalset, INFO, alphas=(), rpi_draws=draws, batch_size=64, device="cpu", progress=False,
+                       seed=7)  # fmt: skip
+    single = [_single_draw_by_hand(model, evalset, seed=7, draw=k) for k in range(draws)]
+    ssdc = np.stack([s["ssdc"] for s in single])  # (K, L)
+    np.testing.assert_allclose(r.ssdc.rpi_draws, ssdc, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(r.ssdc.rpi, ssdc.mean(axis=0), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(r.ssdc.rpi_std, ssdc.std(axis=0, ddof=1), rtol=0, atol=1e-12)
+    assert r.delta_ssdc == pytest.approx(ssdc.mean(axis=0)[1] - ssdc.mean(axis=0)[0], abs=1e-12)
+    for key in ("manhattan", "euclidean", "prefix_mass"):
+        mean = np.mean([s["attention"][key] for s in single], axis=0)  # (L, H)
+        np.testing.assert_allclose(getattr(r.attention_distance, key).rpi, mean, rtol=0, atol=1e-12)
+    probe = np.mean([s["probe"] for s in single], axis=0)  # (L, 2)
+    np.testing.assert_allclose(r.position_probe.row.rpi, probe[:, 0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(r.position_probe.col.rpi, probe[:, 1], rtol=0, atol=1e-12)
+    assert r.rpi_acc == pytest.approx(np.mean([s["acc"] for s in single]), abs=1e-12)
+    assert not np.allclose(ssdc[0], ssdc[1]) and not np.allclose(single[0]["probe"], single[1]["probe"])  # draws differ
 
 
 def test_lenses_need_what_the_model_and_data_allow(evalset):

@@ -88,3 +88,82 @@ def test_bad_input_is_a_clear_value_error():
         acc.compute()  # every image went to the fit split
     with pytest.raises(ValueError, match="do not match"):
         acc.update(structured_tokens(3, 2, 4), torch.ones(3, dtype=torch.bool))
+
+
+# ---- edges and refusals, to the letter (found by mutation testing) ------------------------------------------------
+
+
+def test_slot_coordinates_and_split_defaults():
+    assert slot_coordinates((2, 3)).tolist() == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+    assert torch.equal(heldout_mask(10), heldout_mask(10, 0.5, seed=0))  # the defaults: half, seed 0
+    assert int(heldout_mask(10, 0.01).sum()) == 1 and int(heldout_mask(10, 0.99).sum()) == 9  # at least 1, at most n-1
+    for bad in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"^the held-out fraction must be in \(0, 1\), got {bad!r}$"):
+            heldout_mask(10, bad)
+
+
+def test_settings_are_checked_to_the_letter():
+    for grid in ((0, 2), (True, 2), (2.0, 2)):
+        with pytest.raises(ValueError, match=r"^grid must be a pair \(H, W\) of positive ints, got "):
+            PositionProbeAccumulator(grid)
+    for ridge in (0, -1.0, True, "1"):
+        with pytest.raises(ValueError, match=rf"^ridge must be a number > 0, got {ridge!r}$"):
+            PositionProbeAccumulator(GRID, ridge)
+    acc = PositionProbeAccumulator(GRID)
+    split = torch.tensor([False, True])
+    for tokens in (torch.ones(2, 12, 8), torch.ones(2, 1, 12, 8, dtype=torch.int64), [[1.0]]):
+        with pytest.raises(ValueError, match=r"^tokens must be a floating-point tensor \(B, L, N, D\)$"):
+            acc.update(tokens, split)
+    with pytest.raises(ValueError, match=r"^tokens have N=6 but the grid 3x4 has 12 positions$"):
+        acc.update(torch.ones(2, 1, 6, 8), split)
+    with pytest.raises(ValueError, match=r"^heldout must be a bool tensor \(B,\) = \(2,\), got \(3,\)$"):
+        acc.update(torch.ones(2, 1, 12, 8), torch.tensor([False, True, True]))
+    acc.update(torch.randn(2, 3, 12, 8), split)
+    with pytest.raises(ValueError, match=r"^tokens \(L=2, D=8, cpu\) do not match earlier batches \(L=3, D=8, cpu\)$"):
+        acc.update(torch.randn(2, 2, 12, 8), split)
+
+
+def test_a_split_given_as_integers_is_the_same_split():
+    tokens = structured_tokens(6, 2, 8)
+    as_bool, as_int = PositionProbeAccumulator(GRID), PositionProbeAccumulator(GRID)
+    split = [False, True, False, True, True, False]
+    as_bool.update(tokens, torch.tensor(split))
+    as_int.update(tokens, [int(s) for s in split])
+    assert as_int.num_images == (3, 3)
+    torch.testing.assert_close(as_int.compute(), as_bool.compute(), rtol=0, atol=0)
+
+
+def test_a_first_batch_of_one_image_and_low_precision_tokens():
+    """The first batch may hold a single image; bfloat16 tokens are read as float32 (the same numbers as their
+    float32 copy), not multiplied in bfloat16."""
+    tokens = structured_tokens(6, 2, 8).to(torch.bfloat16)
+    split = torch.tensor([False, True, False, True, True, False])
+    low, single = PositionProbeAccumulator(GRID), PositionProbeAccumulator(GRID)
+    for k in range(6):
+        single.update(tokens[k : k + 1].float(), split[k : k + 1])
+    low.update(tokens, split)
+    whole = PositionProbeAccumulator(GRID)
+    whole.update(tokens.float(), split)
+    torch.testing.assert_close(low.compute(), whole.compute(), rtol=0, atol=0)
+    torch.testing.assert_close(single.compute(), whole.compute(), rtol=0, atol=1e-6)
+
+
+def test_perfect_and_undefined_scores():
+    """Tokens that are a linear code of the slot give R² = 1 to the last digit (no floor on the error); a grid of one
+    row has no row spread to score (NaN), while its columns are scored even when their spread is below 1."""
+    code = torch.randn(2, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    tokens = (slot_coordinates(GRID) @ code).expand(4, 1, 12, 8).clone()  # (B, L, N, D)
+    acc = PositionProbeAccumulator(GRID, ridge=1e-12)
+    acc.update(tokens, torch.tensor([False, True, False, True]))
+    torch.testing.assert_close(acc.compute(), torch.ones(1, 2, dtype=torch.float64), rtol=0, atol=1e-9)
+    one_row = PositionProbeAccumulator((1, 2), ridge=1e-12)
+    one_row.update(torch.tensor([[[[0.0, 1.0], [1.0, 0.0]]]] * 3, dtype=torch.float64), torch.tensor([False, False, True]))
+    r2 = one_row.compute()  # held out: one image of 2 slots, column spread 0.5
+    assert torch.isnan(r2[0, 0]) and r2[0, 1].item() == pytest.approx(1.0, abs=1e-9)
+
+
+def test_sums_stay_on_the_tokens_device():
+    """Streaming works on any device (here ``meta``, which refuses to mix with CPU tensors)."""
+    acc = PositionProbeAccumulator(GRID)
+    acc.update(torch.empty(4, 2, 12, 8, device="meta"), torch.tensor([False, True, False, True]))
+    assert acc.num_images == (2, 2)

@@ -237,3 +237,92 @@ def test_results_round_trip_and_one_line_errors(tmp_path):
         with pytest.raises(PeanchorError, match=message) as e:
             read_results(p)
         assert "\n" not in str(e.value)
+
+
+# ---- the report's derived numbers against numpy and scipy -------------------------------------------
+
+
+def _scipy_ci(values) -> tuple[float, float]:
+    """The 95 % percentile bootstrap CI of the mean as scipy computes it (10,000 resamples, seed 0)."""
+    import numpy as np
+
+    ci = stats.bootstrap((np.asarray(values, dtype=float),), np.mean, n_resamples=10000, confidence_level=0.95,
+                         method="percentile", rng=np.random.default_rng(0)).confidence_interval  # fmt: skip
+    return float(ci.low), float(ci.high)
+
+
+def test_std_and_ci_cells_are_numpys_and_scipys():
+    """Every mean ± std [CI] cell of the per-condition table, for 3 seeds, is numpy's mean and sample std and scipy's
+    percentile bootstrap, formatted as the report prints them."""
+    import numpy as np
+
+    results = synthetic_results(seeds=(0, 1, 2))
+    md = markdown(results)
+    for cond in ("none", "ape"):
+        ms = [m for m in results["models"] if m["condition"] == cond]
+        for values in ([m["clean_acc"] for m in ms], [m["fragility"]["jpeg"] for m in ms], [m["delta_ssdc"] for m in ms]):
+            low, high = _scipy_ci(values)
+            cell = f"{np.mean(values):.3f} ± {np.std(values, ddof=1):.3f} [{low:.3f}, {high:.3f}]"
+            assert cell in md, (cond, cell)
+
+
+def test_paired_differences_are_numpys_scipys_and_an_enumerated_sign_flip_test():
+    """FS(condition) − FS(none) per seed: the mean is numpy's, the CI scipy's bootstrap of the differences, and the p
+    every one of the 2^n sign flips counted here by hand."""
+    import itertools
+
+    import numpy as np
+
+    from peanchor.report.summary import paired_differences
+
+    results = synthetic_results(seeds=(0, 1, 2, 3))
+    for m in results["models"]:  # differences that are not all alike, so the flips do not tie
+        m["fragility"] = {k: v + 0.007 * m["seed"] ** 2 * (m["condition"] == "ape") for k, v in m["fragility"].items()}
+    diffs = paired_differences(results_from_dict(results))
+    assert {(d.condition, d.shift) for d in diffs} == {("ape", "jpeg"), ("ape", "blur")}
+    for d in diffs:
+        by_seed = {m["seed"]: m["fragility"][d.shift] for m in results["models"] if m["condition"] == "none"}
+        diff = np.array([m["fragility"][d.shift] - by_seed[m["seed"]] for m in results["models"]
+                         if m["condition"] == d.condition])  # fmt: skip
+        assert d.n == 4 and d.mean_diff == pytest.approx(diff.mean(), abs=1e-12)
+        assert (d.ci_low, d.ci_high) == pytest.approx(_scipy_ci(diff), abs=1e-12)
+        flips = [abs(np.mean(diff * np.array(s))) >= abs(diff.mean()) - 1e-12 for s in itertools.product((1, -1), repeat=4)]
+        assert d.p_value == pytest.approx(sum(flips) / len(flips), abs=1e-12)
+
+
+def test_figure_error_bars_are_numpys_mean_and_std(tmp_path, monkeypatch):
+    """The error bars the figures draw (SSDC per layer, the α sweep, the severity curves) are numpy's mean ± sample
+    std over seeds of the numbers in the results."""
+    import matplotlib.axes
+    import numpy as np
+
+    drawn: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    original = matplotlib.axes.Axes.errorbar
+
+    def record(self, x, y, yerr=None, **kwargs):
+        if yerr is not None:
+            err = np.asarray(yerr, dtype=float)
+            drawn.append((np.asarray(x, dtype=float), np.asarray(y, dtype=float), err if err.ndim == 1 else err[1]))
+        return original(self, x, y, yerr=yerr, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", record)
+    results = synthetic_results(seeds=(0, 1, 2))
+    make_figures(results_from_dict(results), tmp_path)
+
+    def was_drawn(x, rows) -> bool:
+        mean, std = np.mean(rows, axis=0), np.std(rows, axis=0, ddof=1)
+        return any(len(dx) == len(x) and np.allclose(dx, x) and np.allclose(dy, mean, rtol=0, atol=1e-12)
+                   and np.allclose(de, std, rtol=0, atol=1e-12) for dx, dy, de in drawn)  # fmt: skip
+
+    for cond in ("none", "ape"):
+        ms = [m for m in results["models"] if m["condition"] == cond]
+        for mode in ("normal", "rpi"):
+            assert was_drawn(np.arange(LAYERS), [m["ssdc"][mode] for m in ms]), (cond, mode)
+        for kind in ("jpeg", "blur"):
+            # the curve starts at severity 0 (clean), whose FS is 0 by definition
+            assert was_drawn(np.arange(6), [[0.0] + m["severity_fragility"][kind] for m in ms]), (cond, kind)
+    sweep = [p for p in results["alpha_sweep"] if p["condition"] == "ape"]
+    alphas = sorted({p["alpha"] for p in sweep})
+    fs = [[next(p["fragility"]["jpeg"] for p in sweep if p["alpha"] == a and p["seed"] == s) for a in alphas]
+          for s in (0, 1, 2)]  # fmt: skip
+    assert was_drawn(np.array(alphas), fs)
