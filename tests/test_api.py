@@ -143,6 +143,10 @@ def test_plots_draw_from_one_result_or_several(model, data) -> None:
     assert {"ape (APE) (n=1)", "again (n=2)"} <= labels or {"ape (n=1)", "again (n=2)"} <= labels, labels
     sweep = peanchor.plot_alpha_sweep(result)
     assert [ax.get_ylabel() for ax in sweep.axes] == ["ΔSSDC (under RPI)", "FS (jpeg)"]
+    legend = {t.get_text() for fig in (sweep, peanchor.plot_alpha_sweep(result, paper_reference=True))
+              for legend in fig.legends for t in legend.get_texts()}  # fmt: skip
+    assert any(t.startswith("APE, paper") for t in legend)
+    assert not any(t.startswith("APE, paper") for legend in sweep.legends for t in (x.get_text() for x in legend.get_texts()))
     assert len(peanchor.plot_lenses([result]).axes) == 6 and isinstance(peanchor.plot_attention_heads(result), Figure)
     flat = peanchor.analyze(model, *data, shifts=["jpeg:quality=10"], **STATS, **{**FAST, "alphas": ()})
     with pytest.raises(DataError, match="nothing to plot: no α sweep"):
