@@ -164,3 +164,15 @@ def test_the_readme_python_example_runs(tmp_path, monkeypatch) -> None:
     exec(compile(code, "README.md", "exec"), {})
     written = json.loads((tmp_path / "runs" / "readme-example" / "analysis.json").read_text())
     assert written["schema"] == "peanchor.analysis"
+
+
+def test_a_transformers_model_follows_the_images_resolution_and_keeps_its_mode(data) -> None:
+    T = pytest.importorskip("transformers")
+    config = T.ViTConfig(image_size=32, patch_size=4, num_labels=4, hidden_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, intermediate_size=64)  # fmt: skip
+    model = T.ViTForImageClassification(config)  # in training mode, as built
+    result = peanchor.analyze(model, TensorDataset(*data), shifts=["jpeg:quality=10"], **FAST)
+    assert result.model.grid == [4, 4] and model.training  # 16 px images, interpolated table; mode kept
+    model.eval()
+    peanchor.analyze(model, data, shifts=["jpeg:quality=10"], **FAST)
+    assert not model.training
