@@ -262,3 +262,13 @@ def test_the_cli_refuses_a_folder_without_weights_in_one_line(tmp_path, capsys) 
     assert sorted(p.name for p in (tmp_path / "vit").iterdir()) == before and not (tmp_path / "out").exists()
     assert main(["analyze", "--hf", str(tmp_path / "vit"), "--timm", "vit_small_patch16_224"]) != 0
     assert "give one of RUN_DIR, --timm NAME or --hf DIR, not --timm and --hf" in capsys.readouterr().err
+
+
+def test_without_transformers_installed_the_error_says_how_to_install_it(tmp_path, monkeypatch) -> None:
+    import sys
+
+    from peanchor.errors import PeanchorError
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail as if not installed
+    with pytest.raises(PeanchorError, match=r"transformers is not installed: pip install 'peanchor\[transformers\]'"):
+        load_hf_model(tmp_path)
