@@ -13,8 +13,8 @@ from the result (they are still computed: the lens plan cannot skip them yet). A
 head (a transformers backbone such as ``Dinov2Model``) is analysed for geometry; its accuracies and Fragility
 Scores are NaN, and ``source["accuracy"]`` says why.
 
-Imports: torch; :mod:`peanchor.analysis`, :mod:`peanchor.adapters`, :mod:`peanchor.models`, :mod:`peanchor.data`,
-:mod:`peanchor.results`, :mod:`peanchor.errors`.
+Imports: torch; :mod:`peanchor.analysis`, :mod:`peanchor.adapters` (lazily), :mod:`peanchor.models`,
+:mod:`peanchor.metrics`, :mod:`peanchor.data` (lazily), :mod:`peanchor.results`, :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations
@@ -46,17 +46,18 @@ NO_HEAD = "none: the model has no classification head (accuracy and FS are NaN)"
 def wrap_model(model: Any, img_size: int | None = None) -> AnalysisInterface:
     """``model`` behind the analysis interface (:class:`~peanchor.models.interface.AnalysisInterface`): a peanchor model as it is, a timm model through
     :class:`~peanchor.adapters.TimmViT`, a transformers model through :class:`~peanchor.adapters.hf_vit.HFViT`
-    (at ``img_size`` when given: transformers interpolates its table). Anything else is one ConfigError line."""
+    (at ``img_size`` when given: transformers interpolates its table). Anything else is one ConfigError line.
+    A wrapper starts in the model's own train/eval mode, which the analysis restores when it is done."""
     if isinstance(model, AnalysisInterface):
         return model
     if type(model).__module__.startswith("timm."):
         from peanchor.adapters import TimmViT
 
-        return TimmViT(model).eval()
+        return TimmViT(model).train(model.training)
     from peanchor.adapters.hf_vit import HFViT, is_transformers_model
 
     if is_transformers_model(model):
-        return HFViT(model, img_size=img_size).eval()
+        return HFViT(model, img_size=img_size).train(model.training)
     raise ConfigError(
         f"cannot analyse a {type(model).__module__}.{type(model).__name__}: expected a peanchor model "
         "(peanchor.create_model / load_model), a timm ViT, or a transformers vision model (ViT, DeiT, DINOv2, "
@@ -239,10 +240,16 @@ def analyze(
         result.ssdc.rpi, result.delta_ssdc, result.fragility["jpeg"]
         result.save("runs/my-analysis")  # analysis.json + analysis.csv
     """
-    size = data.shape[-1] if isinstance(data, Tensor) else None
-    probed = wrap_model(model, img_size=size)
-    expected = model_img_size(probed)
-    evalset = _evalset(data, labels, expected, max_images, progress)
+    from peanchor.data import DataSpec
+
+    if isinstance(data, (str, DataSpec)):  # read at the model's resolution
+        probed = wrap_model(model)
+        expected = model_img_size(probed)
+        evalset = _evalset(data, labels, expected, max_images, progress)
+    else:  # a transformers model is wrapped at the images' resolution
+        evalset = _evalset(data, labels, None, max_images, progress)
+        probed = wrap_model(model, img_size=evalset.img_size)
+        expected = model_img_size(probed)
     if expected is not None and evalset.img_size != expected:
         grid = "x".join(str(g) for g in probed.grid)  # type: ignore[attr-defined]
         raise DataError(f"images are {evalset.img_size} px but the model takes {expected} px (its {grid} patch grid); "

@@ -143,6 +143,10 @@ def test_plots_draw_from_one_result_or_several(model, data) -> None:
     assert {"ape (APE) (n=1)", "again (n=2)"} <= labels or {"ape (n=1)", "again (n=2)"} <= labels, labels
     sweep = peanchor.plot_alpha_sweep(result)
     assert [ax.get_ylabel() for ax in sweep.axes] == ["ΔSSDC (under RPI)", "FS (jpeg)"]
+    legend = {t.get_text() for fig in (sweep, peanchor.plot_alpha_sweep(result, paper_reference=True))
+              for legend in fig.legends for t in legend.get_texts()}  # fmt: skip
+    assert any(t.startswith("APE, paper") for t in legend)
+    assert not any(t.startswith("APE, paper") for legend in sweep.legends for t in (x.get_text() for x in legend.get_texts()))
     assert len(peanchor.plot_lenses([result]).axes) == 6 and isinstance(peanchor.plot_attention_heads(result), Figure)
     flat = peanchor.analyze(model, *data, shifts=["jpeg:quality=10"], **STATS, **{**FAST, "alphas": ()})
     with pytest.raises(DataError, match="nothing to plot: no α sweep"):
@@ -160,3 +164,15 @@ def test_the_readme_python_example_runs(tmp_path, monkeypatch) -> None:
     exec(compile(code, "README.md", "exec"), {})
     written = json.loads((tmp_path / "runs" / "readme-example" / "analysis.json").read_text())
     assert written["schema"] == "peanchor.analysis"
+
+
+def test_a_transformers_model_follows_the_images_resolution_and_keeps_its_mode(data) -> None:
+    T = pytest.importorskip("transformers")
+    config = T.ViTConfig(image_size=32, patch_size=4, num_labels=4, hidden_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, intermediate_size=64)  # fmt: skip
+    model = T.ViTForImageClassification(config)  # in training mode, as built
+    result = peanchor.analyze(model, TensorDataset(*data), shifts=["jpeg:quality=10"], **FAST)
+    assert result.model.grid == [4, 4] and model.training  # 16 px images, interpolated table; mode kept
+    model.eval()
+    peanchor.analyze(model, data, shifts=["jpeg:quality=10"], **FAST)
+    assert not model.training

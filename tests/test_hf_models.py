@@ -113,8 +113,10 @@ def test_without_a_position_signal_the_model_is_permutation_equivariant(name: st
     assert (with_pe - plain[:, :, perm]).abs().max() > 1e-2  # α = 1 does carry position
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.3])
 @pytest.mark.parametrize("name", [n for n, (f, _) in SUPPORTED_CLASSES.items() if f != "dinov3"])
-def test_alpha_scales_the_learned_table(name: str) -> None:
+def test_alpha_scales_the_learned_table(name: str, alpha: float) -> None:
+    """α = 0 is the model with its table removed (zeroed), and any α the model with its table scaled."""
     model = build(name)
     wrapped = HFViT(model)
     owner_path, key = wrapped.family.table  # type: ignore[misc]
@@ -126,9 +128,9 @@ def test_alpha_scales_the_learned_table(name: str) -> None:
     table = getattr(owner, key)
     x = images()
     with torch.no_grad():
-        table.mul_(0.3)
+        table.mul_(alpha)
         head, tokens = own(scaled, x, HFViT(scaled))
-        logits, probe = wrapped.forward_with_tokens(x, pe_scale=0.3)
+        logits, probe = wrapped.forward_with_tokens(x, pe_scale=alpha)
     torch.testing.assert_close(probe, tokens, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(logits, head, rtol=1e-5, atol=1e-6)
     original = getattr(wrapped.model.get_submodule(".".join(p for p in (SUPPORTED_CLASSES[name][1], owner_path) if p)), key)
@@ -262,3 +264,13 @@ def test_the_cli_refuses_a_folder_without_weights_in_one_line(tmp_path, capsys) 
     assert sorted(p.name for p in (tmp_path / "vit").iterdir()) == before and not (tmp_path / "out").exists()
     assert main(["analyze", "--hf", str(tmp_path / "vit"), "--timm", "vit_small_patch16_224"]) != 0
     assert "give one of RUN_DIR, --timm NAME or --hf DIR, not --timm and --hf" in capsys.readouterr().err
+
+
+def test_without_transformers_installed_the_error_says_how_to_install_it(tmp_path, monkeypatch) -> None:
+    import sys
+
+    from peanchor.errors import PeanchorError
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail as if not installed
+    with pytest.raises(PeanchorError, match=r"transformers is not installed: pip install 'peanchor\[transformers\]'"):
+        load_hf_model(tmp_path)

@@ -3,14 +3,15 @@
 without one: the resolution rule of ``paper_shifts``; ``--shift`` replaces or adds one, see
 :mod:`peanchor.analysis.shift_specs`), and the α sweep, for one trained model.
 
-The model and its data come from a *subject*: today a run directory (``peanchor train`` or
-``peanchor import``). :func:`resolve_subject` is the one place that turns arguments into a model
-plus a :class:`~peanchor.data.DataSpec`; another source (e.g. ``--timm NAME [--weights FILE]``
-through :mod:`peanchor.adapters`) plugs in there and everything after it is shared.
+The model and its data come from a *subject*: a run directory (``peanchor train`` or ``peanchor import``), a timm
+model (``--timm NAME [--weights FILE]``) or a transformers ``save_pretrained`` folder (``--hf DIR``), both through
+:mod:`peanchor.adapters`. :func:`resolve_subject` is the one place that turns arguments into a model plus a
+:class:`~peanchor.data.DataSpec`; the analysis itself is :func:`peanchor.api.run_analysis`, the function that
+``peanchor.analyze`` runs too.
 
-Imports: at parse time nothing heavy; when run, :mod:`peanchor.analysis`, :mod:`peanchor.results`,
-:mod:`peanchor.presets`, :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`, :mod:`peanchor.tracking`
-(``--tensorboard``).
+Imports: at parse time nothing heavy; when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`,
+:mod:`peanchor.training` (a run's config), :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`, :mod:`peanchor.data`,
+:mod:`peanchor.metrics`, :mod:`peanchor.commands` (data), :mod:`peanchor.tracking` (``--tensorboard``).
 """
 
 from __future__ import annotations

@@ -98,9 +98,9 @@ def _plot_ssdc_per_layer(results: Results, directory: Path) -> FigureFile | None
     return FigureFile("ssdc_per_layer", "SSDC per layer", caption + ".", png, pdf)
 
 
-def draw_alpha_sweep(results: Results) -> Figure | None:
-    """ΔSSDC (under RPI) and the Fragility Score of each shift against α, one line per condition; None without
-    a sweep."""
+def draw_alpha_sweep(results: Results, paper_reference: bool = True) -> Figure | None:
+    """ΔSSDC (under RPI) and the Fragility Score of each shift against α, one line per condition, with the paper's
+    APE sweep as a reference line unless ``paper_reference`` is False; None without a sweep."""
     sweep = [p for p in results.alpha_sweep if finite(p.alpha)]
     if not sweep:
         return None
@@ -120,7 +120,7 @@ def draw_alpha_sweep(results: Results) -> Figure | None:
             ax.errorbar(xs, means, yerr=stds if np.any(stds > 0) else None, label=f"{label(c)} (n={seeds})",
                         markersize=5, linewidth=1.4, capsize=2, elinewidth=0.8, **styles[c])
         ref_key = "delta_ssdc" if panel.startswith("ΔSSDC") else ("fs_jpeg" if panel == "FS (jpeg)" and same_shifts else None)
-        if ref_key is not None:
+        if ref_key is not None and paper_reference:
             ape = CONDITIONS["ape"].alpha_sweep
             assert ape is not None
             ax.plot(ape.alpha, getattr(ape, ref_key), color="0.55", linestyle=(0, (1, 1.5)),

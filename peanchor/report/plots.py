@@ -78,9 +78,11 @@ def plot_ssdc_per_layer(analyses: Analyses) -> Figure:
     return _draw(draw_ssdc_per_layer, analyses, "no models")
 
 
-def plot_alpha_sweep(analyses: Analyses) -> Figure:
-    """ΔSSDC under RPI and the Fragility Score of each shift against α."""
-    return _draw(draw_alpha_sweep, analyses, "no α sweep (alphas=() or a PE that α does not scale)")
+def plot_alpha_sweep(analyses: Analyses, paper_reference: bool = False) -> Figure:
+    """ΔSSDC under RPI and the Fragility Score of each shift against α; ``paper_reference`` adds the paper's APE
+    sweep (ImageNet-100, 224 px) as a dotted grey line, as the report does."""
+    return _draw(lambda r: draw_alpha_sweep(r, paper_reference), analyses,
+                 "no α sweep (alphas=() or a PE that α does not scale)")  # fmt: skip
 
 
 def plot_lenses(analyses: Analyses) -> Figure:
