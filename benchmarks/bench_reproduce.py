@@ -5,9 +5,13 @@
     python3 benchmarks/bench_reproduce.py --quick    # smoke with two conditions only
 
 Each run is a subprocess (``python -m peanchor``) with its own ``--out`` and its own
-``PEANCHOR_CACHE`` (so the generated scenes data is part of the cost, as on a first run); nothing
-here is compared, the times are recorded for the README. The run's exit code and whether
-``results.json`` appeared are recorded too.
+``PEANCHOR_CACHE`` (so the generated scenes data is part of the cost, as on a first run); the times are
+recorded for the README. The run's exit code and whether ``results.json`` appeared are recorded too.
+
+Then the same command again into the same ``--out``: a rerun of a finished grid, which does no work
+(tests/test_reproduce.py checks that: nothing trained, analysed or written). Its wall time and its ratio
+to the first run are recorded (``rerun_wall_s``, ``rerun_over_first``): what is left is process start-up,
+imports, reading the cells' files and checking them (``--no-rerun`` skips it).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import bench_common as bc
 NAME = "reproduce"
 
 
-def time_reproduce(label: str, extra: list[str], keep: bool = False) -> dict[str, Any]:
+def time_reproduce(label: str, extra: list[str], keep: bool = False, rerun: bool = True) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix=f"peanchor-bench-{label}-"))
     out = tmp / "out"
     env = {**os.environ, "PEANCHOR_CACHE": str(tmp / "cache")}
@@ -58,6 +62,15 @@ def time_reproduce(label: str, extra: list[str], keep: bool = False) -> dict[str
     print(
         f"  {wall:.1f} s, exit code {proc.returncode}, results.json {'written' if entry['results_json'] else 'missing'}"
     )
+    if rerun and proc.returncode == 0:
+        t0 = time.perf_counter()
+        again = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        entry["rerun_wall_s"] = time.perf_counter() - t0
+        entry["rerun_exit_code"] = again.returncode
+        entry["rerun_over_first"] = entry["rerun_wall_s"] / wall
+        entry["rerun_nothing_to_do"] = "nothing to do" in again.stdout
+        print(f"  rerun (no work): {entry['rerun_wall_s']:.1f} s, {entry['rerun_over_first']:.2f} of the first run, "
+              f"exit code {again.returncode}")  # fmt: skip
     if keep:
         entry["out"] = str(out)
     else:
@@ -69,15 +82,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = bc.parser(__doc__.splitlines()[0])
     p.add_argument("--full", action="store_true", help="also time the default `peanchor reproduce` (long)")
     p.add_argument("--keep", action="store_true", help="keep the output directories")
+    p.add_argument("--no-rerun", action="store_true", help="do not time the no-op rerun after each run")
     args = p.parse_args(argv)
     machine = bc.machine_info()
     runs = []
     if args.quick:
-        runs.append(time_reproduce("smoke-quick", ["--preset", "smoke", "--conditions", "none,ape"], args.keep))
+        quick = ["--preset", "smoke", "--conditions", "none,ape"]
+        runs.append(time_reproduce("smoke-quick", quick, args.keep, not args.no_rerun))
     else:
-        runs.append(time_reproduce("smoke", ["--preset", "smoke"], args.keep))
+        runs.append(time_reproduce("smoke", ["--preset", "smoke"], args.keep, not args.no_rerun))
         if args.full:
-            runs.append(time_reproduce("default", [], args.keep))
+            runs.append(time_reproduce("default", [], args.keep, not args.no_rerun))
     record = {
         "goal": "record wall times (no target)",
         "quick": args.quick,

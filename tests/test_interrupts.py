@@ -2,7 +2,7 @@
 rerunning the same command gives what an uninterrupted run gives.
 
 The in-process parts (a signal recorded inside the training steps, raised elsewhere) are fast; the end-to-end
-ones signal a real `peanchor train` / `peanchor reproduce --jobs 2` subprocess and are marked slow. The same
+ones signal the installed `peanchor` console script (`train`, `reproduce --jobs 2`) and are marked slow. The same
 through torchrun is in tests/test_training.py (DDP).
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -64,8 +64,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "PEANCHOR_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
 
 
+# The installed console script, as a user runs it (and stops it with Ctrl-C or a scheduler's SIGTERM).
+PEANCHOR = shutil.which("peanchor")
+needs_script = pytest.mark.skipif(
+    PEANCHOR is None, reason="the `peanchor` console script is not installed (pip install -e .)"
+)
 LONG = ["data.train_size=4096", "data.val_size=100", "train.epochs=3", "train.batch_size=64", "train.log_every=8"]
-TRAIN = [sys.executable, "-m", "peanchor", "train", "--preset", "smoke", "--pe", "ape", "--rpt", "--no-progress"]
+TRAIN = [str(PEANCHOR), "train", "--preset", "smoke", "--pe", "ape", "--rpt", "--no-progress"]
 TRAIN += [a for s in LONG for a in ("--set", s)]
 
 
@@ -77,12 +82,17 @@ def wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 300
         time.sleep(0.02)
 
 
-def stop(proc: subprocess.Popen, sig: int, timeout: float = 60) -> tuple[int, str, float]:
-    """Send ``sig``; returns (exit code, stderr, seconds until the process ended)."""
-    t0 = time.monotonic()
+def stop(proc: subprocess.Popen, sig: int, hang_guard: float = 300) -> tuple[int, str]:
+    """Send ``sig`` and wait for the process to end on its own; returns (exit code, stderr). ``hang_guard`` only
+    keeps a process that never stops from hanging the suite (how soon it stops: benchmarks/bench_stop.py)."""
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=timeout)
-    return proc.returncode, err, time.monotonic() - t0
+    try:
+        _, err = proc.communicate(timeout=hang_guard)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"still running {hang_guard:.0f} s after {signal.Signals(sig).name}: {err[-3000:]}")
+    return proc.returncode, err
 
 
 @pytest.fixture(scope="module")
@@ -94,22 +104,23 @@ def reference(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> 
 
 
 @pytest.mark.slow
+@needs_script
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_stopped_train_exits_within_seconds_and_its_rerun_is_identical(sig, tmp_path, env, reference):
+def test_a_stopped_train_exits_on_its_own_and_its_rerun_is_identical(sig, tmp_path, env, reference):
     out = tmp_path / "run"
     proc = subprocess.Popen([*TRAIN, "--out", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
     wait_for(out / "train.log", "epoch 1/3", proc)  # now in epoch 2, mid-epoch
-    code, err, seconds = stop(proc, sig)
+    code, err = stop(proc, sig)
     name = signal.Signals(sig).name
     assert code == 128 + sig, err
     assert err.strip().splitlines()[-1].startswith(f"peanchor: stopped by {name}: saved "), err
-    assert seconds < 30 and not (out / ".lock").exists() and not (out / "model.safetensors").exists()
+    assert not (out / ".lock").exists() and not (out / "model.safetensors").exists()
     from safetensors import safe_open
 
     with safe_open(str(out / "checkpoint" / "state.safetensors"), framework="pt") as f:
         meta = f.metadata()
-    print(f"{name} landed at epoch {int(meta['epoch']) + 1}, step {meta['step_in_epoch']} ({seconds:.1f} s to exit)")
+    print(f"{name} landed at epoch {int(meta['epoch']) + 1}, step {meta['step_in_epoch']}")
 
     done = subprocess.run([*TRAIN, "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -123,8 +134,9 @@ def test_a_stopped_train_exits_within_seconds_and_its_rerun_is_identical(sig, tm
 
 
 @pytest.mark.slow
+@needs_script
 def test_sigterm_stops_reproduce_and_its_workers_and_the_rerun_finishes_the_same(tmp_path, env):
-    grid = [sys.executable, "-m", "peanchor", "reproduce", "--preset", "smoke", "--conditions", "none,ape",
+    grid = [str(PEANCHOR), "reproduce", "--preset", "smoke", "--conditions", "none,ape",
             "--jobs", "2", "--no-progress", "--set", "data.train_size=8192", "--set", "train.epochs=3"]  # fmt: skip
     reference = tmp_path / "reference"
     first = subprocess.Popen([*grid, "--out", str(reference)], env=env, stdout=subprocess.DEVNULL,
@@ -134,12 +146,11 @@ def test_sigterm_stops_reproduce_and_its_workers_and_the_rerun_finishes_the_same
                             text=True)  # fmt: skip
     try:
         wait_for(out / "runs" / "ape-s0" / "train.log", "epoch 1/3", proc, timeout=600)
-        code, err, seconds = stop(proc, signal.SIGTERM, timeout=120)
+        code, err = stop(proc, signal.SIGTERM)
     finally:
         _, first_err = first.communicate(timeout=900)
     assert first.returncode == 0, first_err[-3000:]
     assert code == 143 and "peanchor: stopped by SIGTERM" in err, err[-3000:]
-    print(f"reproduce stopped {seconds:.1f} s after SIGTERM")
     assert not list(out.rglob(".lock")), "a lock was left behind"
     assert not (out / "results.json").exists()
 

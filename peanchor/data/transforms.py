@@ -37,6 +37,7 @@ IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 RRC_SCALE: tuple[float, float] = (0.35, 1.0)
 RRC_RATIO: tuple[float, float] = (3 / 4, 4 / 3)
+RRC_ATTEMPTS = 10  # (area, ratio) draws before the fallback, as torchvision's RandomResizedCrop
 
 DEFAULT_AUGMENT: dict[str, str] = {
     "scenes": "translate",  # L, F, Z and C are not mirror-symmetric: a flip would change the class
@@ -88,8 +89,10 @@ def train_transform(policy: str, img_size: int) -> v2.Transform:
     raise ConfigError(f"augmentation policy {policy!r}: expected one of {', '.join(AUGMENT_POLICIES[1:])}")
 
 
-def _uniform(n: int, low: float, high: float, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
-    return torch.rand(n, generator=generator, device=device) * (high - low) + low
+def _uniform(
+    shape: tuple[int, ...], low: float, high: float, generator: torch.Generator | None, device: torch.device
+) -> torch.Tensor:
+    return torch.rand(shape, generator=generator, device=device) * (high - low) + low
 
 
 def _shift_batch(
@@ -120,17 +123,26 @@ def _shift_batch(
 def _resized_crop_batch(images: torch.Tensor, flip: bool, generator: torch.Generator | None) -> torch.Tensor:
     """RandomResizedCrop(S, RRC_SCALE, RRC_RATIO) (+ flip) per sample through one affine grid_sample.
 
-    Crops are at most the full image, so the resampling only ever upsamples and needs no antialiasing.
+    As torchvision's: up to :data:`RRC_ATTEMPTS` (area, log-uniform ratio) draws per sample, the first that fits
+    in the image is kept; when none does, the centre crop of the whole image at the nearest allowed ratio. The
+    crop's place is uniform over where it fits. Crops are continuous (torchvision's are whole pixels) and at most
+    the full image, so the resampling only ever upsamples and needs no antialiasing.
     """
     b = images.shape[0]
     dev = images.device
-    area = _uniform(b, *RRC_SCALE, generator, dev)
-    log_ratio = _uniform(b, math.log(RRC_RATIO[0]), math.log(RRC_RATIO[1]), generator, dev)
-    ratio = log_ratio.exp()
-    width = (area * ratio).sqrt().clamp(max=1.0)  # fraction of the image side
-    height = (area / ratio).sqrt().clamp(max=1.0)
+    scale, ratio = RRC_SCALE, RRC_RATIO
+    area = _uniform((b, RRC_ATTEMPTS), *scale, generator, dev)  # (B, T) fraction of the image area
+    aspect = _uniform((b, RRC_ATTEMPTS), math.log(ratio[0]), math.log(ratio[1]), generator, dev).exp()  # (B, T)
+    widths, heights = (area * aspect).sqrt(), (area / aspect).sqrt()  # (B, T) fractions of the image side
+    fits = (widths <= 1) & (heights <= 1)  # (B, T)
+    first = fits.int().argmax(dim=1, keepdim=True)  # (B, 1) the first draw that fits (0 when none does)
+    fallback = ~fits.any(dim=1)  # (B,)
+    # the fallback of a square image: full width and height unless the ratios allowed exclude 1
+    width = torch.where(fallback, min(1.0, ratio[1]), widths.gather(1, first)[:, 0])  # (B,)
+    height = torch.where(fallback, min(1.0, 1 / ratio[0]), heights.gather(1, first)[:, 0])  # (B,)
     cx = (torch.rand(b, generator=generator, device=dev) * 2 - 1) * (1 - width)  # crop centre in [-1, 1]
     cy = (torch.rand(b, generator=generator, device=dev) * 2 - 1) * (1 - height)
+    cx, cy = cx.masked_fill(fallback, 0.0), cy.masked_fill(fallback, 0.0)  # the fallback is centred
     sign = torch.ones(b, device=dev)
     if flip:
         sign = torch.where(torch.rand(b, generator=generator, device=dev) < 0.5, -sign, sign)
