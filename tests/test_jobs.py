@@ -12,10 +12,11 @@ def test_jobs_auto_takes_the_fewest_of_cpus_and_memory():
     plan = plan_jobs(5, 2, True, "2 CPUs", 9e9, 21e9)
     assert (plan.jobs, plan.warning) == (2, None)
     plan = plan_jobs(5, 4, True, "4 CPUs", 9e9, 21e9)  # 21 GB hold two cells of 9 GB, not four
-    assert plan.jobs == 2 and plan.line == "running 5 cells, 2 at a time (memory: ~9 GB per cell, 21 GB available; 4 CPUs)"
+    assert plan.jobs == 2
+    assert plan.line == "running 5 cells, 2 at a time (memory: ~9 GB per cell, 21 GB available; 4 CPUs)"
     plan = plan_jobs(5, 4, False, "4 CPUs", 9e9, 21e9)  # an explicit --jobs is kept, with a warning naming the estimate
     assert plan.jobs == 4 and "--jobs 4 runs 4 cells at once at ~9 GB each, but 21 GB is available" in plan.warning
-    assert plan_jobs(1, 4, True, "4 CPUs", 30e9, 21e9).warning.startswith("one cell at ~30 GB each")
+    assert plan_jobs(1, 4, True, "4 CPUs", 30e9, 21e9).warning.startswith("a cell needs ~30 GB, but 21 GB is")
     assert plan_jobs(3, 8, True, "8 CPUs", None, None).jobs == 3  # nothing known about memory: the CPUs decide
 
 

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ACT_ATTENTION", "ACT_TOKENS", "ARRAY_DATASETS", "JobPlan", "cell_peak_bytes", "memory_available", "plan_jobs"]
+__all__ = [
+    "ACT_ATTENTION", "ACT_TOKENS", "ARRAY_DATASETS", "JobPlan", "cell_peak_bytes", "memory_available", "plan_jobs",
+]  # fmt: skip
 
 GB = 1e9
 ARRAY_DATASETS = frozenset({"scenes", "cifar10", "cifar100", "prepared"})  # loader workers read uint8 batches
@@ -105,7 +107,8 @@ def plan_jobs(cells: int, jobs: int, auto: bool, bound: str, per_cell: float | N
     reason = f"{memory}; {bound}" if auto and fit < jobs and fit < cells else f"{bound}; {memory}"
     warning = None
     if per_cell is not None and available is not None and n * per_cell > available:
-        what = f"--jobs {jobs} runs {n} cells at once" if not auto else "one cell"
-        warning = (f"{what} at ~{per_cell / GB:.0f} GB each, but {available / GB:.0f} GB is available: a cell may be "
-                   "killed for memory (lower train.batch_size, train.num_workers or --jobs)")  # fmt: skip
+        what = f"--jobs {jobs} runs {n} cells at once at ~{per_cell / GB:.0f} GB each" if n > 1 else (
+            f"a cell needs ~{per_cell / GB:.0f} GB")  # fmt: skip
+        warning = (f"{what}, but {available / GB:.0f} GB is available: a cell may be killed for memory (lower "
+                   "train.batch_size or train.num_workers" + (", or --jobs)" if n > 1 else ")"))  # fmt: skip
     return JobPlan(n, f"running {cells} cells, {n} at a time ({reason})", warning)

@@ -26,7 +26,10 @@ from peanchor.grid.cells import Cell
 from peanchor.grid.options import ReproduceOptions
 from peanchor.results import ANALYSIS_JSON, AnalysisResult, read_analysis
 
-__all__ = ["AnalysisRequest", "Evaluation", "attempt", "eval_data_key", "out_of_memory_message", "peak_rss_mb", "reusable", "stderr_log"]
+__all__ = [
+    "AnalysisRequest", "Evaluation", "attempt", "eval_data_key", "out_of_memory_message", "peak_rss_mb", "reusable",
+    "stderr_log",
+]  # fmt: skip
 
 
 def stderr_log(message: str) -> None:
@@ -211,7 +214,8 @@ def peak_rss_mb() -> dict[str, int]:
     except ImportError:  # not on POSIX
         return {}
     scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
-    mine, child = (resource.getrusage(w).ru_maxrss * scale // 2**20 for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    mine, child = (resource.getrusage(who).ru_maxrss * scale // 2**20
+                   for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))  # fmt: skip
     return {"process": int(mine), "largest_child": int(child)}
 
 
