@@ -3,9 +3,10 @@
 Every file peanchor writes goes through :func:`atomic_write`: the bytes land in a temporary file in
 the same directory, are flushed and fsynced, and only then renamed over the target. A crash (or
 ``kill -9``) at any moment leaves either the old file or the new one, never a torn one. A full disk
-or an unwritable directory raises :class:`~peanchor.errors.PeanchorError` and leaves the old file.
+or an unwritable directory raises :class:`~peanchor.errors.PeanchorError` and leaves the old file. JSON is
+written strict (:func:`write_json`): an undefined number is ``null``.
 
-Imports: :mod:`peanchor.errors` only.
+Imports: :mod:`peanchor.errors` only (pydantic_core lazily, for :data:`Number`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import socket
 import tempfile
@@ -21,7 +23,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Annotated, Any
 
 from peanchor.errors import PeanchorError, RunDirError
 
@@ -82,8 +84,39 @@ def write_text(target: str | os.PathLike[str], text: str) -> None:
     write_bytes(target, text.encode("utf-8"))
 
 
+def strict_json(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float replaced by None: strict JSON has no number for them, so an
+    undefined value (e.g. the fragility of a model at 0 clean accuracy) is written as ``null``.
+
+    >>> strict_json({"fs": [float("nan"), 0.5], "x": float("inf")})
+    {'fs': [None, 0.5], 'x': None}
+    """
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
+
+
+class _NullIsNaN:
+    """Pydantic metadata of :data:`Number`: ``null`` in a file reads as NaN."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema  # lazily: only readers of result files validate
+
+        return core_schema.no_info_before_validator_function(lambda v: math.nan if v is None else v, handler(source))
+
+
+# A measured float in a record that is read back from JSON (peanchor.results): written as null when undefined (NaN,
+# ±inf), read back as NaN.
+Number = Annotated[float, _NullIsNaN()]
+
+
 def write_json(target: str | os.PathLike[str], obj: Any) -> None:
-    write_text(target, json.dumps(obj, indent=2, sort_keys=False, allow_nan=True) + "\n")
+    """Write ``obj`` as strict JSON (undefined numbers as ``null``, see :func:`strict_json`), atomically."""
+    write_text(target, json.dumps(strict_json(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -12,8 +12,8 @@ reads them.
 Every file carries ``schema`` (``peanchor.analysis`` / ``peanchor.results``) and ``schema_version``
 (:data:`SCHEMA_VERSION`); reading a file of another version, or another tool's, is one :class:`SchemaError` line.
 What is read is validated by pydantic against these dataclasses (strict JSON types), so a damaged file names the
-first key at fault. ``fragility`` is exactly ``1 - acc / clean_acc`` and ``delta_ssdc`` exactly
-``ssdc.rpi[1] - ssdc.rpi[0]``.
+first key at fault; an undefined number (NaN, ±inf: FS at 0 clean accuracy) is ``null`` and reads back as NaN.
+``fragility`` is exactly ``1 - acc / clean_acc`` and ``delta_ssdc`` exactly ``ssdc.rpi[1] - ssdc.rpi[0]``.
 
 Beside SSDC, two more lenses on the same passes are per layer: :class:`AttentionDistanceLayers` (per layer and
 head) and :class:`PositionProbeLayers` (docs/lenses.md defines both). A new measure of a model is one field: of
@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 from peanchor import fileio
 from peanchor.errors import DataError, SchemaError
+from peanchor.fileio import Number  # a measured float: null in a file reads as NaN
 
 __all__ = [
     "ANALYSIS_CSV",
@@ -95,12 +96,12 @@ def _optional() -> Any:
 class SSDCLayers:
     """SSDC per layer (layer 0 = LN1 of patch embeddings + PE), with tokens in order and under RPI."""
 
-    normal: list[float]
-    rpi: list[float]  # mean over RPI draws
-    rpi_std: list[float]  # sample std over RPI draws (0 with one draw)
-    rpi_draws: list[list[float]] | None = _optional()  # (draws, layers), with more than one draw
-    normal_ci: list[list[float]] | None = _optional()  # [[low per layer], [high per layer]] (bootstrap)
-    rpi_ci: list[list[float]] | None = _optional()  # the same under RPI, of the first draw
+    normal: list[Number]
+    rpi: list[Number]  # mean over RPI draws
+    rpi_std: list[Number]  # sample std over RPI draws (0 with one draw)
+    rpi_draws: list[list[Number]] | None = _optional()  # (draws, layers), with more than one draw
+    normal_ci: list[list[Number]] | None = _optional()  # [[low per layer], [high per layer]] (bootstrap)
+    rpi_ci: list[list[Number]] | None = _optional()  # the same under RPI, of the first draw
     ci_level: float | None = _optional()
 
     def max_rpi(self) -> float | None:
@@ -113,16 +114,16 @@ class SSDCLayers:
 class LayerPair:
     """A value per layer, with tokens in order and under RPI (mean over RPI draws)."""
 
-    normal: list[float]
-    rpi: list[float]
+    normal: list[Number]
+    rpi: list[Number]
 
 
 @dataclass(kw_only=True)
 class HeadLayers:
     """A value per layer and head, ``[layer][head]``, with tokens in order and under RPI (mean over RPI draws)."""
 
-    normal: list[list[float]]
-    rpi: list[list[float]]
+    normal: list[list[Number]]
+    rpi: list[list[Number]]
 
     def layer_means(self, mode: str) -> list[float]:
         """The mean over heads of every layer, for ``mode`` ``"normal"`` or ``"rpi"``."""
@@ -138,7 +139,7 @@ class AttentionDistanceLayers:
     manhattan: HeadLayers
     euclidean: HeadLayers
     prefix_mass: HeadLayers  # mean weight the patch queries give the prefix tokens (CLS, registers)
-    uniform: dict[str, float]  # metric → the distance of attention spread evenly over the patches
+    uniform: dict[str, Number]  # metric → the distance of attention spread evenly over the patches
 
 
 @dataclass(kw_only=True)
@@ -156,14 +157,14 @@ class PositionProbeLayers:
 class Measures:
     """What a model is measured as at α = 1; shared by analysis.json and each model of results.json."""
 
-    clean_acc: float
-    rpi_acc: float  # top-1 under RPI, mean over draws
+    clean_acc: Number
+    rpi_acc: Number  # top-1 under RPI, mean over draws
     ssdc: SSDCLayers
-    delta_ssdc: float  # ssdc.rpi[1] - ssdc.rpi[0]
-    acc: dict[str, float]  # shift name → top-1
-    fragility: dict[str, float]  # shift name → 1 - acc / clean_acc
-    severities: dict[str, list[float]] | None = _optional()  # kind → top-1 at severity 1..5
-    severity_fragility: dict[str, list[float]] | None = _optional()
+    delta_ssdc: Number  # ssdc.rpi[1] - ssdc.rpi[0]
+    acc: dict[str, Number]  # shift name → top-1
+    fragility: dict[str, Number]  # shift name → 1 - acc / clean_acc
+    severities: dict[str, list[Number]] | None = _optional()  # kind → top-1 at severity 1..5
+    severity_fragility: dict[str, list[Number]] | None = _optional()
     attention_distance: AttentionDistanceLayers | None = _optional()  # absent where the weights cannot be had
     position_probe: PositionProbeLayers | None = _optional()  # absent with fewer than 2 images
 
@@ -172,12 +173,12 @@ class Measures:
 class SweepPoint:
     """The PE scaled by α at inference: ΔSSDC under RPI, accuracies and FS with RPI off, all at that α."""
 
-    alpha: float
-    delta_ssdc: float
-    ssdc_rpi: list[float]  # SSDC under RPI of layers 0 and 1
-    clean_acc: float
-    acc: dict[str, float]
-    fragility: dict[str, float]
+    alpha: Number
+    delta_ssdc: Number
+    ssdc_rpi: list[Number]  # SSDC under RPI of layers 0 and 1
+    clean_acc: Number
+    acc: dict[str, Number]
+    fragility: dict[str, Number]
 
 
 @dataclass(kw_only=True)
@@ -215,8 +216,8 @@ class AnalysisResult(Measures):
     num_images: int
     forward_passes: int
     passes: dict[str, int]  # {"full", "truncated", "truncated_layers"}
-    seconds: float
-    timing: dict[str, float]
+    seconds: Number
+    timing: dict[str, Number]
     model: ModelInfo
     settings: AnalysisSettings
     severity_shifts: dict[str, list[dict[str, Any]]] | None = _optional()

@@ -27,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "OUT/runs/<condition>-s<seed> and analysed (SSDC normal/RPI, ΔSSDC, FS under the preset's shifts and any "
         "--shift, the α sweep for "
         "ape/sincos/rope/rope_mixed), then OUT/results.json and OUT/report.md/.html are written. Incremental: "
-        "finished cells are reused. A failed cell is reported and the others go on (exit code 1 at the end). "
+        "finished cells are reused. A failed cell, or one whose process dies (e.g. killed for memory), is reported "
+        "in one line and the others go on (exit code 1 at the end). "
         "SIGTERM/SIGINT checkpoint the cells in training and exit with 143/130; rerunning continues.",
     )
     p.add_argument("--preset", choices=PRESET_NAMES, default="cpu", help=preset_help())
@@ -57,9 +58,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "with a prefix (e.g. ape:optim.pe_lr_mult=10); repeatable")
     p.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N: for training and analysis")
     p.add_argument("--jobs", default="auto", metavar="N",
-                   help="cells trained and analysed at once, each in its own process: on CPU single-threaded, on GPUs "
-                   "one GPU each, round-robin over CUDA_VISIBLE_DEVICES (default auto: one per CPU this job may use, "
-                   "one per visible GPU, 1 for --device cuda:N or a preset whose cells take seconds, e.g. smoke)")  # fmt: skip
+                   help="cells trained and analysed at once, each in its own supervised process: on CPU "
+                   "single-threaded, on GPUs one GPU each, round-robin over CUDA_VISIBLE_DEVICES (default auto: one per CPU this job may "
+                   "use, one per visible GPU, 1 for --device cuda:N or a preset whose cells take seconds, e.g. smoke; "
+                   "fewer when the host's available memory does not hold that many cells' estimated peaks). The first "
+                   "line says how many run at once and why; a cell whose process dies is reported and the rest go "
+                   "on")  # fmt: skip
     p.add_argument("--tensorboard", action="store_true", help="also log each cell's training and analysis to "
                    "TensorBoard (OUT/runs/<cell>/tensorboard, .../analysis/tensorboard) and the report's figures to "
                    "OUT/tensorboard (pip install 'peanchor[tensorboard]')")  # fmt: skip
@@ -90,6 +94,7 @@ def options_from_args(args: argparse.Namespace):  # -> ReproduceOptions
         tensorboard=args.tensorboard,
         debug=bool(getattr(args, "debug", False)),
         jobs=resolve_jobs(args.jobs, args.preset, args.device),
+        jobs_auto=args.jobs == "auto",
     )
 
 

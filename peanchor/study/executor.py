@@ -1,13 +1,20 @@
-"""Where cells run: one after another in this process, or in a pool of spawned worker processes.
+"""Where cells run: one after another in this process, or in supervised worker processes, one cell at a time each.
 
 Small models on a few CPU cores train fastest as one process per core with one thread each. On a multi-GPU node
-each worker takes one GPU (round-robin over ``CUDA_VISIBLE_DEVICES``, which the worker then narrows to its own).
-Workers are spawned (never forked from a process that already runs torch threads), keep their evaluation sets and
-corrupted copies between cells, stop cleanly on SIGTERM/SIGINT (a resumable checkpoint first), and die with their
-parent. The device (``--device``) is passed through to training and analysis.
+each worker takes one GPU (round-robin over ``CUDA_VISIBLE_DEVICES``, which the worker narrows to its own before
+torch initialises CUDA). Workers are spawned (never forked from a process that already runs torch threads), keep
+their evaluation sets and corrupted copies between cells, stop cleanly on SIGTERM/SIGINT (a resumable checkpoint
+first, then one line), and die with their parent.
+
+Every worker is supervised on its own (a pipe per worker, no shared queue and no semaphore): the parent waits on
+the pipes and the processes' sentinels at once, so a worker that dies (the OOM killer's SIGKILL, a segfault in
+native code, a CUDA fault) is noticed at once. Its cell becomes one failed status naming the signal or exit code,
+the likely cause and the remedy (:func:`death_message`); the other workers go on with their cells, and a fresh
+worker takes the dead one's place for the cells still pending.
 
 Imports: :mod:`peanchor.study.pipeline` (what one cell does), :mod:`peanchor.study.options`,
-:mod:`peanchor.study.resources`, :mod:`peanchor.interrupts`.
+:mod:`peanchor.study.resources`, :mod:`peanchor.study.cells`, :mod:`peanchor.interrupts`, :mod:`peanchor.training`
+(the run directory's file names).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import dataclasses
 import os
 import signal
 import sys
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -23,9 +31,41 @@ from peanchor.errors import ConfigError
 from peanchor.study.cells import Cell
 from peanchor.study.options import ReproduceOptions
 from peanchor.study.pipeline import Evaluation, attempt, stderr_log
+from peanchor.interrupts import Interrupted
 from peanchor.presets import get_preset
 
-__all__ = ["attempt_cells", "cells_on_gpus", "resolve_jobs"]
+__all__ = ["attempt_cells", "cells_on_gpus", "death_message", "resolve_jobs"]
+
+
+_CAUSES = {
+    signal.SIGKILL: "most likely out of memory (the kernel's OOM killer; `dmesg` says), or a kill -9",
+    signal.SIGSEGV: "a crash in native code (torch, a data or image library)",
+    signal.SIGBUS: "a crash in native code, or /dev/shm too small for the DataLoader workers",
+    signal.SIGABRT: "an abort in native code (e.g. a CUDA error)",
+}
+
+
+def death_message(pid: int | None, exitcode: int | None) -> str:
+    """One line for a worker process that died while running a cell: the signal or exit code, the likely cause
+    and the remedy.
+
+    >>> death_message(42, -9).split(": ")[0]
+    'its process 42 was killed by SIGKILL'
+    >>> death_message(42, 3)
+    'its process 42 exited with code 3; rerun the same command to resume it from its last checkpoint'
+    """
+    if exitcode is not None and exitcode < 0:
+        try:
+            sig = signal.Signals(-exitcode)
+            what, cause = f"was killed by {sig.name}", _CAUSES.get(sig)
+        except ValueError:
+            what, cause = f"was killed by signal {-exitcode}", None
+    elif exitcode is not None and exitcode > 128 and exitcode - 128 in (signal.SIGTERM, signal.SIGINT):
+        what, cause = f"was stopped by {signal.Signals(exitcode - 128).name}", "its training checkpointed first"
+    else:
+        what, cause = f"exited with code {exitcode}", None
+    return (f"its process {pid} {what}" + (f": {cause}" if cause else "")
+            + "; rerun the same command to resume it from its last checkpoint")  # fmt: skip
 
 
 def cells_on_gpus(device: str | None) -> bool:
@@ -65,13 +105,23 @@ def resolve_jobs(jobs: str, preset: str, device: str | None) -> int:
     return usable_cpus()
 
 
-_WORKER_EVALUATION: Evaluation | None = None
+# ----------------------------------------------------------------------------------------------
+# The worker side
 
 
-def _worker_init(parent: int, slots: Any, gpus: list[str], threads: int) -> None:
+def _worker_init(parent: int, slot: int, gpus: list[str], threads: int, cpus: int) -> None:
     from peanchor import interrupts
 
-    slot = slots.get()  # 0, 1, ...: this worker's place in the pool
+    from peanchor.training.loaders import CELL_CPUS_ENV
+
+    os.environ[CELL_CPUS_ENV] = str(cpus)  # caps the cell's DataLoader workers
+    import threading
+
+    from tqdm import tqdm
+
+    # tqdm's default lock is a multiprocessing semaphore; a worker killed with it registered leaves the parent's
+    # resource tracker a "leaked semaphore" to warn about. One process writes its own lines: a thread lock will do.
+    tqdm.set_lock(threading.RLock())
     if gpus:  # before torch initialises CUDA: the worker then sees exactly one GPU, as cuda:0
         from peanchor.study.resources import gpu_for_worker
 
@@ -94,69 +144,169 @@ def _worker_init(parent: int, slots: Any, gpus: list[str], threads: int) -> None
         os._exit(1)
 
 
-def _worker_attempt(options: ReproduceOptions, cell: Cell) -> dict[str, Any]:
-    global _WORKER_EVALUATION
-    if _WORKER_EVALUATION is None:  # evaluation sets and corrupted copies are shared within a worker
-        _WORKER_EVALUATION = Evaluation(False)
-    status = attempt(options, cell, _WORKER_EVALUATION, stderr_log)
-    gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if gpu is not None and options.device in (None, "auto", "cuda"):
-        status["gpu"] = gpu
-    return status
+def _worker_main(conn: Any, options: ReproduceOptions, parent: int, slot: int, gpus: list[str], threads: int,
+                 cpus: int) -> None:  # fmt: skip
+    """A worker: cells arrive on ``conn`` (None: stop), statuses go back on it. A stop signal ends it with one
+    line and the exit code 128 + signal."""
+    _worker_init(parent, slot, gpus, threads, cpus)
+    evaluation: Evaluation | None = None  # evaluation sets and corrupted copies, shared by this worker's cells
+    cell: Cell | None = None
+    try:
+        while (cell := conn.recv()) is not None:
+            if evaluation is None:
+                evaluation = Evaluation(False)
+            status = attempt(options, cell, evaluation, stderr_log)
+            gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
+            if gpu is not None and options.device in (None, "auto", "cuda"):
+                status["gpu"] = gpu
+            conn.send(status)
+    except Interrupted as e:
+        if cell is not None:
+            stderr_log(f"{cell.name}: {e}")
+        sys.exit(e.exit_code)
+    except (EOFError, BrokenPipeError):  # the parent is gone
+        sys.exit(1)
+    finally:
+        conn.close()
 
 
-def _stop_workers(signum: int) -> None:
-    """Pass a stop signal on to the pool's workers (under Slurm they get it themselves too; a plain ``kill`` of
-    the parent reaches only the parent)."""
-    import multiprocessing
+# ----------------------------------------------------------------------------------------------
+# The parent side
 
-    for child in multiprocessing.active_children():
-        if child.pid is not None:
-            try:
-                os.kill(child.pid, signum)
-            except ProcessLookupError:
-                pass
+
+@dataclasses.dataclass
+class _Worker:
+    slot: int
+    process: Any  # multiprocessing.Process
+    conn: Any  # the parent's end of the worker's pipe
+    cell: Cell | None = None  # the cell it runs
+
+
+def _dead_status(options: ReproduceOptions, cell: Cell, worker: _Worker) -> dict[str, Any]:
+    from peanchor.training.run_dir import SUMMARY_FILE
+
+    trained = (options.cell_dir(cell) / SUMMARY_FILE).exists()
+    return {"name": cell.name, "condition": cell.condition.name, "seed": cell.seed, "status": "failed",
+            "stage": "analyze" if trained else "train",
+            "error": death_message(worker.process.pid, worker.process.exitcode)}  # fmt: skip
+
+
+class _Supervisor:
+    """Worker processes, one per slot, each handed the next pending cell when it is free."""
+
+    def __init__(self, options: ReproduceOptions, cells: Sequence[Cell], workers: int, gpus: list[str]) -> None:
+        import multiprocessing
+
+        from peanchor.study.resources import usable_cpus
+
+        self.ctx = multiprocessing.get_context("spawn")  # no fork of a process that already runs torch threads
+        self.options = dataclasses.replace(options, progress=False, debug=False)
+        self.pending = deque(cells)
+        self.gpus = gpus
+        self.cpus = max(1, usable_cpus() // workers)
+        self.threads = self.cpus if gpus else 1
+        self.workers: dict[int, _Worker] = {}
+        for slot in range(workers):
+            self._start(slot)
+
+    def _start(self, slot: int) -> None:
+        parent_end, child_end = self.ctx.Pipe()
+        process = self.ctx.Process(
+            target=_worker_main, name=f"peanchor-cell-worker-{slot}",
+            args=(child_end, self.options, os.getpid(), slot, self.gpus, self.threads, self.cpus),
+        )  # fmt: skip
+        process.start()
+        child_end.close()  # the worker's death then reads as EOF here
+        worker = _Worker(slot, process, parent_end)
+        self.workers[slot] = worker
+        self._hand_out(worker)
+
+    def _hand_out(self, worker: _Worker) -> None:
+        worker.cell = self.pending.popleft() if self.pending else None
+        try:
+            worker.conn.send(worker.cell)  # None: no more cells, the worker exits
+        except (BrokenPipeError, OSError):
+            pass  # it died meanwhile: its sentinel says so next
+
+    def run(self) -> Iterator[tuple[Cell, dict[str, Any]]]:
+        from multiprocessing.connection import wait
+
+        while self.workers:
+            waitables = [w.conn for w in self.workers.values()] + [w.process.sentinel for w in self.workers.values()]
+            ready = set(wait(waitables))
+            for worker in list(self.workers.values()):
+                if worker.conn in ready or worker.process.sentinel in ready:
+                    yield from self._collect(worker)
+
+    def _collect(self, worker: _Worker) -> Iterator[tuple[Cell, dict[str, Any]]]:
+        """What ``worker`` has to say: a finished cell's status, or its death."""
+        try:
+            if worker.conn.poll():
+                status = worker.conn.recv()
+                cell, worker.cell = worker.cell, None
+                assert cell is not None
+                self._hand_out(worker)
+                yield cell, status
+                return
+        except (EOFError, OSError):
+            pass  # the pipe is closed: the worker is gone
+        if worker.process.is_alive():
+            return
+        worker.process.join()
+        worker.conn.close()
+        del self.workers[worker.slot]
+        if worker.cell is not None:  # it died running a cell
+            yield worker.cell, _dead_status(self.options, worker.cell, worker)
+            if self.pending:  # a fresh worker for the cells still to run; the others go on undisturbed
+                self._start(worker.slot)
+
+    def close(self, log: Callable[[str], None]) -> None:
+        """Stop and reap every worker: pass a stop signal on (each checkpoints its cell first); on an early close
+        without one, stop the busy workers with SIGTERM."""
+        from peanchor import interrupts
+
+        signum = interrupts.requested()
+        busy = [w for w in self.workers.values() if w.process.is_alive()]
+        if busy and signum is not None:
+            log(f"stopping the workers on {signal.Signals(signum).name} (each checkpoints its cell first)")
+        with interrupts.deferred():  # a repeated SIGTERM must not abandon the workers' checkpoints
+            for worker in busy:
+                if worker.cell is not None or signum is not None:
+                    _signal(worker.process.pid, signum or signal.SIGTERM)
+                else:
+                    self._hand_out(worker)
+            for worker in self.workers.values():
+                worker.process.join()
+                worker.conn.close()
+        self.workers.clear()
+
+
+def _signal(pid: int | None, signum: int) -> None:
+    if pid is not None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
 
 
 def attempt_cells(
     options: ReproduceOptions, cells: Sequence[Cell], log: Callable[[str], None]
 ) -> Iterator[tuple[Cell, dict[str, Any]]]:
-    """Yield ``(cell, status)`` as cells finish: in order in this process, or from ``options.jobs``
-    worker processes (spawned, progress bars off, one log line per cell). On GPUs, worker *k* takes the
-    *k*-th visible GPU, round-robin. A stop signal is passed on to the workers, which checkpoint and stop;
-    then :class:`~peanchor.interrupts.Interrupted` is raised here."""
+    """Yield ``(cell, status)`` as cells finish: in order in this process, or from ``options.jobs`` supervised
+    worker processes (spawned, progress bars off, one log line per cell). On GPUs, worker *k* takes the *k*-th
+    visible GPU, round-robin. A worker that dies yields its cell as failed (:func:`death_message`). A stop signal
+    is passed on to the workers, which checkpoint and stop; then :class:`~peanchor.interrupts.Interrupted` is
+    raised here."""
     if options.jobs == 1 or len(cells) <= 1:
         evaluation = Evaluation(None if options.progress else False)
         for cell in cells:
             yield cell, attempt(options, cell, evaluation, log)
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from peanchor.study.resources import visible_gpus
 
-    from peanchor import interrupts
-    from peanchor.study.resources import usable_cpus, visible_gpus
-
-    workers = min(options.jobs, len(cells))
-    quiet = dataclasses.replace(options, progress=False, debug=False)
-    ctx = multiprocessing.get_context("spawn")  # no fork of a process that already runs torch threads
     gpus = visible_gpus() if cells_on_gpus(options.device) else []
-    slots = ctx.Queue()
-    for slot in range(workers):
-        slots.put(slot)
-    threads = max(1, usable_cpus() // workers) if gpus else 1
-    where = f" on GPUs {', '.join(gpus[:workers])}" if gpus else ""
-    log(f"running {len(cells)} cells in {workers} processes{where}")
-    pool = ProcessPoolExecutor(
-        workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(), slots, gpus, threads)
-    )
+    supervisor = _Supervisor(options, cells, min(options.jobs, len(cells)), gpus)
     try:
-        futures = {pool.submit(_worker_attempt, quiet, cell): cell for cell in cells}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
+        yield from supervisor.run()
     finally:  # also when the caller closes this generator early (it should, with contextlib.closing)
-        signum = interrupts.requested()
-        if signum is not None:
-            log(f"stopping the workers on {signal.Signals(signum).name} (each checkpoints its cell first)")
-            _stop_workers(signum)
-        with interrupts.deferred():  # a repeated SIGTERM must not abandon the workers' checkpoints
-            pool.shutdown(wait=True, cancel_futures=True)
+        supervisor.close(log)

@@ -64,6 +64,7 @@ class ReproduceOptions:
     tensorboard: bool = False  # also log training, analyses and the report's figures to TensorBoard
     debug: bool = False  # re-raise a cell's error instead of recording it
     jobs: int = 1  # cells run at once, each in its own single-threaded process (CPU)
+    jobs_auto: bool = False  # --jobs auto: ``jobs`` is the CPUs/GPUs bound; fewer run at once if memory is short
 
     def __post_init__(self) -> None:
         if self.seeds is None:

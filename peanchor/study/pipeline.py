@@ -26,7 +26,10 @@ from peanchor.study.cells import Cell
 from peanchor.study.options import ReproduceOptions
 from peanchor.results import ANALYSIS_JSON, AnalysisResult, read_analysis
 
-__all__ = ["AnalysisRequest", "Evaluation", "attempt", "eval_data_key", "reusable", "stderr_log"]
+__all__ = [
+    "AnalysisRequest", "Evaluation", "attempt", "eval_data_key", "out_of_memory_message", "peak_rss_mb", "reusable",
+    "stderr_log",
+]  # fmt: skip
 
 
 def stderr_log(message: str) -> None:
@@ -197,5 +200,43 @@ def attempt(
     except Exception as e:  # one failed cell must not stop the others
         if options.debug:
             raise
-        status.update(status="failed", error=f"{type(e).__name__}: {e}")
+        status.update(status="failed", error=out_of_memory_message(options, cell, status.get("stage"), e)
+                      or f"{type(e).__name__}: {e}")  # fmt: skip
+    status["peak_rss_mb"] = peak_rss_mb()
     return status
+
+
+def peak_rss_mb() -> dict[str, int]:
+    """The peak resident memory so far, in MiB, of this process (in a worker: over the cells it ran) and of its
+    largest finished child (a DataLoader worker); empty where the OS does not say."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return {}
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    mine, child = (resource.getrusage(who).ru_maxrss * scale // 2**20
+                   for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))  # fmt: skip
+    return {"process": int(mine), "largest_child": int(child)}
+
+
+def out_of_memory_message(options: ReproduceOptions, cell: Cell, stage: str | None, error: BaseException) -> str | None:
+    """One line for a cell that ran out of memory (``torch.OutOfMemoryError`` on a GPU, or the CPU allocator's
+    failure): where, at which batch size, and what to set; None for any other error."""
+    import torch
+
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    gpu = isinstance(error, torch.OutOfMemoryError)
+    if not gpu and not (isinstance(error, RuntimeError) and "can't allocate memory" in text):
+        return None
+    config = options.cell_config(cell)
+    where = "GPU" if gpu else "CPU"
+    if stage == "analyze":
+        batch = options.plan.batch_size or config.train.eval_batch_size
+        hint = ("the preset's analysis batch size; run fewer cells at once (--jobs)" if options.plan.batch_size
+                else f"lower it with --set train.eval_batch_size={max(1, batch // 2)}")  # fmt: skip
+        what = f"analysing at batch size {batch} ({hint})"
+    else:
+        batch = config.train.batch_size
+        what = (f"training at batch size {batch} (lower it with --set train.batch_size={max(1, batch // 2)}, in "
+                "another --out as it changes the run, or run fewer cells at once with --jobs)")  # fmt: skip
+    return f"out of {where} memory {what}: {text[:200]}"

@@ -24,6 +24,7 @@ Imports: the rest of :mod:`peanchor.study`, :mod:`peanchor.interrupts`, :mod:`pe
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -37,6 +38,7 @@ from peanchor.errors import ConfigError
 from peanchor.study.assemble import MANIFEST, read_json, update_results
 from peanchor.study.cells import Cell, shard_cells
 from peanchor.study.executor import attempt_cells
+from peanchor.study.memory import ARRAY_DATASETS, JobPlan, cell_peak_bytes, memory_available, plan_jobs
 from peanchor.study.options import ReproduceOptions
 from peanchor.study.pipeline import eval_data_key, stderr_log
 from peanchor.results import Results
@@ -86,17 +88,18 @@ def _manifest(options: ReproduceOptions) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _preflight(options: ReproduceOptions, cells: Sequence[Cell]) -> None:
+def _preflight(options: ReproduceOptions, cells: Sequence[Cell]) -> tuple[int, int]:
     """Refuse, before anything under OUT is touched, what would make every cell fail the same way:
     a run directory that holds a different config (e.g. a rerun with another ``--set``), or data that
     cannot be read (a missing ``--data-root``), a ``--shift`` that does not fit the images. Per-cell failures (a
-    diverging run) are recorded instead."""
+    diverging run) are recorded instead. Returns the most evaluation images and classes (for the memory estimate)."""
     from peanchor.data import build_eval_dataset
     from peanchor.training.run_dir import check_run_dir
 
     from peanchor.analysis.shift_specs import measured_shifts
 
     checked: set[str] = set()
+    images, classes = 0, 0
     for cell in cells:
         config = options.cell_config(cell)
         check_run_dir(config, options.cell_dir(cell))  # read-only; RunDirError names the differing keys
@@ -104,7 +107,32 @@ def _preflight(options: ReproduceOptions, cells: Sequence[Cell]) -> None:
         key = json.dumps(eval_data_key(config.data.to_dict()), sort_keys=True)
         if key not in checked:
             checked.add(key)
-            build_eval_dataset(config.data)  # DataError for a missing root / an empty split
+            val, info = build_eval_dataset(config.data)  # DataError for a missing root / an empty split
+            images, classes = max(images, len(val)), max(classes, info.num_classes)  # type: ignore[arg-type]
+    return images, classes
+
+
+def _job_plan(options: ReproduceOptions, cells: Sequence[Cell], eval_images: int, classes: int) -> JobPlan:
+    """How many of ``cells`` run at once (``--jobs``, bounded by memory under ``auto``) and the line saying why."""
+    from peanchor.analysis.shift_specs import measured_shifts
+    from peanchor.study.executor import cells_on_gpus
+    from peanchor.study.resources import usable_cpus, visible_gpus
+
+    on_gpu = cells_on_gpus(options.device) or (options.device or "").startswith("cuda")
+    cpus = usable_cpus()
+    bound = f"{len(visible_gpus())} GPUs" if on_gpu else f"{cpus} CPUs"
+    if options.jobs_auto and options.jobs == 1 and len(cells) > 1:
+        bound = "one at a time for this preset or device"
+    per_cell = 0.0
+    for cell in cells[:1] + [c for c in cells[1:] if options.cell_set_items(c) != options.cell_set_items(cells[0])]:
+        config = options.cell_config(cell)
+        shifts, _ = measured_shifts(config.preset, config.data.img_size, options.shift_specs())
+        images = min(eval_images, options.plan.max_images or eval_images)
+        per_cell = max(per_cell, cell_peak_bytes(
+            config, eval_images=images, shifts=len(shifts), severities=bool(options.severities), on_gpu=on_gpu,
+            cpus=cpus, num_classes=classes or 1000, image_files=config.data.name not in ARRAY_DATASETS,
+        ))  # fmt: skip
+    return plan_jobs(len(cells), options.jobs, options.jobs_auto, bound, per_cell, memory_available())
 
 
 def _log_figures(out: Path, *, again: bool) -> None:
@@ -141,7 +169,13 @@ def _reproduce(options: ReproduceOptions, log: Callable[[str], None]) -> Reprodu
     mine = shard_cells(cells, index, count)
     for cell in cells:  # every config resolves (a bad --set fails here, before any training)
         options.cell_config(cell)
-    _preflight(options, mine)
+    eval_images, classes = _preflight(options, mine)
+    if mine:
+        jobs = _job_plan(options, mine, eval_images, classes)
+        log(jobs.line)
+        if jobs.warning:
+            log(f"warning: {jobs.warning}")
+        options = dataclasses.replace(options, jobs=jobs.jobs)
     lock_dir = out if count == 1 else out / "shards" / f"{index}-of-{count}"
     failed: list[dict[str, Any]] = []
     did_work = False

@@ -6,6 +6,9 @@ Image-file datasets (JPEG folders, HF) augment per item in the workers, each ite
 read uint8 batches in the workers; :func:`peanchor.data.batch_augment` then runs on the device, keyed by
 ``(step, rank)``. Either way the worker count changes nothing but speed.
 
+``train.num_workers`` is capped by the CPUs the process may use (:func:`cpu_share`): 8 workers on 2 CPUs load no
+faster than 2 and hold 4 times the memory.
+
 Workers ignore SIGTERM and SIGINT: under Slurm every process of a job step receives them, and a worker
 dying first would break the main process's clean stop (torch raises in the main process as soon as a worker
 dies). The main process therefore ends its workers itself (:func:`close_loader`), or they notice that it is
@@ -17,6 +20,7 @@ Imports: torch; :mod:`peanchor.data`, :mod:`peanchor.errors`, :mod:`peanchor.tra
 
 from __future__ import annotations
 
+import os
 import signal
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +33,7 @@ from peanchor.training.config import TrainConfig
 from peanchor.training.distributed import DistContext
 from peanchor.training.sampling import EpochBatches, SampleStreams
 
-__all__ = ["TrainData", "close_loader", "train_data", "val_loader"]
+__all__ = ["CELL_CPUS_ENV", "TrainData", "close_loader", "cpu_share", "train_data", "val_loader"]
 
 
 def _worker_init(worker_id: int) -> None:
@@ -37,8 +41,22 @@ def _worker_init(worker_id: int) -> None:
         signal.signal(s, signal.SIG_IGN)
 
 
+CELL_CPUS_ENV = "PEANCHOR_CELL_CPUS"  # set by ``reproduce`` for a cell's process: the CPUs that cell was given
+
+
+def cpu_share() -> int:
+    """The CPUs this process may use for its DataLoader workers: ``$PEANCHOR_CELL_CPUS`` (a ``reproduce`` cell's
+    share of the job's CPUs), else this process's affinity mask (Slurm, taskset, a container), else the CPU count."""
+    text = os.environ.get(CELL_CPUS_ENV, "")
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 def _loader_options(config: TrainConfig, ctx: DistContext) -> dict[str, Any]:
-    workers = config.train.num_workers
+    workers = min(config.train.num_workers, cpu_share())  # more workers than CPUs only cost memory
     options: dict[str, Any] = {"num_workers": workers, "pin_memory": ctx.device.type == "cuda"}
     if workers > 0:
         options.update(persistent_workers=True, prefetch_factor=4, worker_init_fn=_worker_init)
