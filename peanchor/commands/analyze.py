@@ -8,9 +8,9 @@ The model and its data come from a *subject*: today a run directory (``peanchor 
 plus a :class:`~peanchor.data.DataSpec`; another source (e.g. ``--timm NAME [--weights FILE]``
 through :mod:`peanchor.adapters`) plugs in there and everything after it is shared.
 
-Imports: at parse time nothing heavy; when run, :mod:`peanchor.analysis`, :mod:`peanchor.results`,
-:mod:`peanchor.presets`, :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`, :mod:`peanchor.tracking`
-(``--tensorboard``).
+Imports: at parse time nothing heavy (the shift registry, for ``--shift``'s help); when run,
+:mod:`peanchor.analysis`, :mod:`peanchor.results`, :mod:`peanchor.presets`, :mod:`peanchor.checkpoint`,
+:mod:`peanchor.adapters`, :mod:`peanchor.tracking` (``--tensorboard``).
 """
 
 from __future__ import annotations
@@ -23,16 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from peanchor.analysis.shifts.registry import shift_help
 from peanchor.errors import ConfigError
 
-# The --shift help of analyze and reproduce, written out here so that building the parser does not import torch
-# (a test checks that it names every kind and parameter of peanchor.analysis.shift_specs).
-SHIFT_HELP = (
-    "KIND:key=value[,key=value], repeatable; replaces the preset's shift of that kind or adds one: "
-    "jpeg:quality=Q, blur:sigma=S[,kernel_size=K], gaussian_noise:sigma=S[,seed=N], contrast:factor=F, "
-    "pixelate:factor=F, or KIND:severity=1..5 (the ImageNet-C-style table for the model's resolution), "
-    "e.g. --shift jpeg:quality=10 --shift blur:sigma=1.5,kernel_size=9"
-)
+# The --shift help of analyze and reproduce, from the shift registry (which loads no torch).
+SHIFT_HELP = shift_help()
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
