@@ -55,11 +55,15 @@ def test_severity_table_uses_the_table_for_the_resolution(name, size):
 
 
 def test_table_thresholds():
-    assert [table_name(s) for s in (16, 48, 49, 96, 159, 160, 384)] == [
-        "cifar-10-c", "cifar-10-c", "tiny-imagenet-c", "tiny-imagenet-c", "tiny-imagenet-c", "imagenet-c", "imagenet-c"
+    assert [table_name(s) for s in (1, 16, 48, 49, 96, 159, 160, 384)] == [
+        "cifar-10-c", "cifar-10-c", "cifar-10-c", "tiny-imagenet-c", "tiny-imagenet-c", "tiny-imagenet-c", "imagenet-c",
+        "imagenet-c"
     ]
-    with pytest.raises(ConfigError):
-        table_name(0)
+    for bad in (0, -32, True, 32.0):
+        with pytest.raises(ConfigError, match="img_size must be a positive integer"):
+            table_name(bad)
+    with pytest.raises(ConfigError, match="no severity table for shift kind 'snow'; expected one of blur, contrast, "):
+        severity_table(32, ["snow"])
 
 
 def test_paper_shifts_per_resolution():
@@ -83,6 +87,26 @@ def test_default_kernel_size_is_odd_and_capped():
         assert k % 2 == 1 and k >= 2 * 3 * sigma  # covers at least ±3σ
     assert C.default_blur_kernel_size(6.0, img_size=32) == 31
     assert C.default_blur_kernel_size(6.0, img_size=33) == 33
+    assert C.default_blur_kernel_size(1.0, img_size=1) == C.default_blur_kernel_size(1.0, img_size=2) == 1
+    with pytest.raises(ConfigError, match="blur sigma must be > 0, got 0"):
+        C.default_blur_kernel_size(0)
+
+
+def test_blur_kernel_is_capped_to_the_image_or_refused():
+    x = textured(2, 16)
+    wide = Shift("blur", sigma=6.0)  # skimage's rule asks for 49 × 49; 16 px images take 15 × 15
+    assert wide.resolved(16).kernel_size == 15
+    assert torch.equal(wide(x), wide.resolved(16)(x))
+    Shift("blur", kernel_size=9, sigma=1.0).resolved(5)  # a half-kernel of 4 fits in 5 px
+    with pytest.raises(ConfigError, match="blur kernel_size 9 is too large for 4 px images"):
+        Shift("blur", kernel_size=9, sigma=1.0).resolved(4)
+
+
+@pytest.mark.parametrize("kind", C.SHIFT_KINDS)
+def test_an_empty_batch_is_returned_empty(kind):
+    empty = torch.zeros(0, 3, 32, 32, dtype=torch.uint8)
+    out = severity_shift(kind, 3, 32)(empty)
+    assert out.shape == empty.shape and out.dtype == torch.uint8 and out is not empty
 
 
 # ---- the shifts themselves ------------------------------------------------------------------------

@@ -53,7 +53,8 @@ def test_the_severity_table_is_the_generation_scripts(table):
 @pytest.mark.parametrize("size", [224, 32])
 def test_each_channel_is_the_photograph_convolved_with_imagenet_c_disk(photos, size):
     x = photos(size)
-    rows = QUOTED["imagenet-c"] if size == 224 else [*QUOTED["cifar-10-c"], *QUOTED["tiny-imagenet-c"], (7.5, 0.3)]
+    rows = [*QUOTED["imagenet-c"], (9, 0.5)] if size == 224 else [*QUOTED["cifar-10-c"], *QUOTED["tiny-imagenet-c"],
+                                                                  (7.5, 0.3)]  # fmt: skip
     for radius, alias_blur in rows:
         ours = Shift("defocus_blur", radius=radius, alias_blur=alias_blur)(x).numpy()
         reference = reference_defocus(x.numpy().astype(np.float64), radius, alias_blur)
@@ -67,13 +68,24 @@ def test_alias_blur_defaults_to_the_scripts_and_larger_disks_blur_more(photos):
     assert errors[0] < errors[1] < errors[2]
 
 
-def test_a_disk_too_large_for_the_image_or_off_the_grid_is_refused(photos):
+def test_small_images_take_small_disks(photos):
+    """A disk reaches floor(radius) + 1 px (the alias blur), at most 8 up to a radius of 8, then the radius: that
+    must stay inside the image (reflect padding). The grid's all-zero border is no part of it."""
+    x = photos(8)
+    for radius in (1, 3, 6):
+        ours = Shift("defocus_blur", radius=radius)(x).numpy()
+        assert np.abs(ours - reference_defocus(x.numpy().astype(np.float64), radius, 0.1)).max() <= 0.5 + 1e-3
+    Shift("defocus_blur", radius=8).resolved(9)  # reaches 8 px
+    for radius, side in ((7, 8), (8, 8), (9, 9)):
+        with pytest.raises(ConfigError, match=f"too large for {side} px images"):
+            Shift("defocus_blur", radius=radius).resolved(side)
     with pytest.raises(ConfigError, match="too large for 8 px images"):
-        Shift("defocus_blur", radius=8).resolved(8)
-    with pytest.raises(ConfigError, match="too large for 8 px images"):
-        Shift("defocus_blur", radius=8)(photos(8))
-    Shift("defocus_blur", radius=6).resolved(8)  # reaches 7 px: fits
-    with pytest.raises(ConfigError, match="whole above 8"):
-        Shift("defocus_blur", radius=9.5)
+        Shift("defocus_blur", radius=7)(x)
+
+
+def test_a_radius_off_the_grid_is_refused():
+    for radius in (0, -1, 8.5, 9.5):
+        with pytest.raises(ConfigError, match="radius must be a finite number > 0, and whole above 8"):
+            Shift("defocus_blur", radius=radius)
     with pytest.raises(ConfigError, match="alias_blur must be a finite number > 0"):
         Shift("defocus_blur", radius=3, alias_blur=0)

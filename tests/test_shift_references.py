@@ -146,6 +146,16 @@ def test_gaussian_noise_follows_imagenet_c_formula(photos, size):
         clipping_counts(ours, scipy.stats.norm.cdf((0.5 - pixels) / s), scipy.stats.norm.sf((254.5 - pixels) / s))
 
 
+def test_gaussian_noise_has_the_formulas_standard_deviation():
+    """On a flat mid-grey image (nothing clipped), the change is round(255 σ z): its standard deviation is
+    sqrt((255 σ)² + 1/12) (Sheppard's correction for the rounding), here to within 3 standard errors (0.25 %)."""
+    x = torch.full((1, 3, 512, 512), 128, dtype=torch.uint8)
+    change = Shift("gaussian_noise", sigma=0.04, seed=5)(x).double() - 128  # σ 10.2 grey levels: 12 σ from a bound
+    expected = np.sqrt((0.04 * 255) ** 2 + 1 / 12)
+    assert abs(change.std().item() / expected - 1) < 3 / np.sqrt(2 * change.numel())
+    assert abs(change.mean().item()) < 3 * expected / np.sqrt(change.numel())
+
+
 # ---- pixelate: Pillow's BOX resize ----------------------------------------------------------------------------
 @pytest.mark.parametrize("size", SIZES)
 def test_pixelate_is_pillows_box_resize_down_and_up(photos, size):
@@ -158,6 +168,27 @@ def test_pixelate_is_pillows_box_resize_down_and_up(photos, size):
                               Image.BOX)) for a in as_hwc(x)]).astype(int)  # fmt: skip
         difference = np.abs(as_hwc(Shift("pixelate", factor=factor)(x)).astype(int) - reference)
         assert difference.max() <= 1 and (difference > 0).mean() < 1e-3, factor
+
+
+def test_box_weights_are_pillows_for_every_pair_of_sizes():
+    """Pillow's BOX resize of an identity image (one white pixel per row) reads out its weights: resizing from n to m
+    pixels, row j holds 255 × the weights of input pixel j. Every n, m in 1..40."""
+    from peanchor.analysis.shifts.kinds.pixelate import box_weights
+
+    for n in range(1, 41):
+        identity = Image.fromarray(np.eye(n, dtype=np.uint8) * 255)  # (n, n): row j is input pixel j
+        for m in range(1, 41):
+            pillow = np.asarray(identity.resize((m, n), Image.BOX)).astype(np.float64)  # (n, m): only the width
+            ours = 255 * box_weights(n, m).numpy().T  # (n, m)
+            assert np.abs(pillow - ours).max() <= 0.5 + 1e-6, (n, m)
+
+
+def test_pixelate_down_to_one_pixel(photos):
+    x = photos(32)
+    for factor in (0.01, 0.04):  # int(32 × factor) = 0 and 1: a single pixel, the image's mean colour
+        reference = np.stack([np.asarray(Image.fromarray(a).resize((1, 1), Image.BOX).resize((32, 32), Image.BOX))
+                              for a in as_hwc(x)]).astype(int)  # fmt: skip
+        assert np.abs(as_hwc(Shift("pixelate", factor=factor)(x)).astype(int) - reference).max() <= 1
 
 
 def test_pixelate_box_filter_on_a_non_square_photo(photos):

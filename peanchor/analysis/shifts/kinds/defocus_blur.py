@@ -45,7 +45,7 @@ def disk(radius: float, alias_blur: float) -> torch.Tensor:
 
 def _on_the_grid(radius: float) -> bool:
     # Above 8 the script's grid is -radius..radius: a whole radius keeps it on pixel centres (and the disk odd).
-    return 0 < radius <= 8 or radius == int(radius)
+    return radius > 0 and (radius <= 8 or radius == int(radius))
 
 
 @register

@@ -2,8 +2,9 @@
 both ways, as ImageNet-C does with Pillow's ``Image.resize(..., BOX)``.
 
 Pillow's box filter (``Resample.c``): output pixel ``i`` of a resize from ``n`` to ``m`` pixels spans
-``[i * n / m, (i + 1) * n / m)`` of the input, and averages, with equal weights, the input pixels whose centre falls
-in ``(start, end]`` of that span widened to at least one pixel. Shrinking, that is a box average; enlarging, it is
+``[i * n / m, (i + 1) * n / m)`` of the input, widened to at least one pixel, and averages, with equal weights, the
+input pixels whose centre falls in it (Pillow's window and box test, in its floating-point steps, decide the pixels
+on the border). Shrinking, that is a box average; enlarging, it is
 the one input pixel under the output pixel's centre. :func:`box_weights` writes those weights as an ``(m, n)``
 matrix, and the kernel applies it along the width and then the height, rounding half up after each, as Pillow does
 (its fixed-point weights could still move a value by one grey level; on the photographs of
@@ -34,9 +35,15 @@ def box_weights(n: int, m: int) -> torch.Tensor:
 
     scale = n / m
     width = max(scale, 1.0)  # the box is at least one input pixel wide
+    support = 0.5 * width
     centre = (torch.arange(m, dtype=torch.float64) + 0.5) * scale  # (m,) output centres in input coordinates
-    offset = (torch.arange(n, dtype=torch.float64) + 0.5 - centre[:, None]) / width  # (m, n)
-    inside = ((offset > -0.5) & (offset <= 0.5)).to(torch.float64)  # (m, n)
+    pixel = torch.arange(n, dtype=torch.float64)  # (n,)
+    # Pillow's window, then its box test, in its order of floating-point steps: a pixel centre that falls exactly on
+    # the border of a span goes the same way.
+    first, end = torch.floor(centre - support + 0.5)[:, None], torch.floor(centre + support + 0.5)[:, None]  # (m, 1)
+    window = (pixel >= first) & (pixel < end)  # (m, n)
+    offset = (pixel - centre[:, None] + 0.5) * (1.0 / width)  # (m, n)
+    inside = (window & (offset > -0.5) & (offset <= 0.5)).to(torch.float64)  # (m, n)
     return inside / inside.sum(dim=1, keepdim=True)
 
 
