@@ -36,3 +36,21 @@ def fit_briefly():
         return model.eval()
 
     return fit
+
+
+@pytest.fixture(scope="session")
+def photos():
+    """``photos(size)``: four crops of a real photograph (matplotlib's ``grace_hopper.jpg``), resized to ``size`` px
+    with Pillow's bicubic filter, as uint8 ``(4, 3, size, size)``: the images the shifts are checked on."""
+    import matplotlib.cbook
+    import numpy as np
+    from PIL import Image
+
+    photo = Image.open(matplotlib.cbook.get_sample_data("grace_hopper.jpg", asfileobj=False)).convert("RGB")
+    boxes = [(0, 0, 512, 512), (0, 88, 512, 600), (100, 150, 400, 450), (200, 300, 456, 556)]  # (512, 600) photo
+
+    def load(size: int) -> torch.Tensor:
+        crops = [np.asarray(photo.crop(box).resize((size, size), Image.BICUBIC)) for box in boxes]  # (S, S, 3) each
+        return torch.from_numpy(np.stack(crops)).permute(0, 3, 1, 2).contiguous()  # (4, 3, S, S)
+
+    return load

@@ -1,5 +1,6 @@
-"""Corruptions: the tables are the ones docs/study.md cites, every shift is deterministic and shape-preserving, and stronger
-severities disrupt more."""
+"""Shifts of every registered kind: deterministic, shape-preserving, batching-independent, stronger with severity;
+the resolution rule for tables and the paper's shifts; the corrupted-set cache. (The kernels against outside
+references: tests/test_shift_references.py and test_shift_<kind>.py; the registry: tests/test_shift_registry.py.)"""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from peanchor.analysis import corruptions as C
+from peanchor.analysis import shifts as C
 from peanchor.analysis.corrupted_sets import CorruptedCache, corrupt
-from peanchor.analysis.corruptions import Shift, paper_shifts, severity_table, table_name
+from peanchor.analysis.shifts import Shift, paper_shifts, severity_shift, severity_table, table_name
 from peanchor.errors import ConfigError, DataError
 
 TABLE_SIZES = {"imagenet-c": 224, "cifar-10-c": 32, "tiny-imagenet-c": 64}
@@ -43,10 +44,9 @@ def mae(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_severity_table_uses_the_table_for_the_resolution(name, size):
     assert table_name(size) == name
     table = severity_table(size)
-    assert set(table) == set(C.SHIFT_KINDS)
-    assert all(len(v) == 5 for v in table.values())
-    assert [s.quality for s in table["jpeg"]] == list(C.SEVERITY_TABLES[name]["jpeg"])
-    assert [s.sigma for s in table["blur"]] == [float(v) for v in C.SEVERITY_TABLES[name]["blur"]]
+    assert list(table) == list(C.SHIFT_KINDS)  # every kind has all three tables (the values: test_shift_references.py)
+    assert all(len(v) == 5 and len(set(v)) == 5 for v in table.values())
+    assert table == {kind: [severity_shift(kind, level, size) for level in range(1, 6)] for kind in table}
     for s in table["blur"]:
         assert s.kernel_size is not None and s.kernel_size % 2 == 1 and s.kernel_size <= size
     for shifts in table.values():
@@ -55,11 +55,15 @@ def test_severity_table_uses_the_table_for_the_resolution(name, size):
 
 
 def test_table_thresholds():
-    assert [table_name(s) for s in (16, 48, 49, 96, 159, 160, 384)] == [
-        "cifar-10-c", "cifar-10-c", "tiny-imagenet-c", "tiny-imagenet-c", "tiny-imagenet-c", "imagenet-c", "imagenet-c"
+    assert [table_name(s) for s in (1, 16, 48, 49, 96, 159, 160, 384)] == [
+        "cifar-10-c", "cifar-10-c", "cifar-10-c", "tiny-imagenet-c", "tiny-imagenet-c", "tiny-imagenet-c", "imagenet-c",
+        "imagenet-c"
     ]
-    with pytest.raises(ConfigError):
-        table_name(0)
+    for bad in (0, -32, True, 32.0):
+        with pytest.raises(ConfigError, match="img_size must be a positive integer"):
+            table_name(bad)
+    with pytest.raises(ConfigError, match="no severity table for shift kind 'snow'; expected one of blur, contrast, "):
+        severity_table(32, ["snow"])
 
 
 def test_paper_shifts_per_resolution():
@@ -83,18 +87,36 @@ def test_default_kernel_size_is_odd_and_capped():
         assert k % 2 == 1 and k >= 2 * 3 * sigma  # covers at least ±3σ
     assert C.default_blur_kernel_size(6.0, img_size=32) == 31
     assert C.default_blur_kernel_size(6.0, img_size=33) == 33
+    assert C.default_blur_kernel_size(1.0, img_size=1) == C.default_blur_kernel_size(1.0, img_size=2) == 1
+    with pytest.raises(ConfigError, match="blur sigma must be > 0, got 0"):
+        C.default_blur_kernel_size(0)
+
+
+def test_blur_kernel_is_capped_to_the_image_or_refused():
+    x = textured(2, 16)
+    wide = Shift("blur", sigma=6.0)  # skimage's rule asks for 49 × 49; 16 px images take 15 × 15
+    assert wide.resolved(16).kernel_size == 15
+    assert torch.equal(wide(x), wide.resolved(16)(x))
+    Shift("blur", kernel_size=9, sigma=1.0).resolved(5)  # a half-kernel of 4 fits in 5 px
+    with pytest.raises(ConfigError, match="blur kernel_size 9 is too large for 4 px images"):
+        Shift("blur", kernel_size=9, sigma=1.0).resolved(4)
+
+
+@pytest.mark.parametrize("kind", C.SHIFT_KINDS)
+def test_an_empty_batch_is_returned_empty(kind):
+    empty = torch.zeros(0, 3, 32, 32, dtype=torch.uint8)
+    out = severity_shift(kind, 3, 32)(empty)
+    assert out.shape == empty.shape and out.dtype == torch.uint8 and out is not empty
 
 
 # ---- the shifts themselves ------------------------------------------------------------------------
-@pytest.mark.parametrize("name,size", TABLE_SIZES.items())
-def test_stronger_severity_disrupts_more(name, size):
-    x = textured(2, size)
+@pytest.mark.parametrize("size", [224, 32])
+def test_stronger_severity_disrupts_more(photos, size):
+    x = photos(size)[:2]
     table = severity_table(size)
-    for kind in ("jpeg", "blur", "gaussian_noise", "contrast"):
+    for kind in C.SHIFT_KINDS:
         errors = [mae(s(x), x) for s in table[kind]]
-        assert all(a < b for a, b in zip(errors, errors[1:])), (kind, errors)
-    pix = [mae(s(x), x) for s in table["pixelate"]]
-    assert pix[-1] > pix[0] > 0
+        assert all(0 < a < b for a, b in zip(errors, errors[1:])), (kind, errors)
 
 
 def test_blur_sigma_monotonic_at_fixed_kernel():
@@ -106,12 +128,10 @@ def test_blur_sigma_monotonic_at_fixed_kernel():
 @pytest.mark.parametrize(
     "shift",
     [
-        Shift("jpeg", quality=40),
+        *(severity_shift(kind, 3, 32) for kind in C.SHIFT_KINDS),
         Shift("blur", sigma=1.0),
-        Shift("blur", kernel_size=5, sigma=2.5),
         Shift("gaussian_noise", sigma=0.1, seed=1),
-        Shift("contrast", factor=0.3),
-        Shift("pixelate", factor=0.6),
+        Shift("shot_noise", photons=30, seed=1),
     ],
     ids=lambda s: s.name,
 )
@@ -128,11 +148,13 @@ def test_shape_dtype_and_determinism(shift):
     assert torch.equal(single, y1)
 
 
-def test_noise_depends_on_seed_and_index_only():
+@pytest.mark.parametrize("kind,param", [("gaussian_noise", {"sigma": 0.1}), ("shot_noise", {"photons": 30})])
+def test_noise_depends_on_seed_and_index_only(kind, param):
     x = textured(4, 16)
-    a = Shift("gaussian_noise", sigma=0.1, seed=0)
-    b = Shift("gaussian_noise", sigma=0.1, seed=1)
+    a = Shift(kind, **param, seed=0)
+    b = Shift(kind, **param, seed=1)
     assert not torch.equal(a(x), b(x))
+    assert not torch.equal(a(x[:1]), a(x[:1], start_index=1))  # each image index has its own noise
     torch.manual_seed(123)  # the global RNG plays no part
     first = a(x)
     torch.manual_seed(456)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from peanchor.analysis.corruptions import SEVERITY_TABLES, SHIFT_KINDS, SHIFT_PARAMS, Shift
+from peanchor.analysis.shifts import SEVERITY_TABLES, SHIFT_KINDS, SHIFT_PARAMS, Shift, get_kind
 from peanchor.analysis.shift_specs import measured_shifts, parse_shift_spec, parse_shift_specs
 from peanchor.cli import main
 from peanchor.commands.shared import SHIFT_HELP
@@ -37,19 +37,23 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # ---- parsing -------------------------------------------------------------------------------------
 def test_the_help_names_every_kind_and_parameter():
     for kind, params in SHIFT_PARAMS.items():
-        assert f"{kind}:" in SHIFT_HELP, kind
+        main = get_kind(kind).main
+        assert f"{kind}:{main}=" in SHIFT_HELP, kind  # the form --shift needs: the main parameter first
         assert all(f"{p}=" in SHIFT_HELP for p in params), (kind, params)
     assert "severity=1..5" in SHIFT_HELP and set(SHIFT_PARAMS) == set(SHIFT_KINDS)
+    assert "blur:sigma=S[,kernel_size=K]" in SHIFT_HELP and "gaussian_noise:sigma=S[,seed=N]" in SHIFT_HELP
 
 
 @pytest.mark.parametrize("kind", SHIFT_KINDS)
 def test_every_kind_is_reachable_by_its_parameters_and_by_severity(kind):
-    main_param = {"jpeg": "quality", "blur": "sigma", "gaussian_noise": "sigma"}.get(kind, "factor")
+    main_param = get_kind(kind).main
     table = SEVERITY_TABLES["cifar-10-c"][kind]
     for severity in range(1, 6):
         shift = parse_shift_spec(f"{kind}:severity={severity}").shift(32)
-        assert shift.kind == kind and getattr(shift, main_param) == pytest.approx(table[severity - 1])
-    value = 40 if kind == "jpeg" else 0.5
+        row = table[severity - 1]
+        expected = row[0] if isinstance(row, tuple) else row  # a row sets the main parameter first
+        assert shift.kind == kind and getattr(shift, main_param) == pytest.approx(expected)
+    value = {"jpeg": 40, "defocus_blur": 2}.get(kind, 0.5)  # (a radius of 0.5 px is one pixel: no change)
     shift = parse_shift_spec(f"{kind}:{main_param}={value}").shift(32)
     assert getattr(shift, main_param) == value and Shift.from_dict(shift.describe()) == shift
     images = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
@@ -61,11 +65,15 @@ def test_severity_follows_the_resolution_table():
     assert parse_shift_spec("blur:severity=2").shift(64).sigma == SEVERITY_TABLES["tiny-imagenet-c"]["blur"][1]
     noise = parse_shift_spec("gaussian_noise:severity=3,seed=7").shift(32)
     assert (noise.sigma, noise.seed) == (SEVERITY_TABLES["cifar-10-c"]["gaussian_noise"][2], 7)
+    shot = parse_shift_spec("shot_noise:severity=5,seed=2").shift(224)
+    assert (shot.photons, shot.seed) == (SEVERITY_TABLES["imagenet-c"]["shot_noise"][4], 2)
+    defocus = parse_shift_spec("defocus_blur:severity=4").shift(64)
+    assert (defocus.radius, defocus.alias_blur) == SEVERITY_TABLES["tiny-imagenet-c"]["defocus_blur"][3]
 
 
 BAD = [
     ("jpeg", "expected KIND:key=value"),
-    ("jpg:quality=10", "unknown shift kind 'jpg'; valid: jpeg (quality); blur (kernel_size, sigma); gaussian_noise"),
+    ("jpg:quality=10", "unknown shift kind 'jpg'; valid: blur (kernel_size, sigma); contrast (factor); defocus_blur"),
     ("jpeg:q=10", "jpeg takes quality or severity=1..5; got 'q'"),
     ("blur:radius=2", "blur takes kernel_size, sigma or severity=1..5; got 'radius'"),
     ("jpeg:quality=0", "jpeg quality must be an integer in 1..100, got 0"),
@@ -77,6 +85,10 @@ BAD = [
     ("gaussian_noise:sigma=0", "sigma must be a finite number > 0"),
     ("contrast:factor=-0.1", "contrast factor must be >= 0"),
     ("pixelate:factor=1.5", "pixelate factor must be in (0, 1]"),
+    ("shot_noise:seed=2", "shot_noise needs photons=... (or severity=1..5)"),
+    ("shot_noise:severity=2,seed=1.5", "seed='1.5' is not an integer"),
+    ("defocus_blur:severity=2,alias_blur=0.3", "give either severity or alias_blur"),
+    ("defocus_blur:radius=40", "defocus_blur radius 40 is too large for 32 px images"),
     ("jpeg:severity=6", "severity must be an integer in 1..5"),
     ("jpeg:severity=2,quality=5", "give either severity or quality"),
     ("jpeg:quality=5,quality=6", "quality is given twice"),
@@ -158,7 +170,7 @@ def test_analyze_measures_and_records_exactly_the_shifts_asked_for(run_dir, tmp_
 
 @pytest.mark.parametrize(
     ("command", "spec", "message"),
-    [("analyze", "jpg:quality=10", "unknown shift kind 'jpg'; valid: jpeg (quality)"),
+    [("analyze", "jpg:quality=10", "unknown shift kind 'jpg'; valid: blur (kernel_size, sigma)"),
      ("analyze", "jpeg:quality=101", "jpeg quality must be an integer in 1..100"),
      ("analyze", "blur:sigma=-1", "blur sigma must be a finite number > 0"),
      ("analyze", "blur:sigma=2,kernel_size=41", "kernel_size 41 is too large for 16 px images"),

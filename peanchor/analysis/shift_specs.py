@@ -8,15 +8,18 @@
     --shift gaussian_noise:sigma=0.08,seed=1  additive noise on the [0, 1] scale (seed 0 by default)
     --shift contrast:factor=0.3               ImageNet-C contrast
     --shift pixelate:factor=0.5               ImageNet-C pixelate
+    --shift defocus_blur:radius=3             ImageNet-C defocus blur (alias_blur 0.1 by default)
     --shift jpeg:severity=4                   the severity-4 value of the table for the model's resolution
 
 Which shifts a model is measured under (:func:`measured_shifts`): its preset's, set for the preset's resolution
 (:func:`peanchor.presets.preset_shifts`), or without one the resolution rule
-(:func:`peanchor.analysis.corruptions.paper_shifts`); then each ``--shift`` replaces the shift of its kind or, for a
+(:func:`peanchor.analysis.shifts.paper_shifts`); then each ``--shift`` replaces the shift of its kind or, for a
 kind not there yet, is added. A shift is recorded in the result files under its kind's name with every parameter it
 ran with (a blur's kernel included), and where it came from (``shift_sources``).
 
-Imports: :mod:`peanchor.analysis.corruptions`, :mod:`peanchor.presets`.
+The kinds, their parameters and their tables are the registry's (:mod:`peanchor.analysis.shifts.registry`).
+
+Imports: :mod:`peanchor.analysis.shifts`, :mod:`peanchor.presets`.
 """
 
 from __future__ import annotations
@@ -25,29 +28,14 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from peanchor.analysis.corruptions import (
-    SEVERITY_TABLES,
-    SHIFT_KINDS,
-    SHIFT_PARAMS,
-    Shift,
-    paper_shifts,
-    paper_shifts_source,
-    table_name,
-)
+from peanchor.analysis.shifts import Shift, get_kind, paper_shifts, paper_shifts_source, severity_shift, table_name
+from peanchor.analysis.shifts.registry import KINDS, kinds_line
 from peanchor.errors import ConfigError
 from peanchor.presets import preset_shifts
 
 __all__ = ["ShiftSpec", "measured_shifts", "parse_shift_spec", "parse_shift_specs"]
 
-# The parameter each kind needs and its severity table sets (the others of SHIFT_PARAMS are optional).
-_MAIN = {"jpeg": "quality", "blur": "sigma", "gaussian_noise": "sigma", "contrast": "factor", "pixelate": "factor"}
-_INTEGER = ("quality", "kernel_size", "seed", "severity")
-# What severity=N may be combined with: parameters that the tables do not set.
-_WITH_SEVERITY = {"gaussian_noise": ("seed",)}
 SEVERITIES = range(1, 6)
-
-def _kinds_line() -> str:
-    return "; ".join(f"{k} ({', '.join(SHIFT_PARAMS[k])})" for k in SHIFT_KINDS) + "; each also takes severity=1..5"
 
 
 @dataclass(frozen=True)
@@ -64,10 +52,8 @@ class ShiftSpec:
         values = dict(self.params)
         try:
             if self.severity is not None:
-                table = SEVERITY_TABLES[table_name(img_size)][self.kind][self.severity - 1]
-                main = _MAIN[self.kind]
-                values[main] = int(table) if main == "quality" else float(table)
-            return Shift(self.kind, **values).resolved(img_size)  # type: ignore[arg-type]
+                return severity_shift(self.kind, self.severity, img_size, **values)
+            return Shift(self.kind, **values).resolved(img_size)
         except ConfigError as e:
             raise ConfigError(f"--shift {self.text!r}: {e}") from None
 
@@ -78,12 +64,12 @@ class ShiftSpec:
         return f"--shift {self.text} ({table_name(img_size)} severity {self.severity})"
 
 
-def _number(spec: str, key: str, raw: str) -> int | float:
+def _number(spec: str, kind: str, key: str, raw: str) -> int | float:
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if key in _INTEGER:
+    if key == "severity" or any(p.name == key and p.kind is int for p in KINDS[kind].params):
         if not (math.isfinite(value) and value == int(value)) or "." in raw or "e" in raw.lower():
             raise ConfigError(f"--shift {spec!r}: {key}={raw!r} is not an integer")
         return int(value)
@@ -107,9 +93,10 @@ def parse_shift_spec(text: str) -> ShiftSpec:
     if not sep or not kind:
         raise ConfigError(f"--shift {text!r}: expected KIND:key=value[,key=value], e.g. jpeg:quality=10 or "
                           "blur:sigma=1.5,kernel_size=9")  # fmt: skip
-    if kind not in SHIFT_PARAMS:
-        raise ConfigError(f"--shift {text!r}: unknown shift kind {kind!r}; valid: {_kinds_line()}")
-    allowed = (*SHIFT_PARAMS[kind], "severity")
+    if kind not in KINDS:
+        raise ConfigError(f"--shift {text!r}: unknown shift kind {kind!r}; valid: {kinds_line()}")
+    plugin = get_kind(kind)
+    allowed = (*plugin.param_names, "severity")
     values: dict[str, int | float] = {}
     for item in (i for i in rest.split(",") if i.strip()):
         key, eq, raw = (part.strip() for part in item.partition("="))
@@ -120,19 +107,19 @@ def parse_shift_spec(text: str) -> ShiftSpec:
                               f"got {key!r}")  # fmt: skip
         if key in values:
             raise ConfigError(f"--shift {text!r}: {key} is given twice")
-        values[key] = _number(text, key, raw)
+        values[key] = _number(text, kind, key, raw)
     severity = values.pop("severity", None)
     if severity is not None:
         if severity not in SEVERITIES:
             raise ConfigError(f"--shift {text!r}: severity must be an integer in 1..5, got {severity}")
-        extra = [k for k in values if k not in _WITH_SEVERITY.get(kind, ())]
+        extra = [p.name for p in plugin.params if p.name in values and not p.with_severity]
         if extra:
             raise ConfigError(f"--shift {text!r}: severity={severity} takes {kind}'s parameters from the table; "
                               f"give either severity or {', '.join(extra)}")  # fmt: skip
     else:
-        if _MAIN[kind] not in values:
-            raise ConfigError(f"--shift {text!r}: {kind} needs {_MAIN[kind]}=... (or severity=1..5); it takes "
-                              f"{', '.join(SHIFT_PARAMS[kind])}")  # fmt: skip
+        if plugin.main not in values:
+            raise ConfigError(f"--shift {text!r}: {kind} needs {plugin.main}=... (or severity=1..5); it takes "
+                              f"{', '.join(plugin.param_names)}")  # fmt: skip
     parsed = ShiftSpec(spec, kind, tuple(values.items()), int(severity) if severity is not None else None)
     parsed.shift(32)  # the value checks (quality 1..100, σ > 0, ...) now, not after a training run
     return parsed

@@ -9,9 +9,10 @@ model (``--timm NAME [--weights FILE]``) or a transformers ``save_pretrained`` f
 :class:`~peanchor.data.DataSpec`; the analysis itself is :func:`peanchor.api.run_analysis`, the function that
 ``peanchor.analyze`` runs too.
 
-Imports: at parse time nothing heavy; when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`,
-:mod:`peanchor.training` (a run's config), :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`, :mod:`peanchor.data`,
-:mod:`peanchor.metrics`, :mod:`peanchor.commands` (data), :mod:`peanchor.tracking` (``--tensorboard``).
+Imports: at parse time :mod:`peanchor.commands` (shared: the ``--shift`` help, from the shift registry, which loads
+no torch); when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`, :mod:`peanchor.training` (a run's config),
+:mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`, :mod:`peanchor.data`, :mod:`peanchor.metrics`,
+:mod:`peanchor.tracking` (``--tensorboard``).
 """
 
 from __future__ import annotations

@@ -1,22 +1,19 @@
 """What more than one sub-command uses: the ``--shift`` help text and dataset keys set from flags and ``--set``.
 
-Imports: at parse time nothing heavy; :mod:`peanchor.training` (the typed ``--set``) when a command runs.
+Imports: :mod:`peanchor.analysis` (the shift registry, light: no torch); :mod:`peanchor.training` (the typed
+``--set``) when a command runs.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from peanchor.analysis.shifts.registry import shift_help
+
 __all__ = ["SHIFT_HELP", "with_data_items"]
 
-# The --shift help of analyze and reproduce, written out here so that building the parser does not import torch
-# (a test checks that it names every kind and parameter of peanchor.analysis.shift_specs).
-SHIFT_HELP = (
-    "KIND:key=value[,key=value], repeatable; replaces the preset's shift of that kind or adds one: "
-    "jpeg:quality=Q, blur:sigma=S[,kernel_size=K], gaussian_noise:sigma=S[,seed=N], contrast:factor=F, "
-    "pixelate:factor=F, or KIND:severity=1..5 (the ImageNet-C-style table for the model's resolution), "
-    "e.g. --shift jpeg:quality=10 --shift blur:sigma=1.5,kernel_size=9"
-)
+# The --shift help of analyze and reproduce, generated from the shift registry (which loads no torch).
+SHIFT_HELP = shift_help()
 
 
 def with_data_items(spec: Any, flags: dict[str, Any], set_items: list[str]) -> Any:  # DataSpec -> DataSpec
