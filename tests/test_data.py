@@ -454,6 +454,27 @@ def test_random_resized_crop_draws_area_ratio_place_and_flip_as_configured(path)
     _assert_fair_flips(g["flipped"])
 
 
+def test_image_files_are_cropped_and_flipped_per_item_in_the_train_split_only(tmp_path):
+    """An image folder's train split applies the per-item rrc_flip to every read; its val split is the plain resize."""
+    from scipy.stats import kstest
+
+    in_size, step, out_size = RRC_SETUPS["item"]
+    for split in ("train", "val"):
+        (tmp_path / split / "ramp").mkdir(parents=True)
+        Image.fromarray(_ramp_image(in_size, step).permute(1, 2, 0).numpy()).save(tmp_path / split / "ramp" / "0.png")
+    spec = DataSpec(name="imagefolder", root=str(tmp_path), img_size=out_size, augment="rrc_flip")
+    train, val, _ = build_datasets(spec)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        g = _crop_geometry(torch.stack([train[0][0] for _ in range(500)]), step, in_size)
+    p = kstest(g["width"] * g["height"], _rrc_reference_cdfs(data.transforms.RRC_SCALE, data.transforms.RRC_RATIO)[0])
+    assert p.pvalue > ALPHA, f"the train split's crops do not follow RandomResizedCrop's area: KS p = {p.pvalue:.2g}"
+    _assert_fair_flips(g["flipped"])
+    plain = _crop_geometry(torch.stack([val[0][0] for _ in range(3)]), step, in_size)
+    assert np.allclose(plain["width"], 1, atol=0.01) and np.allclose(plain["height"], 1, atol=0.01)
+    assert not plain["flipped"].any()
+
+
 @pytest.mark.parametrize("path", sorted(AUGMENT_PATHS))
 def test_random_resized_crop_falls_back_to_the_centre_crop_of_the_nearest_ratio(path, monkeypatch):
     """When no (area, ratio) draw fits, RandomResizedCrop takes the whole image, cut to the nearest allowed ratio,
