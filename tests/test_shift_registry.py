@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import pickle
 import pkgutil
 
@@ -92,6 +93,19 @@ def test_the_help_and_the_kinds_line_read_in_full():
     assert kinds_line().endswith("; shot_noise (photons, seed); each also takes severity=1..5")
 
 
+# A well-formed kind's attributes, one value per severity row.
+PROBE_KIND = {"name": "probe_kind", "summary": "", "params": (Param("level", required=True),),
+              "table_params": ("level",), "tables": {"imagenet-c": (1, 2, 3, 4, 5)}}  # fmt: skip
+
+
+def test_register_takes_a_well_formed_kind_with_one_value_per_row():
+    try:
+        register(type("ProbeKind", (ShiftKind,), PROBE_KIND))
+        assert KINDS["probe_kind"].table_values("imagenet-c", 2) == {"level": 2.0}
+    finally:
+        KINDS.pop("probe_kind", None)
+
+
 @pytest.mark.parametrize(
     "change,message",
     [({"name": "jpeg"}, "registered twice"), ({"name": "not a name"}, "not an identifier"),
@@ -101,8 +115,7 @@ def test_the_help_and_the_kinds_line_read_in_full():
      ({"params": (Param("level"), Param("severity"))}, "must be distinct")],
 )  # fmt: skip
 def test_register_refuses_a_malformed_kind(change, message):
-    attrs = {"name": "probe_kind", "summary": "", "params": (Param("level", required=True),),
-             "table_params": ("level",), "tables": {"imagenet-c": (1, 2, 3, 4, 5)}, **change}  # fmt: skip
+    attrs = {**PROBE_KIND, **change}
     before = dict(KINDS)
     with pytest.raises(ValueError, match=message):
         register(type("ProbeKind", (ShiftKind,), attrs))
@@ -171,8 +184,10 @@ def test_bad_descriptions_and_parameters_are_config_errors():
         Shift("gaussian_noise", sigma=0.1, seed=1.5)
 
 
-# image_seed(0, 0) and image_seed(1, 7) as peanchor computed them before the shifts became plug-ins (commit 8a7c922).
+# image_seed(0, 0) and image_seed(1, 7), and the SHA-256 (first 16 hex digits) of gaussian_noise σ 0.1, seed 0 on
+# images 5 and 6 of a fixed ramp, as peanchor computed them before the shifts became plug-ins (commit 8a7c922).
 GOLDEN_SEEDS = (1939542183909769569, 3021644046329333779)
+GOLDEN_NOISE = "a1edac255f17148e"
 
 
 def test_noise_seeds_per_image_stay_what_stored_results_were_made_with():
@@ -183,3 +198,6 @@ def test_noise_seeds_per_image_stay_what_stored_results_were_made_with():
     assert (image_seed(0, 0), image_seed(1, 7)) == (GOLDEN_SEEDS[0], GOLDEN_SEEDS[1])
     seeds = [image_seed(s, i) for s in range(3) for i in range(500)]
     assert len(set(seeds)) == len(seeds) and all(0 <= v < 2**63 for v in seeds) and any(v % 2 for v in seeds)
+    ramp = torch.arange(2 * 3 * 8 * 8).remainder(256).to(torch.uint8).reshape(2, 3, 8, 8)
+    noisy = Shift("gaussian_noise", sigma=0.1, seed=0)(ramp, start_index=5)
+    assert hashlib.sha256(noisy.numpy().tobytes()).hexdigest()[:16] == GOLDEN_NOISE

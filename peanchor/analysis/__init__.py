@@ -1,6 +1,7 @@
 """Analyses on trained models: geometry (SSDC, ΔSSDC), robustness (Fragility Score), α sweeps.
 
-* :mod:`~peanchor.analysis.corruptions`: the shifts (JPEG, blur, ImageNet-C extras) and their severity tables;
+* :mod:`~peanchor.analysis.shifts`: the shifts (one plug-in module per kind: JPEG, blur, ImageNet-C's others) and their
+  severity tables;
 * :mod:`~peanchor.analysis.shift_specs`: ``--shift KIND:key=value`` and the one rule for which shifts a model is
   measured under;
 * :mod:`~peanchor.analysis.corrupted_sets`: whole evaluation sets corrupted once, and cached;
