@@ -27,7 +27,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from peanchor.analysis.corruptions import Shift
+from peanchor.analysis.shifts import Shift
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import DEFAULT_ALPHAS, evaluate_model
 from peanchor.analysis.shift_specs import ShiftSpec, measured_shifts, parse_shift_specs

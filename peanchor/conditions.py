@@ -168,7 +168,7 @@ class PaperSetting:
     dataset: str
     img_size: int
     seeds: int
-    shifts: dict[str, dict[str, Any]]  # name → Shift description (analysis.corruptions.Shift.describe)
+    shifts: dict[str, dict[str, Any]]  # name → Shift description (analysis.shifts.Shift.describe)
     model: str
     citation: str
 

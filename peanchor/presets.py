@@ -195,7 +195,7 @@ def preset_shifts(preset: str | None, img_size: int) -> dict[str, dict[str, Any]
 
     A preset's shifts are fixed for its own resolution, so a run resized away from it (``--img-size``) and a
     model without a known preset (a timm model, a foreign run) get None: the caller then falls back to the
-    resolution rule :func:`peanchor.analysis.corruptions.paper_shifts`.
+    resolution rule :func:`peanchor.analysis.shifts.paper_shifts`.
 
     >>> preset_shifts("cpu", 32)["jpeg"], preset_shifts("cpu", 64), preset_shifts(None, 32)
     ({'kind': 'jpeg', 'quality': 10}, None, None)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from peanchor.analysis.corrupted_sets import CorruptedCache
-from peanchor.analysis.corruptions import Shift, paper_shifts
+from peanchor.analysis.shifts import Shift, paper_shifts
 from peanchor.analysis.evalset import EvalSet, subset_indices
 from peanchor.analysis.evaluate import evaluate_model
 from peanchor.analysis.passes import is_scalable

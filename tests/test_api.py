@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, TensorDataset
 
 import peanchor
-from peanchor.analysis.corruptions import Shift
+from peanchor.analysis.shifts import Shift
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
 from peanchor.data import DataInfo

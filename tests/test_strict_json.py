@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from peanchor import fileio
-from peanchor.analysis.corruptions import Shift
+from peanchor.analysis.shifts import Shift
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
 from peanchor.data import DataInfo

@@ -167,7 +167,7 @@ def test_paper_preset_is_the_papers_setting():
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_measures_valid_shifts_at_its_own_resolution(preset):
-    from peanchor.analysis.corruptions import Shift
+    from peanchor.analysis.shifts import Shift
 
     p = PRESETS[preset]
     assert p.config() is not p.config()  # a fresh, mutable config each time

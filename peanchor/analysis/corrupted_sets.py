@@ -2,7 +2,7 @@
 hands the same corrupted copy to every model and α (in memory, and optionally as memory-mapped ``.npy`` files).
 
 Imports: :mod:`peanchor.fileio`, :mod:`peanchor.errors`. A shift is anything with ``name``, ``describe()`` and
-``__call__(images, start_index=)``, e.g. :class:`peanchor.analysis.corruptions.Shift`.
+``__call__(images, start_index=)``, e.g. :class:`peanchor.analysis.shifts.Shift`.
 """
 
 from __future__ import annotations

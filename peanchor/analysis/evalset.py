@@ -1,6 +1,6 @@
 """The evaluation images, loaded once: a deterministic subset of a dataset's evaluation split as one uint8 tensor.
 
-Imports: :mod:`peanchor.data`, :mod:`peanchor.analysis.corruptions` (the pixel fingerprint).
+Imports: :mod:`peanchor.data`, :mod:`peanchor.analysis.shifts` (the pixel fingerprint).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class EvalSet:
     """The evaluation images, loaded once: uint8 ``(N, 3, S, S)`` on the CPU, labels ``(N,)``.
 
     ``fingerprint`` identifies the exact pixels (it keys the corrupted copies in a
-    :class:`~peanchor.analysis.corruptions.CorruptedCache`). ``info`` is the dataset's
+    :class:`~peanchor.analysis.shifts.CorruptedCache`). ``info`` is the dataset's
     :class:`~peanchor.data.DataInfo` (normalisation statistics, classes).
     """
 

@@ -38,7 +38,7 @@ say whether α means anything. An adapter around a foreign model (e.g. a timm Vi
 evaluated unchanged. The result is an :class:`peanchor.results.AnalysisResult` (written as analysis.json by
 :func:`peanchor.results.write_analysis`).
 
-Imports: :mod:`peanchor.analysis` (corruptions, evalset, passes), :mod:`peanchor.metrics`, :mod:`peanchor.results`.
+Imports: :mod:`peanchor.analysis` (shifts, evalset, passes), :mod:`peanchor.metrics`, :mod:`peanchor.results`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from peanchor.analysis.corrupted_sets import CorruptedCache
-from peanchor.analysis.corruptions import Shift, paper_shifts, severity_table, table_name
+from peanchor.analysis.shifts import Shift, paper_shifts, severity_table, table_name
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.lenses import LensPlan
 from peanchor.analysis.passes import PassRunner, PassSpec, is_scalable
@@ -144,7 +144,7 @@ def evaluate_model(
         ssdc_mode, metric: passed to :class:`SSDCAccumulator` (paper defaults).
         bootstrap: replicates for per-layer confidence intervals over images (0: none).
         severities: also measure the severity 1–5 sweeps (α = 1) of every kind in ``shifts``, from the table for
-            the images' resolution (:func:`~peanchor.analysis.corruptions.severity_table`).
+            the images' resolution (:func:`~peanchor.analysis.shifts.severity_table`).
         cache: where corrupted sets are memoised; share one across models to corrupt only once.
         probe_ridge: the position probe's ridge λ, relative to the mean feature variance.
         probe_holdout: the fraction of the evaluation images the probe is scored on (the rest fit it).

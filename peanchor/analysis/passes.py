@@ -11,7 +11,7 @@ Models only need the probe interface of :class:`peanchor.models.VisionTransforme
 ``forward_with_tokens(..., attention=sink)`` where the model ``has_attention_weights``.
 
 Imports: :mod:`peanchor.metrics` (the accumulators), :mod:`peanchor.interventions`, :mod:`peanchor.data`,
-:mod:`peanchor.analysis` (corruptions, evalset, lenses).
+:mod:`peanchor.analysis` (shifts, evalset, lenses).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from peanchor.analysis.corruptions import Shift
+from peanchor.analysis.shifts import Shift
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.lenses import LensPlan
 from peanchor.interventions import random_permutation
