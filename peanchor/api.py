@@ -169,7 +169,8 @@ def _images_from(data: Any, labels: Any) -> tuple[Tensor, Tensor]:
     if images.shape[-1] != images.shape[-2]:
         raise DataError(f"images must be square (N, 3, S, S), got {tuple(images.shape)}")
     if labels.dim() != 1 or labels.shape[0] != images.shape[0] or labels.is_floating_point():
-        raise DataError(f"labels must be integers of shape ({images.shape[0]},), got {labels.dtype} {tuple(labels.shape)}")
+        raise DataError(f"labels must be integers of shape ({images.shape[0]},), got {labels.dtype} "
+                        f"{tuple(labels.shape)}")  # fmt: skip
     return images, labels.long()
 
 
@@ -263,7 +264,8 @@ def analyze(
         raise ConfigError("pass mean= and std=: the normalisation this model was trained with (a dataset name as "
                           "data brings its own)")  # fmt: skip
     outputs = (getattr(probed, "model_args", None) or {}).get("num_classes")
-    if getattr(probed, "has_head", True) and isinstance(outputs, int) and outputs and int(evalset.labels.max()) >= outputs:
+    has_head = getattr(probed, "has_head", True)
+    if has_head and isinstance(outputs, int) and outputs and int(evalset.labels.max()) >= outputs:
         raise DataError(f"labels go up to {int(evalset.labels.max())} but the model has {outputs} outputs")
     specs = parse_shift_specs(_shift_text(s) for s in shifts) if shifts is not None else []
     source = {"kind": "python", "model": type(model).__name__, "model_args": getattr(probed, "model_args", None),

@@ -62,7 +62,7 @@ class Family:
     rope: str | None  # the rotary module with an ``inv_freq`` buffer
     interpolate_kwarg: bool  # whether forward takes ``interpolate_pos_encoding``
     extra_prefix: int  # prefix tokens besides the registers (CLS, distillation)
-    norm_stats: tuple[tuple[float, ...], tuple[float, ...]]  # the image processor's default mean/std
+    norm_stats: tuple[tuple[float, ...], tuple[float, ...]]  # the mean/std its published checkpoints' processors use
 
 
 _VIT = dict(layers="layers", norm="layernorm_before", attention="attention", patch="embeddings.patch_embeddings",
@@ -94,7 +94,8 @@ SUPPORTED_CLASSES: dict[str, tuple[str, str]] = {
     "Dinov2WithRegistersForImageClassification": ("dinov2_with_registers", "dinov2_with_registers"),
     "CLIPVisionModel": ("clip", ""), "SiglipVisionModel": ("siglip", ""), "DINOv3ViTModel": ("dinov3", ""),
 }  # fmt: skip
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")  # fmt: skip
 
 
 def _require_transformers() -> Any:
@@ -109,7 +110,8 @@ def _require_transformers() -> Any:
 
 def is_transformers_model(model: Any) -> bool:
     """Whether ``model`` is a transformers ``PreTrainedModel`` (without importing transformers if it is not)."""
-    return any(c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel" for c in type(model).__mro__)
+    mro = type(model).__mro__
+    return any(c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel" for c in mro)
 
 
 def _supported_line() -> str:
@@ -135,7 +137,9 @@ class HFViT(ProbedModel, nn.Module):
 
     ``img_size`` (default: the config's) is the resolution the analysis feeds; at another size than the config's
     the model's own ``interpolate_pos_encoding`` resizes the table (DINOv2 and DINOv3 always adapt to the input).
-    ``mean``/``std`` (default: the family's image processor default) normalise the uint8 images.
+    ``mean``/``std`` (default: the family's usual ones, those of its published
+    checkpoints' ``preprocessor_config.json``: ImageNet's for DeiT and DINOv2/v3, 0.5 for ViT and SigLIP, OpenAI's
+    for CLIP) normalise the uint8 images.
     """
 
     def __init__(
@@ -218,7 +222,8 @@ class HFViT(ProbedModel, nn.Module):
         return dict(self._model_args)
 
     def extra_repr(self) -> str:
-        return f"class={type(self.model).__name__}, pe={self.pe_name}, grid={self.grid}, depth={self.depth}, prefix={self.num_prefix}"
+        name = type(self.model).__name__
+        return f"class={name}, pe={self.pe_name}, grid={self.grid}, depth={self.depth}, prefix={self.num_prefix}"
 
     # ---- interventions, as hooks and swaps undone after the pass ----------------------------
 
@@ -370,7 +375,8 @@ def load_hf_model(folder: str | Path, *, img_size: int | None = None) -> HFViT:
     if not (path / "config.json").is_file():
         raise CheckpointError(f"{path} has no config.json: not a transformers save_pretrained folder")
     if not any((path / f).is_file() for f in _WEIGHT_FILES):
-        raise CheckpointError(f"{path} has no weights ({', '.join(_WEIGHT_FILES[::2])}): save them with model.save_pretrained")
+        names = ", ".join(_WEIGHT_FILES[::2])
+        raise CheckpointError(f"{path} has no weights ({names}): save them with model.save_pretrained")
     try:
         config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
