@@ -240,7 +240,8 @@ def test_the_cli_analyses_a_save_pretrained_folder(tmp_path, capsys) -> None:
     args = ["analyze", "--hf", str(tmp_path / "dino"), "--data", "scenes", "--images", "12", "--alphas", "1,0",
             "--shift", "jpeg:quality=10", "--no-progress", "--out", str(out)]  # fmt: skip
     assert main(args) != 0
-    assert "the model has 5 outputs but the dataset has 10 classes" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the model has 5 outputs but the dataset has 10 classes" in err and "config.num_labels" in err
     assert not out.exists()
     model = T.Dinov2ForImageClassification(T.Dinov2Config(num_labels=10, **TINY)).eval()
     model.save_pretrained(tmp_path / "dino")
@@ -274,3 +275,16 @@ def test_without_transformers_installed_the_error_says_how_to_install_it(tmp_pat
     monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail as if not installed
     with pytest.raises(PeanchorError, match=r"transformers is not installed: pip install 'peanchor\[transformers\]'"):
         load_hf_model(tmp_path)
+
+
+def test_an_imagenet_head_keeps_the_logits_of_an_imagenet_subset() -> None:
+    pytest.importorskip("timm")
+    from peanchor.commands.analyze import match_classes
+
+    torch.manual_seed(0)
+    wrapped = HFViT(T.ViTForImageClassification(T.ViTConfig(num_labels=1000, **TINY)).eval())
+    x = images(2)
+    with torch.no_grad():
+        full = wrapped(x)
+        match_classes(wrapped, ["n01443537", "n01440764"])  # ImageNet-1k indices 1 and 0
+        torch.testing.assert_close(wrapped(x), full[:, [1, 0]], rtol=0, atol=0)

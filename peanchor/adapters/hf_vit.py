@@ -172,10 +172,15 @@ class HFViT(ProbedModel, nn.Module):
         self.mean = tuple(mean) if mean is not None else self.family.norm_stats[0]
         self.std = tuple(std) if std is not None else self.family.norm_stats[1]
         self.has_head = "ForImageClassification" in name
+        self.logit_subset: Tensor | None = None  # see restrict_to_classes
         self._model_args = {
             "source": "transformers", "class": name, "img_size": size[0], "num_classes": self.num_classes,
             "transformers_version": transformers.__version__,
         }  # fmt: skip
+
+    def restrict_to_classes(self, indices: list[int]) -> None:
+        """Keep only these output classes, in this order (e.g. ImageNet-100 inside an ImageNet-1k head)."""
+        self.logit_subset = torch.as_tensor(indices, dtype=torch.long)
 
     # ---- what the analysis reads ------------------------------------------------------------
 
@@ -343,7 +348,8 @@ class HFViT(ProbedModel, nn.Module):
     def _head_output(self, out: Any) -> Tensor:
         """Logits ``(B, C)``; for a model without a classification head, its pooled features ``(B, D)``."""
         if self.has_head:
-            return out.logits
+            logits = out.logits  # (B, C)
+            return logits if self.logit_subset is None else logits[:, self.logit_subset.to(logits.device)]
         pooled = getattr(out, "pooler_output", None)
         return pooled if pooled is not None else out.last_hidden_state.mean(dim=1)
 

@@ -213,8 +213,9 @@ def resolve_subject(args: argparse.Namespace) -> Subject:
 def match_classes(model: Any, classes: list[str]) -> None:
     """Make the model's outputs line up with the dataset's classes, or refuse.
 
-    A timm ImageNet-1k head evaluated on an ImageNet subset (classes named by WordNet id, e.g.
-    ImageNet-100) keeps the logits of those classes, in the dataset's order.
+    An ImageNet-1k head (timm's or a transformers classifier's) evaluated on an ImageNet subset (classes named by
+    WordNet id, e.g. ImageNet-100) keeps the logits of those classes, in the dataset's order (timm's class list
+    gives the standard order of the 1000 outputs).
     """
     if getattr(model, "has_head", True) is False:
         return  # a transformers backbone: no accuracy to line up (the analysis reports none)
@@ -222,7 +223,11 @@ def match_classes(model: Any, classes: list[str]) -> None:
     if head is None or head == len(classes):
         return
     if head == 1000 and hasattr(model, "restrict_to_classes") and classes and all(c.startswith("n") and c[1:].isdigit() for c in classes):
-        from timm.data import ImageNetInfo
+        try:
+            from timm.data import ImageNetInfo
+        except ModuleNotFoundError:
+            raise ConfigError("matching an ImageNet-1k head to WordNet-id classes needs timm's class list: "
+                              "pip install 'peanchor[timm]'") from None  # fmt: skip
 
         synsets = {w: i for i, w in enumerate(ImageNetInfo().label_names())}
         missing = [c for c in classes if c not in synsets]
@@ -230,8 +235,9 @@ def match_classes(model: Any, classes: list[str]) -> None:
             model.restrict_to_classes([synsets[c] for c in classes])
             return
         raise ConfigError(f"classes {', '.join(missing[:3])} are not ImageNet-1k WordNet ids")
-    hint = ("pass --num-classes to match a fine-tuned head" if hasattr(model, "restrict_to_classes")
-            else "a transformers head needs config.num_labels equal to the number of classes")  # fmt: skip
+    transformers = (getattr(model, "model_args", None) or {}).get("source") == "transformers"
+    hint = ("a transformers head needs config.num_labels equal to the number of classes" if transformers
+            else "pass --num-classes to match a fine-tuned head")  # fmt: skip
     raise ConfigError(
         f"the model has {head} outputs but the dataset has {len(classes)} classes; "
         f"accuracy and FS need matching classes ({hint})"
