@@ -176,3 +176,12 @@ def test_a_transformers_model_follows_the_images_resolution_and_keeps_its_mode(d
     model.eval()
     peanchor.analyze(model, data, shifts=["jpeg:quality=10"], **FAST)
     assert not model.training
+
+
+def test_a_named_dataset_must_match_the_heads_classes() -> None:
+    T = pytest.importorskip("transformers")
+    config = T.ViTConfig(image_size=16, patch_size=4, num_labels=5, hidden_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, intermediate_size=64)  # fmt: skip
+    with pytest.raises(ConfigError) as e:
+        peanchor.analyze(T.ViTForImageClassification(config), "scenes", max_images=8, **FAST)
+    assert "the model has 5 outputs but the dataset has 10 classes" in _one_line(e) and "config.num_labels" in str(e.value)

@@ -279,7 +279,7 @@ def test_without_transformers_installed_the_error_says_how_to_install_it(tmp_pat
 
 def test_an_imagenet_head_keeps_the_logits_of_an_imagenet_subset() -> None:
     pytest.importorskip("timm")
-    from peanchor.commands.analyze import match_classes
+    from peanchor.api import match_classes
 
     torch.manual_seed(0)
     wrapped = HFViT(T.ViTForImageClassification(T.ViTConfig(num_labels=1000, **TINY)).eval())
