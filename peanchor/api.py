@@ -198,6 +198,8 @@ def _images_from(data: Any, labels: Any) -> tuple[Tensor, Tensor]:
         if not parts or not all(isinstance(x, Tensor) for x, _ in parts):
             raise DataError("the data gave no image tensors: expected (uint8 image (3, S, S), label) items")
         images, labels = torch.cat([x for x, _ in parts]), torch.cat([y.reshape(-1) for _, y in parts])
+    if images.dim() >= 1 and images.shape[0] == 0:
+        raise DataError("the evaluation set is empty: no images given")
     if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[1] != 3:
         raise DataError(f"images must be uint8 (N, 3, S, S) with values 0..255, got {images.dtype} "
                         f"{tuple(images.shape)}")  # fmt: skip
