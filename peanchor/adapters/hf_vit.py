@@ -339,6 +339,8 @@ class HFViT(ProbedModel, nn.Module):
                 out = self.model(pixel_values=images, **kwargs)
             except _Stop:
                 pass
+        if collect and len(probes) != (stop_after or self.depth):  # each layer's first norm runs once per pass
+            raise RuntimeError(f"{len(probes)} probe outputs from a pass over {stop_after or self.depth} layers")
         tokens = torch.stack(probes, dim=1) if collect else None  # (B, L, N, D)
         if not head:
             return None, tokens
