@@ -36,7 +36,12 @@ def build(name: str) -> torch.nn.Module:
         "DINOv3ViT": lambda: T.DINOv3ViTConfig(num_register_tokens=2, **TINY),
     }
     prefix = next(p for p in sorted(configs, key=len, reverse=True) if name.startswith(p))
-    model = getattr(T, name)(configs[prefix]()).eval()
+    config = configs[prefix]()
+    if prefix in ("CLIP", "Siglip") and name.endswith("ForImageClassification"):  # a vision tower inside
+        text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=64,
+                    bos_token_id=0, eos_token_id=1, pad_token_id=1)  # fmt: skip
+        config = getattr(T, f"{prefix}Config")(vision_config=config.to_dict(), text_config=text, num_labels=5)
+    model = getattr(T, name)(config).eval()
     # Some families start their table at 0, and small random q/k barely feel a rotation: give both a signal.
     for key, param in model.named_parameters():
         if key.endswith(("position_embeddings", "position_embedding.weight", "q_proj.weight", "k_proj.weight")):
@@ -168,7 +173,8 @@ def test_a_truncated_pass_stops_early_and_matches_the_full_one() -> None:
     torch.testing.assert_close(first, full[:, :1], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", ["ViTForImageClassification", "SiglipVisionModel", "DINOv3ViTModel"])
+@pytest.mark.parametrize("name", ["ViTForImageClassification", "SiglipVisionModel", "CLIPForImageClassification",
+                                  "DINOv3ViTModel"])
 def test_attention_weights_are_the_eager_paths(name: str) -> None:
     model = build(name)
     wrapped = HFViT(model)

@@ -92,7 +92,9 @@ SUPPORTED_CLASSES: dict[str, tuple[str, str]] = {
     "Dinov2Model": ("dinov2", ""), "Dinov2ForImageClassification": ("dinov2", "dinov2"),
     "Dinov2WithRegistersModel": ("dinov2_with_registers", ""),
     "Dinov2WithRegistersForImageClassification": ("dinov2_with_registers", "dinov2_with_registers"),
-    "CLIPVisionModel": ("clip", ""), "SiglipVisionModel": ("siglip", ""), "DINOv3ViTModel": ("dinov3", ""),
+    "CLIPVisionModel": ("clip", ""), "CLIPForImageClassification": ("clip", "vision_model"),
+    "SiglipVisionModel": ("siglip", ""), "SiglipForImageClassification": ("siglip", "vision_model"),
+    "DINOv3ViTModel": ("dinov3", ""),
 }  # fmt: skip
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")  # fmt: skip
