@@ -36,7 +36,7 @@ from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
 from peanchor.models.interface import AnalysisInterface
 from peanchor.results import AnalysisResult
 
-__all__ = ["LENSES", "analyze", "wrap_model", "run_analysis"]
+__all__ = ["LENSES", "analyze", "match_classes", "run_analysis", "wrap_model"]
 
 #: The lenses an analysis can report; SSDC is always measured (ΔSSDC and the α sweep are made of it).
 LENSES = ("ssdc", "attention_distance", "position_probe")
@@ -142,6 +142,41 @@ def run_analysis(
     return result
 
 
+def match_classes(model: Any, classes: list[str]) -> None:
+    """Make the model's outputs line up with the dataset's classes, or refuse.
+
+    An ImageNet-1k head (timm's or a transformers classifier's) evaluated on an ImageNet subset (classes named by
+    WordNet id, e.g. ImageNet-100) keeps the logits of those classes, in the dataset's order (timm's class list
+    gives the standard order of the 1000 outputs).
+    """
+    if getattr(model, "has_head", True) is False:
+        return  # a transformers backbone: no accuracy to line up (the analysis reports none)
+    head = getattr(model, "num_classes", None) or getattr(getattr(model, "model", None), "num_classes", None)
+    if head is None or head == len(classes):
+        return
+    wordnet = bool(classes) and all(c.startswith("n") and c[1:].isdigit() for c in classes)
+    if head == 1000 and hasattr(model, "restrict_to_classes") and wordnet:
+        try:
+            from timm.data import ImageNetInfo
+        except ModuleNotFoundError:
+            raise ConfigError("matching an ImageNet-1k head to WordNet-id classes needs timm's class list: "
+                              "pip install 'peanchor[timm]'") from None  # fmt: skip
+
+        synsets = {w: i for i, w in enumerate(ImageNetInfo().label_names())}
+        missing = [c for c in classes if c not in synsets]
+        if not missing:
+            model.restrict_to_classes([synsets[c] for c in classes])
+            return
+        raise ConfigError(f"classes {', '.join(missing[:3])} are not ImageNet-1k WordNet ids")
+    transformers = (getattr(model, "model_args", None) or {}).get("source") == "transformers"
+    hint = ("a transformers head needs config.num_labels equal to the number of classes" if transformers
+            else "a timm model needs num_classes equal to it: --num-classes on the command line")  # fmt: skip
+    raise ConfigError(
+        f"the model has {head} outputs but the dataset has {len(classes)} classes; "
+        f"accuracy and FS need matching classes ({hint})"
+    )
+
+
 def _images_from(data: Any, labels: Any) -> tuple[Tensor, Tensor]:
     """``data`` (a tensor with ``labels``, an ``(images, labels)`` pair, a dataset or an iterable of batches)
     as one uint8 ``(N, 3, S, S)`` tensor and its labels ``(N,)``."""
@@ -163,13 +198,16 @@ def _images_from(data: Any, labels: Any) -> tuple[Tensor, Tensor]:
         if not parts or not all(isinstance(x, Tensor) for x, _ in parts):
             raise DataError("the data gave no image tensors: expected (uint8 image (3, S, S), label) items")
         images, labels = torch.cat([x for x, _ in parts]), torch.cat([y.reshape(-1) for _, y in parts])
+    if images.dim() >= 1 and images.shape[0] == 0:
+        raise DataError("the evaluation set is empty: no images given")
     if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[1] != 3:
         raise DataError(f"images must be uint8 (N, 3, S, S) with values 0..255, got {images.dtype} "
                         f"{tuple(images.shape)}")  # fmt: skip
     if images.shape[-1] != images.shape[-2]:
         raise DataError(f"images must be square (N, 3, S, S), got {tuple(images.shape)}")
     if labels.dim() != 1 or labels.shape[0] != images.shape[0] or labels.is_floating_point():
-        raise DataError(f"labels must be integers of shape ({images.shape[0]},), got {labels.dtype} {tuple(labels.shape)}")
+        raise DataError(f"labels must be integers of shape ({images.shape[0]},), got {labels.dtype} "
+                        f"{tuple(labels.shape)}")  # fmt: skip
     return images, labels.long()
 
 
@@ -262,8 +300,11 @@ def analyze(
     elif info.name == "tensors":
         raise ConfigError("pass mean= and std=: the normalisation this model was trained with (a dataset name as "
                           "data brings its own)")  # fmt: skip
+    if info.classes:  # a named dataset: an ImageNet-1k head on an ImageNet subset keeps those logits, or refuse
+        match_classes(probed, list(info.classes))
     outputs = (getattr(probed, "model_args", None) or {}).get("num_classes")
-    if getattr(probed, "has_head", True) and isinstance(outputs, int) and outputs and int(evalset.labels.max()) >= outputs:
+    has_head = getattr(probed, "has_head", True)
+    if has_head and isinstance(outputs, int) and outputs and int(evalset.labels.max()) >= outputs:
         raise DataError(f"labels go up to {int(evalset.labels.max())} but the model has {outputs} outputs")
     specs = parse_shift_specs(_shift_text(s) for s in shifts) if shifts is not None else []
     source = {"kind": "python", "model": type(model).__name__, "model_args": getattr(probed, "model_args", None),

@@ -91,6 +91,7 @@ def test_bad_input_is_one_line(model, data) -> None:
          "images are 32 px but the model takes 16 px (its 4x4 patch grid)"),
         (dict(model=model, data=images, labels=labels + 4), "labels go up to 7 but the model has 4 outputs"),
         (dict(model=model, data=42, labels=None), "cannot read images from a int"),
+        (dict(model=model, data=images[:0], labels=labels[:0]), "the evaluation set is empty"),
     ]  # fmt: skip
     for kwargs, message in cases:
         with pytest.raises(PeanchorError) as e:
@@ -117,7 +118,7 @@ def test_a_timm_model_is_wrapped(data) -> None:
     assert result.model.pe == "timm:ape" and len(result.ssdc.normal) == 2 and math.isfinite(result.clean_acc)
 
 
-def test_transformers_models_are_wrapped_and_backbones_report_no_accuracy(data) -> None:
+def test_transformers_models_are_wrapped_and_backbones_report_no_accuracy(data, tmp_path) -> None:
     T = pytest.importorskip("transformers")
     tiny = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, patch_size=4)
     torch.manual_seed(0)
@@ -127,6 +128,7 @@ def test_transformers_models_are_wrapped_and_backbones_report_no_accuracy(data) 
     assert math.isnan(result.clean_acc) and math.isnan(result.alpha_sweep[1].fragility["jpeg"])
     assert result.source["accuracy"].startswith("none: the model has no classification head")
     assert result.attention_distance is not None  # from transformers' eager attention
+    assert math.isnan(read_analysis(result.save(tmp_path)).clean_acc)  # NaN survives the file
     # A classifier built for 32 px analyses 16 px images through transformers' interpolate_pos_encoding.
     classifier = T.ViTForImageClassification(T.ViTConfig(image_size=32, num_labels=4, **tiny)).eval()
     result = peanchor.analyze(classifier, *data, shifts=["jpeg:quality=10"], **FAST)
@@ -176,3 +178,12 @@ def test_a_transformers_model_follows_the_images_resolution_and_keeps_its_mode(d
     model.eval()
     peanchor.analyze(model, data, shifts=["jpeg:quality=10"], **FAST)
     assert not model.training
+
+
+def test_a_named_dataset_must_match_the_heads_classes() -> None:
+    T = pytest.importorskip("transformers")
+    config = T.ViTConfig(image_size=16, patch_size=4, num_labels=5, hidden_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, intermediate_size=64)  # fmt: skip
+    with pytest.raises(ConfigError) as e:
+        peanchor.analyze(T.ViTForImageClassification(config), "scenes", max_images=8, **FAST)
+    assert "the model has 5 outputs but the dataset has 10 classes" in _one_line(e) and "config.num_labels" in str(e.value)

@@ -36,7 +36,12 @@ def build(name: str) -> torch.nn.Module:
         "DINOv3ViT": lambda: T.DINOv3ViTConfig(num_register_tokens=2, **TINY),
     }
     prefix = next(p for p in sorted(configs, key=len, reverse=True) if name.startswith(p))
-    model = getattr(T, name)(configs[prefix]()).eval()
+    config = configs[prefix]()
+    if prefix in ("CLIP", "Siglip") and name.endswith("ForImageClassification"):  # a vision tower inside
+        text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=64,
+                    bos_token_id=0, eos_token_id=1, pad_token_id=1)  # fmt: skip
+        config = getattr(T, f"{prefix}Config")(vision_config=config.to_dict(), text_config=text, num_labels=5)
+    model = getattr(T, name)(config).eval()
     # Some families start their table at 0, and small random q/k barely feel a rotation: give both a signal.
     for key, param in model.named_parameters():
         if key.endswith(("position_embeddings", "position_embedding.weight", "q_proj.weight", "k_proj.weight")):
@@ -168,7 +173,8 @@ def test_a_truncated_pass_stops_early_and_matches_the_full_one() -> None:
     torch.testing.assert_close(first, full[:, :1], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", ["ViTForImageClassification", "SiglipVisionModel", "DINOv3ViTModel"])
+@pytest.mark.parametrize("name", ["ViTForImageClassification", "SiglipVisionModel", "CLIPForImageClassification",
+                                  "DINOv3ViTModel"])
 def test_attention_weights_are_the_eager_paths(name: str) -> None:
     model = build(name)
     wrapped = HFViT(model)
@@ -240,7 +246,8 @@ def test_the_cli_analyses_a_save_pretrained_folder(tmp_path, capsys) -> None:
     args = ["analyze", "--hf", str(tmp_path / "dino"), "--data", "scenes", "--images", "12", "--alphas", "1,0",
             "--shift", "jpeg:quality=10", "--no-progress", "--out", str(out)]  # fmt: skip
     assert main(args) != 0
-    assert "the model has 5 outputs but the dataset has 10 classes" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the model has 5 outputs but the dataset has 10 classes" in err and "config.num_labels" in err
     assert not out.exists()
     model = T.Dinov2ForImageClassification(T.Dinov2Config(num_labels=10, **TINY)).eval()
     model.save_pretrained(tmp_path / "dino")
@@ -274,3 +281,16 @@ def test_without_transformers_installed_the_error_says_how_to_install_it(tmp_pat
     monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail as if not installed
     with pytest.raises(PeanchorError, match=r"transformers is not installed: pip install 'peanchor\[transformers\]'"):
         load_hf_model(tmp_path)
+
+
+def test_an_imagenet_head_keeps_the_logits_of_an_imagenet_subset() -> None:
+    pytest.importorskip("timm")
+    from peanchor.api import match_classes
+
+    torch.manual_seed(0)
+    wrapped = HFViT(T.ViTForImageClassification(T.ViTConfig(num_labels=1000, **TINY)).eval())
+    x = images(2)
+    with torch.no_grad():
+        full = wrapped(x)
+        match_classes(wrapped, ["n01443537", "n01440764"])  # ImageNet-1k indices 1 and 0
+        torch.testing.assert_close(wrapped(x), full[:, [1, 0]], rtol=0, atol=0)

@@ -62,7 +62,7 @@ class Family:
     rope: str | None  # the rotary module with an ``inv_freq`` buffer
     interpolate_kwarg: bool  # whether forward takes ``interpolate_pos_encoding``
     extra_prefix: int  # prefix tokens besides the registers (CLS, distillation)
-    norm_stats: tuple[tuple[float, ...], tuple[float, ...]]  # the image processor's default mean/std
+    norm_stats: tuple[tuple[float, ...], tuple[float, ...]]  # the mean/std its published checkpoints' processors use
 
 
 _VIT = dict(layers="layers", norm="layernorm_before", attention="attention", patch="embeddings.patch_embeddings",
@@ -92,9 +92,12 @@ SUPPORTED_CLASSES: dict[str, tuple[str, str]] = {
     "Dinov2Model": ("dinov2", ""), "Dinov2ForImageClassification": ("dinov2", "dinov2"),
     "Dinov2WithRegistersModel": ("dinov2_with_registers", ""),
     "Dinov2WithRegistersForImageClassification": ("dinov2_with_registers", "dinov2_with_registers"),
-    "CLIPVisionModel": ("clip", ""), "SiglipVisionModel": ("siglip", ""), "DINOv3ViTModel": ("dinov3", ""),
+    "CLIPVisionModel": ("clip", ""), "CLIPForImageClassification": ("clip", "vision_model"),
+    "SiglipVisionModel": ("siglip", ""), "SiglipForImageClassification": ("siglip", "vision_model"),
+    "DINOv3ViTModel": ("dinov3", ""),
 }  # fmt: skip
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")  # fmt: skip
 
 
 def _require_transformers() -> Any:
@@ -109,7 +112,8 @@ def _require_transformers() -> Any:
 
 def is_transformers_model(model: Any) -> bool:
     """Whether ``model`` is a transformers ``PreTrainedModel`` (without importing transformers if it is not)."""
-    return any(c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel" for c in type(model).__mro__)
+    mro = type(model).__mro__
+    return any(c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel" for c in mro)
 
 
 def _supported_line() -> str:
@@ -135,7 +139,9 @@ class HFViT(AnalysisInterface, nn.Module):
 
     ``img_size`` (default: the config's) is the resolution the analysis feeds; at another size than the config's
     the model's own ``interpolate_pos_encoding`` resizes the table (DINOv2 and DINOv3 always adapt to the input).
-    ``mean``/``std`` (default: the family's image processor default) normalise the uint8 images.
+    ``mean``/``std`` (default: the family's usual ones, those of its published
+    checkpoints' ``preprocessor_config.json``: ImageNet's for DeiT and DINOv2/v3, 0.5 for ViT and SigLIP, OpenAI's
+    for CLIP) normalise the uint8 images.
     """
 
     def __init__(
@@ -168,10 +174,15 @@ class HFViT(AnalysisInterface, nn.Module):
         self.mean = tuple(mean) if mean is not None else self.family.norm_stats[0]
         self.std = tuple(std) if std is not None else self.family.norm_stats[1]
         self.has_head = "ForImageClassification" in name
+        self.logit_subset: Tensor | None = None  # see restrict_to_classes
         self._model_args = {
             "source": "transformers", "class": name, "img_size": size[0], "num_classes": self.num_classes,
             "transformers_version": transformers.__version__,
         }  # fmt: skip
+
+    def restrict_to_classes(self, indices: list[int]) -> None:
+        """Keep only these output classes, in this order (e.g. ImageNet-100 inside an ImageNet-1k head)."""
+        self.logit_subset = torch.as_tensor(indices, dtype=torch.long)
 
     # ---- what the analysis reads ------------------------------------------------------------
 
@@ -218,7 +229,8 @@ class HFViT(AnalysisInterface, nn.Module):
         return dict(self._model_args)
 
     def extra_repr(self) -> str:
-        return f"class={type(self.model).__name__}, pe={self.pe_name}, grid={self.grid}, depth={self.depth}, prefix={self.num_prefix}"
+        name = type(self.model).__name__
+        return f"class={name}, pe={self.pe_name}, grid={self.grid}, depth={self.depth}, prefix={self.num_prefix}"
 
     # ---- interventions, as hooks and swaps undone after the pass ----------------------------
 
@@ -331,6 +343,8 @@ class HFViT(AnalysisInterface, nn.Module):
                 out = self.model(pixel_values=images, **kwargs)
             except _Stop:
                 pass
+        if len(probes) != count:  # each layer's first norm runs once per pass
+            raise RuntimeError(f"{len(probes)} probe outputs from a pass over {count} layers")
         tokens = torch.stack(probes, dim=1) if probes else None  # (B, L, N, D)
         if not head:
             return Intermediates(None, tokens)
@@ -340,7 +354,8 @@ class HFViT(AnalysisInterface, nn.Module):
     def _head_output(self, out: Any) -> Tensor:
         """Logits ``(B, C)``; for a model without a classification head, its pooled features ``(B, D)``."""
         if self.has_head:
-            return out.logits
+            logits = out.logits  # (B, C)
+            return logits if self.logit_subset is None else logits[:, self.logit_subset.to(logits.device)]
         pooled = getattr(out, "pooler_output", None)
         return pooled if pooled is not None else out.last_hidden_state.mean(dim=1)
 
@@ -372,7 +387,8 @@ def load_hf_model(folder: str | Path, *, img_size: int | None = None) -> HFViT:
     if not (path / "config.json").is_file():
         raise CheckpointError(f"{path} has no config.json: not a transformers save_pretrained folder")
     if not any((path / f).is_file() for f in _WEIGHT_FILES):
-        raise CheckpointError(f"{path} has no weights ({', '.join(_WEIGHT_FILES[::2])}): save them with model.save_pretrained")
+        names = ", ".join(_WEIGHT_FILES[::2])
+        raise CheckpointError(f"{path} has no weights ({names}): save them with model.save_pretrained")
     try:
         config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:

@@ -202,34 +202,6 @@ def resolve_subject(args: argparse.Namespace) -> Subject:
     raise ConfigError("analyze needs a RUN_DIR (from peanchor train or peanchor import), --timm NAME or --hf DIR")
 
 
-def match_classes(model: Any, classes: list[str]) -> None:
-    """Make the model's outputs line up with the dataset's classes, or refuse.
-
-    A timm ImageNet-1k head evaluated on an ImageNet subset (classes named by WordNet id, e.g.
-    ImageNet-100) keeps the logits of those classes, in the dataset's order.
-    """
-    if getattr(model, "has_head", True) is False:
-        return  # a transformers backbone: no accuracy to line up (the analysis reports none)
-    head = getattr(model, "num_classes", None) or getattr(getattr(model, "model", None), "num_classes", None)
-    if head is None or head == len(classes):
-        return
-    if head == 1000 and hasattr(model, "restrict_to_classes") and classes and all(c.startswith("n") and c[1:].isdigit() for c in classes):
-        from timm.data import ImageNetInfo
-
-        synsets = {w: i for i, w in enumerate(ImageNetInfo().label_names())}
-        missing = [c for c in classes if c not in synsets]
-        if not missing:
-            model.restrict_to_classes([synsets[c] for c in classes])
-            return
-        raise ConfigError(f"classes {', '.join(missing[:3])} are not ImageNet-1k WordNet ids")
-    hint = ("pass --num-classes to match a fine-tuned head" if hasattr(model, "restrict_to_classes")
-            else "a transformers head needs config.num_labels equal to the number of classes")  # fmt: skip
-    raise ConfigError(
-        f"the model has {head} outputs but the dataset has {len(classes)} classes; "
-        f"accuracy and FS need matching classes ({hint})"
-    )
-
-
 def data_spec_for(subject: Subject, args: argparse.Namespace) -> Any:
     """The subject's DataSpec with --data/--data-root/--class-list/--set applied, at the model's resolution.
 
@@ -256,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
     from peanchor.analysis.evalset import EvalSet
     from peanchor.analysis.evaluate import DEFAULT_ALPHAS
     from peanchor.analysis.shift_specs import parse_shift_specs
-    from peanchor.api import run_analysis
+    from peanchor.api import match_classes, run_analysis
     from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
 
     if args.rpi_draws < 1:
@@ -287,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
     info = evalset.info
     if subject.normalization is not None:
         info = dataclasses.replace(info, mean=tuple(subject.normalization[0]), std=tuple(subject.normalization[1]))
-        match_classes(subject.model, list(info.classes))
+        match_classes(subject.model, list(info.classes))  # an ImageNet-1k head on an ImageNet subset, or refuse
     result = run_analysis(
         subject.model, evalset, info, preset=subject.preset, shift_specs=shift_specs,
         source={**subject.source, "data": spec.to_dict()}, alphas=alphas, rpi_draws=args.rpi_draws, seed=args.seed,

@@ -28,7 +28,9 @@ from peanchor.results import AnalysisResult, CellId, ModelResult, Results, Sweep
 
 __all__ = ["as_results", "plot_alpha_sweep", "plot_attention_heads", "plot_lenses", "plot_ssdc_per_layer"]
 
-Analyses = Union[AnalysisResult, Sequence[AnalysisResult], Mapping[str, "AnalysisResult | Sequence[AnalysisResult]"], Results]
+Analyses = Union[
+    AnalysisResult, Sequence[AnalysisResult], Mapping[str, "AnalysisResult | Sequence[AnalysisResult]"], Results
+]
 
 
 def _name(result: AnalysisResult, index: int) -> str:
