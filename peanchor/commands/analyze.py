@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -315,9 +314,3 @@ def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.result
             fs = "  ".join(f"{_f(e.fragility[k]):>{len(k) + 3}}" for k in r.acc)
             lines.append(f"  {e.alpha:5.2f}  {_f(e.delta_ssdc):>6}  {_f(e.clean_acc):>5}  {fs}")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from peanchor.cli import main
-
-    sys.exit(main(["analyze", *sys.argv[1:]]))

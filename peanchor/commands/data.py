@@ -6,7 +6,8 @@
 * ``peanchor data imagenet100 --imagenet-root DIR --class-list FILE --out DIR``: a view of the 100 listed
   classes of a full ImageNet as symlinks (:func:`peanchor.data.materialize_imagenet100`).
 
-Imports: when run, :mod:`peanchor.data` and :mod:`peanchor.training.config` (``--set``).
+Imports: :mod:`peanchor.commands` (shared: ``--set`` for dataset keys); when run, :mod:`peanchor.data`,
+:mod:`peanchor.weights` (listing what was skipped).
 """
 
 from __future__ import annotations

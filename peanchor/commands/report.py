@@ -3,7 +3,8 @@
 Reads result files only (run summaries, analyses, statuses), never models. ``OUT`` may also be a
 ``results.json`` file (or a directory holding only one): then it is rendered as it is.
 
-Imports: when run, :mod:`peanchor.study` (assembly), :mod:`peanchor.report`, :mod:`peanchor.results`.
+Imports: when run, :mod:`peanchor.study` (assembly), :mod:`peanchor.report`, :mod:`peanchor.results`,
+:mod:`peanchor.fileio` (the lock).
 """
 
 from __future__ import annotations

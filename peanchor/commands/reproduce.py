@@ -3,15 +3,14 @@
 With no arguments: the ``cpu`` preset (32 px scenes, embedded) into ``runs/reproduce-cpu``. Rerunning
 continues where an interrupted run stopped and does only what is missing.
 
-Imports: :mod:`peanchor.presets` and :mod:`peanchor.conditions` (choices and defaults); when run,
-:mod:`peanchor.study`.
+Imports: :mod:`peanchor.presets` and :mod:`peanchor.conditions` (choices and defaults), :mod:`peanchor.commands`
+(shared: the ``--shift`` help); when run, :mod:`peanchor.study`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from peanchor.commands.shared import SHIFT_HELP
@@ -149,9 +148,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"peanchor: error: {len(outcome.failed)} cell(s) failed: {names}", file=sys.stderr)
         return 1
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover
-    from peanchor.cli import main as cli_main
-
-    return cli_main(["reproduce", *(argv or [])])
