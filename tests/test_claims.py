@@ -282,3 +282,11 @@ def test_less_fragile_evidence_is_numpys_means_and_scipys_paired_ci():
     ci = stats.bootstrap((diff,), np.mean, n_resamples=10000, confidence_level=0.95, method="percentile",
                          rng=np.random.default_rng(0)).confidence_interval  # fmt: skip
     assert f"ape − none {diff.mean():+.3f} [{ci.low:+.3f}, {ci.high:+.3f}]" in claim.evidence
+
+
+def test_delta_fs_evidence_when_no_point_is_usable():
+    doc = _results(PAPER_LIKE)
+    for row in [*doc["models"], *doc["alpha_sweep"]]:
+        row["clean_acc"] = C.SWEEP_MIN_ACC / 2  # every point near chance
+    claim = next(c for c in check_claims(results_from_dict(doc)) if c.key == "delta_fs")
+    assert claim.evidence.endswith("without them ρ = —, p = —, n = 0")

@@ -488,3 +488,76 @@ def test_accuracy_refusals_say_what_was_given() -> None:
         accuracy(logits, torch.tensor([1, 0]))
     with pytest.raises(ValueError, match=r"^logits must have shape \(B, C\), got \(3,\)$"):
         accuracy(logits[0], torch.tensor(1))
+
+
+# ------------------------------------------------------------------ SSDC streaming edges (found by mutation testing)
+
+
+def test_bootstrap_streamed_one_image_at_a_time_matches_brute_force() -> None:
+    """Three images fed one by one: the point estimate is the SSDC of the summed similarities, and the interval is
+    the brute-force Poisson bootstrap, where a replicate whose images all drew weight 0 is undefined, and one whose
+    weights sum to 1 is a single image's SSDC like any other."""
+    tokens, reps = _tokens(3, seed=8), 200
+    acc = SSDCAccumulator(GRID, bootstrap=reps, seed=3)
+    for k in range(3):
+        acc.update(tokens[k : k + 1])
+    weights = torch.poisson(torch.ones(3, reps), generator=torch.Generator().manual_seed(3)).numpy()  # (B, R)
+    assert (weights.sum(axis=0) == 1).any() and (weights[-1] == 0).any()  # both cases occur
+    t = tokens.double().numpy()
+    replicates = np.full((reps, t.shape[1]), np.nan)
+    for layer in range(t.shape[1]):
+        sims = [_cosine(t[b, layer]) for b in range(3)]
+        np.testing.assert_allclose(acc.compute()[layer].item(), _scipy_ssdc(sum(sims), GRID), atol=1e-6)
+        for r in range(reps):
+            if weights[:, r].sum() > 0:
+                replicates[r, layer] = _scipy_ssdc(sum(weights[b, r] * sims[b] for b in range(3)), GRID)
+    low, high = acc.confidence_interval(0.8)
+    expected_low, expected_high = np.nanquantile(replicates, [0.1, 0.9], axis=0)
+    np.testing.assert_allclose(low.numpy(), expected_low, atol=1e-5)
+    np.testing.assert_allclose(high.numpy(), expected_high, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")
+def test_per_image_bootstrap_streamed_is_the_resampled_mean_of_defined_images() -> None:
+    """Per-image SSDC fed one image at a time (the store grows many times) gives the interval of resampling the
+    images with replacement (the seeded draws) and averaging the defined values; an undefined image counts as a
+    draw but not as a value."""
+    tokens = _tokens(9, seed=9)
+    tokens[4, 0] = 1.0  # image 4, layer 0: constant tokens, SSDC undefined
+    reps = 300
+    acc = SSDCAccumulator(GRID, mode="per_image", bootstrap=reps, seed=5)
+    for k in range(9):
+        acc.update(tokens[k : k + 1])
+    values = _brute_per_image_ssdc(tokens).astype(float)  # (9, L)
+    values[4, 0] = np.nan
+    draws = torch.randint(9, (reps, 9), generator=torch.Generator().manual_seed(5)).numpy()  # (R, n)
+    replicates = np.nanmean(values[draws], axis=1)  # (R, L)
+    low, high = acc.confidence_interval(0.9)
+    np.testing.assert_allclose(low.numpy(), np.nanquantile(replicates, 0.05, axis=0), atol=1e-6)
+    np.testing.assert_allclose(high.numpy(), np.nanquantile(replicates, 0.95, axis=0), atol=1e-6)
+    np.testing.assert_allclose(acc.compute().numpy(), np.nanmean(values, axis=0), atol=1e-6)
+
+
+def test_confidence_interval_refusals_to_the_letter() -> None:
+    with pytest.raises(ValueError, match=r"^confidence_interval\(\) needs SSDCAccumulator\(\.\.\., bootstrap=R\) "
+                                         r"with R > 0$"):  # fmt: skip
+        SSDCAccumulator(GRID).confidence_interval()
+    acc = SSDCAccumulator(GRID, bootstrap=10)
+    for level in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"^level must be in \(0, 1\), got {level!r}$"):
+            acc.confidence_interval(level)
+    with pytest.raises(ValueError, match=r"^SSDCAccumulator\.confidence_interval\(\) needs at least one image; "
+                                         r"call update\(\) first$"):  # fmt: skip
+        acc.confidence_interval()
+
+
+def test_bootstrap_uses_the_accumulators_metric() -> None:
+    tokens = _tokens(10, seed=10)
+    for metric in ("manhattan", "euclidean"):
+        acc = SSDCAccumulator(GRID, metric=metric, bootstrap=40, seed=1)
+        acc.update(tokens)
+        weights = torch.poisson(torch.ones(10, 40), generator=torch.Generator().manual_seed(1)).numpy()
+        t = tokens.double().numpy()
+        sims = [_cosine(t[b, 0]) for b in range(10)]
+        reps = [_scipy_ssdc(sum(weights[b, r] * sims[b] for b in range(10)), GRID, metric) for r in range(40)]
+        np.testing.assert_allclose(acc.confidence_interval(0.5)[0][0].item(), np.quantile(reps, 0.25), atol=1e-5)

@@ -200,3 +200,23 @@ def test_torch_kernel_end_to_end_equals_numpy_kernel(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(ssdc_module, "_RANK_CHUNK_ELEMENTS", 50)  # several chunks of 45 pairs
     np.testing.assert_allclose(_per_image(tokens, grid), numpy_values, atol=1e-12, rtol=0)
     torch.testing.assert_close(ssdc(sims, grid), numpy_matrices, atol=1e-12, rtol=0)
+
+
+# ---- edges (found by mutation testing) ------------------------------------------------------------------------------
+
+
+def test_torch_rows_are_clamped_to_one():
+    """With 11 pairs the torch path's float64 rounding steps past ±1 (the GPU path); the result is exactly ±1."""
+    x = torch.arange(11, dtype=torch.float64)
+    reference = spearman_module._standardised_ranks(x)  # (P,)
+    centred = x - x.mean()
+    assert (centred @ reference / torch.linalg.vector_norm(centred)).item() > 1.0  # the case the clamp is for
+    assert ssdc_module._ssdc_rows_torch(torch.stack([x, -x]), reference).tolist() == [1.0, -1.0]
+
+
+def test_similarity_refusals_to_the_letter():
+    with pytest.raises(ValueError, match=r"^similarity must be real, got dtype torch\.complex64$"):
+        ssdc(torch.ones(4, 4, dtype=torch.complex64), (2, 2))
+    message = r"^similarity has N=5 tokens but the grid has H\*W=4; drop the CLS token and check the grid$"
+    with pytest.raises(ValueError, match=message):
+        ssdc(torch.ones(2, 3, 5, 5), (2, 2))  # (B, L, N, N): the message names N, not a leading dim
