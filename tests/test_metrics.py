@@ -561,3 +561,14 @@ def test_bootstrap_uses_the_accumulators_metric() -> None:
         sims = [_cosine(t[b, 0]) for b in range(10)]
         reps = [_scipy_ssdc(sum(weights[b, r] * sims[b] for b in range(10)), GRID, metric) for r in range(40)]
         np.testing.assert_allclose(acc.confidence_interval(0.5)[0][0].item(), np.quantile(reps, 0.25), atol=1e-5)
+
+
+def test_bootstrap_of_float64_tokens_matches_float32() -> None:
+    """The Poisson weights take the tokens' dtype: float64 tokens stream as well as float32 ones, to float32
+    rounding."""
+    tokens = _tokens(6, seed=11)
+    acc32, acc64 = SSDCAccumulator(GRID, bootstrap=30, seed=2), SSDCAccumulator(GRID, bootstrap=30, seed=2)
+    acc32.update(tokens.float())
+    acc64.update(tokens.double())
+    for a, b in zip(acc64.confidence_interval(), acc32.confidence_interval()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
