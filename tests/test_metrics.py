@@ -476,6 +476,19 @@ def test_fragility_score_is_float64_arithmetic_whatever_the_types(kind) -> None:
     assert fragility_score(torch.tensor([0.5, 1.0]), 0.25).tolist() == [0.5, 0.75]
 
 
+def test_fragility_score_converts_each_side_to_float64_without_warnings() -> None:
+    """Each side is read as float64 on its own (an exact fraction on one side does not make an object array), and
+    both 0/0 and x/0 give NaN quietly."""
+    from fractions import Fraction
+
+    for clean, shift in (([Fraction(1, 2)], [0.25]), ([0.5], [Fraction(1, 4)])):
+        got = fragility_score(clean, shift)
+        assert got.dtype == np.float64 and got.tolist() == [0.5]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(fragility_score(np.zeros(2), np.array([0.0, 0.1]))).all()
+
+
 def test_fragility_score_keeps_the_tensors_device() -> None:
     meta = torch.empty(2, device="meta")
     assert fragility_score(meta, [0.5, 0.25]).device.type == "meta"
