@@ -585,3 +585,10 @@ def test_bootstrap_of_float64_tokens_matches_float32() -> None:
     acc64.update(tokens.double())
     for a, b in zip(acc64.confidence_interval(), acc32.confidence_interval()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_per_image_bootstrap_draws_exactly_the_replicates_asked_for() -> None:
+    """Many images and replicates: the resampling runs in chunks of replicates, and the chunks add up to R."""
+    acc = SSDCAccumulator(GRID, mode="per_image", bootstrap=10_000, seed=0)
+    acc.update(_tokens(600, num_layers=1, seed=12))
+    assert acc._replicates().shape == (10_000, 1)

@@ -211,3 +211,12 @@ def test_levels_are_checked_to_the_letter() -> None:
             bootstrap_ci([1.0, 2.0], level=level)
         with pytest.raises(ValueError, match=rf"^level must be in \(0, 1\), got {level!r}$"):
             paired_bootstrap_diff([1.0, 2.0], [0.0, 1.0], level=level)
+
+
+def test_defaults_are_95_percent_10000_resamples_seed_0() -> None:
+    values, other = [0.61, 0.64, 0.66, 0.70, 0.58], [0.60, 0.60, 0.65, 0.62, 0.59]
+    assert bootstrap_ci(values) == bootstrap_ci(values, 0.95, 10000, 0)
+    assert paired_bootstrap_diff(values, other) == paired_bootstrap_diff(values, other, 0.95, 10000, 0)
+    x, y = list(range(9)), [3, 1, 4, 1, 5, 9, 2, 6, 5]  # 9! > 10,000: random permutations, seeded
+    assert permutation_test_spearman(x, y) == permutation_test_spearman(x, y, 10000, 0)
+    assert permutation_test_spearman(x, y)["p_value"] != permutation_test_spearman(x, y, 10000, 1)["p_value"]
