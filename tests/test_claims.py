@@ -290,3 +290,84 @@ def test_delta_fs_evidence_when_no_point_is_usable():
         row["clean_acc"] = C.SWEEP_MIN_ACC / 2  # every point near chance
     claim = next(c for c in check_claims(results_from_dict(doc)) if c.key == "delta_fs")
     assert claim.evidence.endswith("without them ρ = —, p = —, n = 0")
+
+
+# The report prints these words: every statement and every piece of evidence, to the letter, for the paper-like
+# results with three seeds and for results with `none` alone (what "not measured" says).
+GOLDEN_FULL = [
+    ('content_driven',
+     ('Without a positional encoding (and with RPT) the spatial structure is content-driven: SSDC with '
+      'the tokens in order exceeds 0.20 at some layer, and under RPI it stays within ±0.10 at every '
+      'layer.'),
+     ('`none`: under RPI 0.02 0.03 -0.02 0.01; in order 0.45 0.30 0.25 0.20; `rpt`: under RPI 0.01 0.02'
+      ' 0.04 0.03; in order 0.40 0.35 0.30 0.22')),
+    ('index_anchored',
+     ('Every positional encoding anchors the structure to the token indices: its SSDC under RPI peaks '
+      'at ≥ 0.25.'),
+     '`ape` peaks at 0.45; `sincos` peaks at 0.90; `rope` peaks at 0.40'),
+    ('early_peak',
+     ('The absolute encodings (APE, sin-cos) are anchored from the start: their SSDC under RPI peaks in'
+      ' the first half of the layers.'),
+     '`ape` peaks at layer 1 of 0–3; `sincos` peaks at layer 1 of 0–3'),
+    ('gradual_build_up',
+     ("RoPE builds its anchored structure up with depth: its last layer's SSDC under RPI is ≥ 0.10 "
+      "above layer 0's."),
+     '`rope` under RPI 0.05 0.15 0.30 0.40 (last − first +0.35)'),
+    ('less_fragile',
+     ("Positional encodings make the model less fragile: at every shift, each PE model's FS is at least"
+      " 0.05 below both the ablated model's and RPT's."),
+     ('jpeg: `none` 0.500, `rpt` 0.480, `ape` 0.300, `sincos` 0.250, `rope` 0.350 (paired 95% CI: ape −'
+      ' none -0.200 [-0.200, -0.200]; sincos − none -0.250 [-0.250, -0.250]; rope − none -0.150 '
+      '[-0.150, -0.150]); blur: `none` 0.600, `rpt` 0.550, `ape` 0.200, `sincos` 0.150, `rope` 0.250 '
+      '(paired 95% CI: ape − none -0.400 [-0.400, -0.400]; sincos − none -0.450 [-0.450, -0.450]; rope '
+      '− none -0.350 [-0.350, -0.350])')),
+    ('alpha_sweep',
+     ('Scaling the learned APE down (α < 1) removes anchored structure and makes the model more '
+      'fragile: over the α points with clean accuracy ≥ 0.2, ΔSSDC rises with α and FS falls with α '
+      '(Spearman ρ, each with permutation p < 0.05).'),
+     ('6 α points (0.1, 0.2, 0.4, 0.6, 0.8, 1): ρ(α, ΔSSDC): ρ = 1.00, p = 0.00278, n = 6; ρ(α, FS '
+      'jpeg): ρ = -1.00, p = 0.00278, n = 6; ρ(α, FS blur): ρ = -1.00, p = 0.00278, n = 6')),
+    ('delta_fs',
+     ('More index-anchored structure goes with less fragility: ΔSSDC and FS correlate negatively '
+      '(Spearman ρ < 0, permutation p < 0.05).'),
+     ('Spearman ρ = -0.86, p = 0.0001 (10,000 permutations), n = 33 points (FS jpeg); 3 of the points '
+      'have clean accuracy < 0.20, without them ρ = -0.81, p = 0.0001 (10,000 permutations), n = 30')),
+]
+GOLDEN_NONE_ONLY = [
+    ('content_driven',
+     ('Without a positional encoding (and with RPT) the spatial structure is content-driven: SSDC with '
+      'the tokens in order exceeds 0.20 at some layer, and under RPI it stays within ±0.10 at every '
+      'layer.'),
+     '`none`: under RPI 0.02 0.03 -0.02 0.01; in order 0.45 0.30 0.25 0.20'),
+    ('index_anchored',
+     ('Every positional encoding anchors the structure to the token indices: its SSDC under RPI peaks '
+      'at ≥ 0.25.'),
+     'not measured'),
+    ('early_peak',
+     ('The absolute encodings (APE, sin-cos) are anchored from the start: their SSDC under RPI peaks in'
+      ' the first half of the layers.'),
+     'not measured'),
+    ('gradual_build_up',
+     'RoPE builds its anchored structure up with depth.',
+     'not measured'),
+    ('less_fragile',
+     ("Positional encodings make the model less fragile: at every shift, each PE model's FS is at least"
+      " 0.05 below both the ablated model's and RPT's."),
+     'not measured'),
+    ('alpha_sweep',
+     ('Scaling the learned APE down (α < 1) removes anchored structure and makes the model more '
+      'fragile: over the α points with clean accuracy ≥ 0.2, ΔSSDC rises with α and FS falls with α '
+      '(Spearman ρ, each with permutation p < 0.05).'),
+     '0 usable α point(s) of 0, fewer than 5: no permutation p can fall below 0.05; not measured'),
+    ('delta_fs',
+     ('More index-anchored structure goes with less fragility: ΔSSDC and FS correlate negatively '
+      '(Spearman ρ < 0, permutation p < 0.05).'),
+     '2 point(s), fewer than 5 or constant values: not measured'),
+]
+
+
+def test_the_claims_read_exactly_as_the_report_prints_them():
+    full = check_claims(results_from_dict(_results(PAPER_LIKE, seeds=(0, 1, 2))))
+    assert [(c.key, c.statement, c.evidence) for c in full] == GOLDEN_FULL
+    alone = check_claims(results_from_dict(_results({"none": PAPER_LIKE["none"]}, sweep={})))
+    assert [(c.key, c.statement, c.evidence) for c in alone] == GOLDEN_NONE_ONLY
