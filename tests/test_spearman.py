@@ -175,3 +175,17 @@ def test_refusals_to_the_letter():
     for x, y in ((torch.ones(3), torch.tensor(1.0)), (torch.tensor(1.0), torch.ones(3))):
         with pytest.raises(ValueError, match=r"^spearman needs tensors with at least one dimension \(\.\.\., P\)$"):
             spearman(x, y)
+
+
+@pytest.mark.parametrize("numpy_path", [True, False], ids=["numpy", "torch"])
+def test_ranking_in_chunks_and_of_empty_inputs(numpy_path, monkeypatch):
+    """Rows ranked a few at a time (tiny chunks) give scipy's ranks; an input with no rows or no columns gives an
+    empty float64 result of its shape."""
+    monkeypatch.setattr(sp, "_uses_numpy", lambda device: numpy_path)
+    monkeypatch.setattr(sp, "_CHUNK_ELEMENTS", 13)
+    monkeypatch.setattr(sp, "_CPU_CHUNK_ELEMENTS", 13)
+    x = torch.randint(0, 4, (7, 6), generator=torch.Generator().manual_seed(0)).double()  # ties in every row
+    np.testing.assert_array_equal(rankdata(x).numpy(), sps.rankdata(x.numpy(), axis=-1))
+    for shape in ((0, 3), (2, 0)):
+        ranks = rankdata(torch.ones(shape))
+        assert ranks.shape == shape and ranks.dtype == torch.float64

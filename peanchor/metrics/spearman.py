@@ -23,6 +23,8 @@ Imports: torch, numpy.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -236,8 +238,8 @@ def rankdata(x: Tensor) -> Tensor:
         raise ValueError(f"rankdata needs a real tensor, got dtype {x.dtype}")
     if x.dim() == 0:
         raise ValueError("rankdata needs at least one dimension, got a 0-d tensor")
-    p = x.shape[-1]
-    return _rank_flat(x.reshape(-1, p)).reshape(x.shape)
+    rows = math.prod(x.shape[:-1])  # not reshape(-1, P): ambiguous for P = 0, which scipy ranks as empty
+    return _rank_flat(x.reshape(rows, x.shape[-1])).reshape(x.shape)
 
 
 def _standardised_ranks(x: Tensor) -> Tensor:
