@@ -592,3 +592,15 @@ def test_per_image_bootstrap_draws_exactly_the_replicates_asked_for() -> None:
     acc = SSDCAccumulator(GRID, mode="per_image", bootstrap=10_000, seed=0)
     acc.update(_tokens(600, num_layers=1, seed=12))
     assert acc._replicates().shape == (10_000, 1)
+
+
+def test_grid_and_metric_refusals_to_the_letter() -> None:
+    from peanchor.metrics.grid import check_grid, check_metric
+
+    for grid in ((True, 2), (2, True), (0, 2), (2, 0), (2.5, 2), (2, -1)):
+        with pytest.raises(ValueError, match=r"^grid must be"):
+            check_grid(grid)
+    assert check_grid((1, 1)) == (1, 1)
+    with pytest.raises(ValueError, match=r"^metric must be one of \('manhattan', 'euclidean'\), got 'taxicab'$"):
+        check_metric("taxicab")
+    assert torch.equal(grid_distances(GRID), grid_distances(GRID, "manhattan"))  # the default
