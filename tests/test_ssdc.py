@@ -220,3 +220,18 @@ def test_similarity_refusals_to_the_letter():
     message = r"^similarity has N=5 tokens but the grid has H\*W=4; drop the CLS token and check the grid$"
     with pytest.raises(ValueError, match=message):
         ssdc(torch.ones(2, 3, 5, 5), (2, 2))  # (B, L, N, N): the message names N, not a leading dim
+
+
+@pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")
+def test_the_smallest_grids_and_constant_similarity():
+    """Three slots in a row are three pairs, correlated as scipy does; two slots are one pair, nothing to
+    correlate (NaN); a constant similarity is NaN without a numpy warning."""
+    sim = torch.tensor([[1.0, 0.8, 0.1], [0.8, 1.0, 0.5], [0.1, 0.5, 1.0]], dtype=torch.float64)
+    d = grid_distances((1, 3)).numpy()
+    pairs = [(0, 1), (0, 2), (1, 2)]
+    expected = sps.spearmanr([sim[i, j].item() for i, j in pairs], [-d[i, j] for i, j in pairs]).statistic
+    assert ssdc(sim, (1, 3)).item() == pytest.approx(expected, abs=1e-12)
+    assert torch.isnan(ssdc(torch.eye(2, dtype=torch.float64), (1, 2))).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert torch.isnan(ssdc(torch.ones(2, 12, 12, dtype=torch.float64), (3, 4))).all()
