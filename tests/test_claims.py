@@ -371,3 +371,49 @@ def test_the_claims_read_exactly_as_the_report_prints_them():
     assert [(c.key, c.statement, c.evidence) for c in full] == GOLDEN_FULL
     alone = check_claims(results_from_dict(_results({"none": PAPER_LIKE["none"]}, sweep={})))
     assert [(c.key, c.statement, c.evidence) for c in alone] == GOLDEN_NONE_ONLY
+
+
+@pytest.mark.parametrize(
+    ("claim", "path", "at", "verdict"),
+    [
+        ("content_driven", ("none", "rpi"), [0.0, C.NEAR_ZERO, 0.0, 0.0], True),  # within ±NEAR_ZERO includes it
+        ("content_driven", ("none", "normal"), [C.GHOST_MAP, 0.1, 0.1, 0.1], False),  # "exceeds" excludes it
+        ("index_anchored", ("ape", "rpi"), [0.1, C.ANCHORED, 0.2, 0.2], True),  # "≥ ANCHORED"
+        ("gradual_build_up", ("rope", "rpi"), [0.0, 0.05, 0.05, C.BUILD_UP], True),  # "≥ layer 0's + BUILD_UP"
+    ],
+)
+def test_each_threshold_itself_falls_on_its_documented_side(claim, path, at, verdict):
+    assert _verdicts(_results(_edit(path, at)))[claim] is verdict
+
+
+def test_early_peak_is_the_first_half_of_any_depth():
+    """Six layers: a peak at layer 2 is in the first half, at layer 3 it is not."""
+    spec = {c: dict(PAPER_LIKE[c]) for c in PAPER_LIKE}
+    for c, s in spec.items():
+        s["normal"], s["rpi"] = s["normal"] + s["normal"][-2:], s["rpi"] + s["rpi"][-2:]
+    spec["sincos"]["rpi"] = [0.3, 0.5, 0.9, 0.7, 0.6, 0.6]
+    assert _verdicts(_results(spec))["early_peak"] is True
+    spec["sincos"]["rpi"] = [0.3, 0.5, 0.7, 0.9, 0.6, 0.6]
+    claim = next(c for c in check_claims(results_from_dict(_results(spec))) if c.key == "early_peak")
+    assert claim.replicates is False and "`sincos` peaks at layer 3 of 0–5" in claim.evidence
+
+
+def test_a_shift_no_model_of_a_condition_measured_reads_as_a_gap():
+    doc = _results(PAPER_LIKE)
+    for m in doc["models"]:
+        if m["condition"] == "rope":
+            del m["fragility"]["blur"]
+    claim = next(c for c in check_claims(results_from_dict(doc)) if c.key == "less_fragile")
+    assert "`rope` —" in claim.evidence
+
+
+def test_alpha_sweep_p_is_the_seeded_permutation_p_for_many_points():
+    """Nine α points (9! > 10,000 pairings): the p is that of 10,000 permutations drawn with seed 0."""
+    from peanchor.metrics.stats import permutation_test_spearman
+
+    alphas = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+    delta = [0.40, 0.20, 0.35, 0.10, 0.30, 0.05, 0.25, 0.15, 0.0]  # a middling ρ: its p depends on the draws
+    sweep = {a: {"delta": d, "acc": 0.8, "fs": {"jpeg": 0.6 - 0.3 * a, "blur": 0.5 - 0.3 * a}} for a, d in zip(alphas, delta)}
+    claim = _sweep_claim(sweep)
+    expected = permutation_test_spearman(sorted(alphas), [d for _, d in sorted(zip(alphas, delta))], 10000, 0)
+    assert f"ρ(α, ΔSSDC): ρ = {expected['rho']:.2f}, p = {expected['p_value']:.3g} (10,000 permutations), n = 9" in claim.evidence
