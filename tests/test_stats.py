@@ -215,7 +215,9 @@ def test_levels_are_checked_to_the_letter() -> None:
 
 def test_defaults_are_95_percent_10000_resamples_seed_0() -> None:
     values, other = [0.61, 0.64, 0.66, 0.70, 0.58], [0.60, 0.60, 0.65, 0.62, 0.59]
-    assert bootstrap_ci(values) == bootstrap_ci(values, 0.95, 10000, 0)
+    spread = np.random.default_rng(3).random(40).tolist()  # many distinct means: the interval moves with the draws
+    assert bootstrap_ci(spread) == bootstrap_ci(spread, 0.95, 10000, 0)
+    assert bootstrap_ci(spread) != bootstrap_ci(spread, 0.95, 10001, 0) != bootstrap_ci(spread, 0.95, 10000, 1)
     assert paired_bootstrap_diff(values, other) == paired_bootstrap_diff(values, other, 0.95, 10000, 0)
     x, y = list(range(9)), [3, 1, 4, 1, 5, 9, 2, 6, 5]  # 9! > 10,000: random permutations, seeded
     assert permutation_test_spearman(x, y) == permutation_test_spearman(x, y, 10000, 0)
