@@ -282,3 +282,138 @@ def test_less_fragile_evidence_is_numpys_means_and_scipys_paired_ci():
     ci = stats.bootstrap((diff,), np.mean, n_resamples=10000, confidence_level=0.95, method="percentile",
                          rng=np.random.default_rng(0)).confidence_interval  # fmt: skip
     assert f"ape − none {diff.mean():+.3f} [{ci.low:+.3f}, {ci.high:+.3f}]" in claim.evidence
+
+
+def test_delta_fs_evidence_when_no_point_is_usable():
+    doc = _results(PAPER_LIKE)
+    for row in [*doc["models"], *doc["alpha_sweep"]]:
+        row["clean_acc"] = C.SWEEP_MIN_ACC / 2  # every point near chance
+    claim = next(c for c in check_claims(results_from_dict(doc)) if c.key == "delta_fs")
+    assert claim.evidence.endswith("without them ρ = —, p = —, n = 0")
+
+
+# The report prints these words: every statement and every piece of evidence, to the letter, for the paper-like
+# results with three seeds and for results with `none` alone (what "not measured" says).
+GOLDEN_FULL = [
+    ('content_driven',
+     ('Without a positional encoding (and with RPT) the spatial structure is content-driven: SSDC with '
+      'the tokens in order exceeds 0.20 at some layer, and under RPI it stays within ±0.10 at every '
+      'layer.'),
+     ('`none`: under RPI 0.02 0.03 -0.02 0.01; in order 0.45 0.30 0.25 0.20; `rpt`: under RPI 0.01 0.02'
+      ' 0.04 0.03; in order 0.40 0.35 0.30 0.22')),
+    ('index_anchored',
+     ('Every positional encoding anchors the structure to the token indices: its SSDC under RPI peaks '
+      'at ≥ 0.25.'),
+     '`ape` peaks at 0.45; `sincos` peaks at 0.90; `rope` peaks at 0.40'),
+    ('early_peak',
+     ('The absolute encodings (APE, sin-cos) are anchored from the start: their SSDC under RPI peaks in'
+      ' the first half of the layers.'),
+     '`ape` peaks at layer 1 of 0–3; `sincos` peaks at layer 1 of 0–3'),
+    ('gradual_build_up',
+     ("RoPE builds its anchored structure up with depth: its last layer's SSDC under RPI is ≥ 0.10 "
+      "above layer 0's."),
+     '`rope` under RPI 0.05 0.15 0.30 0.40 (last − first +0.35)'),
+    ('less_fragile',
+     ("Positional encodings make the model less fragile: at every shift, each PE model's FS is at least"
+      " 0.05 below both the ablated model's and RPT's."),
+     ('jpeg: `none` 0.500, `rpt` 0.480, `ape` 0.300, `sincos` 0.250, `rope` 0.350 (paired 95% CI: ape −'
+      ' none -0.200 [-0.200, -0.200]; sincos − none -0.250 [-0.250, -0.250]; rope − none -0.150 '
+      '[-0.150, -0.150]); blur: `none` 0.600, `rpt` 0.550, `ape` 0.200, `sincos` 0.150, `rope` 0.250 '
+      '(paired 95% CI: ape − none -0.400 [-0.400, -0.400]; sincos − none -0.450 [-0.450, -0.450]; rope '
+      '− none -0.350 [-0.350, -0.350])')),
+    ('alpha_sweep',
+     ('Scaling the learned APE down (α < 1) removes anchored structure and makes the model more '
+      'fragile: over the α points with clean accuracy ≥ 0.2, ΔSSDC rises with α and FS falls with α '
+      '(Spearman ρ, each with permutation p < 0.05).'),
+     ('6 α points (0.1, 0.2, 0.4, 0.6, 0.8, 1): ρ(α, ΔSSDC): ρ = 1.00, p = 0.00278, n = 6; ρ(α, FS '
+      'jpeg): ρ = -1.00, p = 0.00278, n = 6; ρ(α, FS blur): ρ = -1.00, p = 0.00278, n = 6')),
+    ('delta_fs',
+     ('More index-anchored structure goes with less fragility: ΔSSDC and FS correlate negatively '
+      '(Spearman ρ < 0, permutation p < 0.05).'),
+     ('Spearman ρ = -0.86, p = 0.0001 (10,000 permutations), n = 33 points (FS jpeg); 3 of the points '
+      'have clean accuracy < 0.20, without them ρ = -0.81, p = 0.0001 (10,000 permutations), n = 30')),
+]
+GOLDEN_NONE_ONLY = [
+    ('content_driven',
+     ('Without a positional encoding (and with RPT) the spatial structure is content-driven: SSDC with '
+      'the tokens in order exceeds 0.20 at some layer, and under RPI it stays within ±0.10 at every '
+      'layer.'),
+     '`none`: under RPI 0.02 0.03 -0.02 0.01; in order 0.45 0.30 0.25 0.20'),
+    ('index_anchored',
+     ('Every positional encoding anchors the structure to the token indices: its SSDC under RPI peaks '
+      'at ≥ 0.25.'),
+     'not measured'),
+    ('early_peak',
+     ('The absolute encodings (APE, sin-cos) are anchored from the start: their SSDC under RPI peaks in'
+      ' the first half of the layers.'),
+     'not measured'),
+    ('gradual_build_up',
+     'RoPE builds its anchored structure up with depth.',
+     'not measured'),
+    ('less_fragile',
+     ("Positional encodings make the model less fragile: at every shift, each PE model's FS is at least"
+      " 0.05 below both the ablated model's and RPT's."),
+     'not measured'),
+    ('alpha_sweep',
+     ('Scaling the learned APE down (α < 1) removes anchored structure and makes the model more '
+      'fragile: over the α points with clean accuracy ≥ 0.2, ΔSSDC rises with α and FS falls with α '
+      '(Spearman ρ, each with permutation p < 0.05).'),
+     '0 usable α point(s) of 0, fewer than 5: no permutation p can fall below 0.05; not measured'),
+    ('delta_fs',
+     ('More index-anchored structure goes with less fragility: ΔSSDC and FS correlate negatively '
+      '(Spearman ρ < 0, permutation p < 0.05).'),
+     '2 point(s), fewer than 5 or constant values: not measured'),
+]
+
+
+def test_the_claims_read_exactly_as_the_report_prints_them():
+    full = check_claims(results_from_dict(_results(PAPER_LIKE, seeds=(0, 1, 2))))
+    assert [(c.key, c.statement, c.evidence) for c in full] == GOLDEN_FULL
+    alone = check_claims(results_from_dict(_results({"none": PAPER_LIKE["none"]}, sweep={})))
+    assert [(c.key, c.statement, c.evidence) for c in alone] == GOLDEN_NONE_ONLY
+
+
+@pytest.mark.parametrize(
+    ("claim", "path", "at", "verdict"),
+    [
+        ("content_driven", ("none", "rpi"), [0.0, C.NEAR_ZERO, 0.0, 0.0], True),  # within ±NEAR_ZERO includes it
+        ("content_driven", ("none", "normal"), [C.GHOST_MAP, 0.1, 0.1, 0.1], False),  # "exceeds" excludes it
+        ("index_anchored", ("ape", "rpi"), [0.1, C.ANCHORED, 0.2, 0.2], True),  # "≥ ANCHORED"
+        ("gradual_build_up", ("rope", "rpi"), [0.0, 0.05, 0.05, C.BUILD_UP], True),  # "≥ layer 0's + BUILD_UP"
+    ],
+)
+def test_each_threshold_itself_falls_on_its_documented_side(claim, path, at, verdict):
+    assert _verdicts(_results(_edit(path, at)))[claim] is verdict
+
+
+def test_early_peak_is_the_first_half_of_any_depth():
+    """Six layers: a peak at layer 2 is in the first half, at layer 3 it is not."""
+    spec = {c: dict(PAPER_LIKE[c]) for c in PAPER_LIKE}
+    for c, s in spec.items():
+        s["normal"], s["rpi"] = s["normal"] + s["normal"][-2:], s["rpi"] + s["rpi"][-2:]
+    spec["sincos"]["rpi"] = [0.3, 0.5, 0.9, 0.7, 0.6, 0.6]
+    assert _verdicts(_results(spec))["early_peak"] is True
+    spec["sincos"]["rpi"] = [0.3, 0.5, 0.7, 0.9, 0.6, 0.6]
+    claim = next(c for c in check_claims(results_from_dict(_results(spec))) if c.key == "early_peak")
+    assert claim.replicates is False and "`sincos` peaks at layer 3 of 0–5" in claim.evidence
+
+
+def test_a_shift_no_model_of_a_condition_measured_reads_as_a_gap():
+    doc = _results(PAPER_LIKE)
+    for m in doc["models"]:
+        if m["condition"] == "rope":
+            del m["fragility"]["blur"]
+    claim = next(c for c in check_claims(results_from_dict(doc)) if c.key == "less_fragile")
+    assert "`rope` —" in claim.evidence
+
+
+def test_alpha_sweep_p_is_the_seeded_permutation_p_for_many_points():
+    """Nine α points (9! > 10,000 pairings): the p is that of 10,000 permutations drawn with seed 0."""
+    from peanchor.metrics.stats import permutation_test_spearman
+
+    alphas = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+    delta = [0.40, 0.20, 0.35, 0.10, 0.30, 0.05, 0.25, 0.15, 0.0]  # a middling ρ: its p depends on the draws
+    sweep = {a: {"delta": d, "acc": 0.8, "fs": {"jpeg": 0.6 - 0.3 * a, "blur": 0.5 - 0.3 * a}} for a, d in zip(alphas, delta)}
+    claim = _sweep_claim(sweep)
+    expected = permutation_test_spearman(sorted(alphas), [d for _, d in sorted(zip(alphas, delta))], 10000, 0)
+    assert f"ρ(α, ΔSSDC): ρ = {expected['rho']:.2f}, p = {expected['p_value']:.3g} (10,000 permutations), n = 9" in claim.evidence

@@ -476,6 +476,19 @@ def test_fragility_score_is_float64_arithmetic_whatever_the_types(kind) -> None:
     assert fragility_score(torch.tensor([0.5, 1.0]), 0.25).tolist() == [0.5, 0.75]
 
 
+def test_fragility_score_converts_each_side_to_float64_without_warnings() -> None:
+    """Each side is read as float64 on its own (an exact fraction on one side does not make an object array), and
+    both 0/0 and x/0 give NaN quietly."""
+    from fractions import Fraction
+
+    for clean, shift in (([Fraction(1, 2)], [0.25]), ([0.5], [Fraction(1, 4)])):
+        got = fragility_score(clean, shift)
+        assert got.dtype == np.float64 and got.tolist() == [0.5]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(fragility_score(np.zeros(2), np.array([0.0, 0.1]))).all()
+
+
 def test_fragility_score_keeps_the_tensors_device() -> None:
     meta = torch.empty(2, device="meta")
     assert fragility_score(meta, [0.5, 0.25]).device.type == "meta"
@@ -488,3 +501,106 @@ def test_accuracy_refusals_say_what_was_given() -> None:
         accuracy(logits, torch.tensor([1, 0]))
     with pytest.raises(ValueError, match=r"^logits must have shape \(B, C\), got \(3,\)$"):
         accuracy(logits[0], torch.tensor(1))
+
+
+# ------------------------------------------------------------------ SSDC streaming edges (found by mutation testing)
+
+
+def test_bootstrap_streamed_one_image_at_a_time_matches_brute_force() -> None:
+    """Three images fed one by one: the point estimate is the SSDC of the summed similarities, and the interval is
+    the brute-force Poisson bootstrap, where a replicate whose images all drew weight 0 is undefined, and one whose
+    weights sum to 1 is a single image's SSDC like any other."""
+    tokens, reps = _tokens(3, seed=8), 200
+    acc = SSDCAccumulator(GRID, bootstrap=reps, seed=3)
+    for k in range(3):
+        acc.update(tokens[k : k + 1])
+    weights = torch.poisson(torch.ones(3, reps), generator=torch.Generator().manual_seed(3)).numpy()  # (B, R)
+    assert (weights.sum(axis=0) == 1).any() and (weights[-1] == 0).any()  # both cases occur
+    t = tokens.double().numpy()
+    replicates = np.full((reps, t.shape[1]), np.nan)
+    for layer in range(t.shape[1]):
+        sims = [_cosine(t[b, layer]) for b in range(3)]
+        np.testing.assert_allclose(acc.compute()[layer].item(), _scipy_ssdc(sum(sims), GRID), atol=1e-6)
+        for r in range(reps):
+            if weights[:, r].sum() > 0:
+                replicates[r, layer] = _scipy_ssdc(sum(weights[b, r] * sims[b] for b in range(3)), GRID)
+    low, high = acc.confidence_interval(0.8)
+    expected_low, expected_high = np.nanquantile(replicates, [0.1, 0.9], axis=0)
+    np.testing.assert_allclose(low.numpy(), expected_low, atol=1e-5)
+    np.testing.assert_allclose(high.numpy(), expected_high, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")
+def test_per_image_bootstrap_streamed_is_the_resampled_mean_of_defined_images() -> None:
+    """Per-image SSDC fed one image at a time (the store grows many times) gives the interval of resampling the
+    images with replacement (the seeded draws) and averaging the defined values; an undefined image counts as a
+    draw but not as a value."""
+    tokens = _tokens(9, seed=9)
+    tokens[4, 0] = 1.0  # image 4, layer 0: constant tokens, SSDC undefined
+    reps = 300
+    acc = SSDCAccumulator(GRID, mode="per_image", bootstrap=reps, seed=5)
+    for k in range(9):
+        acc.update(tokens[k : k + 1])
+    values = _brute_per_image_ssdc(tokens).astype(float)  # (9, L)
+    values[4, 0] = np.nan
+    draws = torch.randint(9, (reps, 9), generator=torch.Generator().manual_seed(5)).numpy()  # (R, n)
+    replicates = np.nanmean(values[draws], axis=1)  # (R, L)
+    low, high = acc.confidence_interval(0.9)
+    np.testing.assert_allclose(low.numpy(), np.nanquantile(replicates, 0.05, axis=0), atol=1e-6)
+    np.testing.assert_allclose(high.numpy(), np.nanquantile(replicates, 0.95, axis=0), atol=1e-6)
+    np.testing.assert_allclose(acc.compute().numpy(), np.nanmean(values, axis=0), atol=1e-6)
+
+
+def test_confidence_interval_refusals_to_the_letter() -> None:
+    with pytest.raises(ValueError, match=r"^confidence_interval\(\) needs SSDCAccumulator\(\.\.\., bootstrap=R\) "
+                                         r"with R > 0$"):  # fmt: skip
+        SSDCAccumulator(GRID).confidence_interval()
+    acc = SSDCAccumulator(GRID, bootstrap=10)
+    for level in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"^level must be in \(0, 1\), got {level!r}$"):
+            acc.confidence_interval(level)
+    with pytest.raises(ValueError, match=r"^SSDCAccumulator\.confidence_interval\(\) needs at least one image; "
+                                         r"call update\(\) first$"):  # fmt: skip
+        acc.confidence_interval()
+
+
+def test_bootstrap_uses_the_accumulators_metric() -> None:
+    tokens = _tokens(10, seed=10)
+    for metric in ("manhattan", "euclidean"):
+        acc = SSDCAccumulator(GRID, metric=metric, bootstrap=40, seed=1)
+        acc.update(tokens)
+        weights = torch.poisson(torch.ones(10, 40), generator=torch.Generator().manual_seed(1)).numpy()
+        t = tokens.double().numpy()
+        sims = [_cosine(t[b, 0]) for b in range(10)]
+        reps = [_scipy_ssdc(sum(weights[b, r] * sims[b] for b in range(10)), GRID, metric) for r in range(40)]
+        np.testing.assert_allclose(acc.confidence_interval(0.5)[0][0].item(), np.quantile(reps, 0.25), atol=1e-5)
+
+
+def test_bootstrap_of_float64_tokens_matches_float32() -> None:
+    """The Poisson weights take the tokens' dtype: float64 tokens stream as well as float32 ones, to float32
+    rounding."""
+    tokens = _tokens(6, seed=11)
+    acc32, acc64 = SSDCAccumulator(GRID, bootstrap=30, seed=2), SSDCAccumulator(GRID, bootstrap=30, seed=2)
+    acc32.update(tokens.float())
+    acc64.update(tokens.double())
+    for a, b in zip(acc64.confidence_interval(), acc32.confidence_interval()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_per_image_bootstrap_draws_exactly_the_replicates_asked_for() -> None:
+    """Many images and replicates: the resampling runs in chunks of replicates, and the chunks add up to R."""
+    acc = SSDCAccumulator(GRID, mode="per_image", bootstrap=10_000, seed=0)
+    acc.update(_tokens(600, num_layers=1, seed=12))
+    assert acc._replicates().shape == (10_000, 1)
+
+
+def test_grid_and_metric_refusals_to_the_letter() -> None:
+    from peanchor.metrics.grid import check_grid, check_metric
+
+    for grid in ((True, 2), (2, True), (0, 2), (2, 0), (2.5, 2), (2, -1)):
+        with pytest.raises(ValueError, match=r"^grid must be"):
+            check_grid(grid)
+    assert check_grid((1, 1)) == (1, 1)
+    with pytest.raises(ValueError, match=r"^metric must be one of \('manhattan', 'euclidean'\), got 'taxicab'$"):
+        check_metric("taxicab")
+    assert torch.equal(grid_distances(GRID), grid_distances(GRID, "manhattan"))  # the default

@@ -139,3 +139,53 @@ def test_cpu_ranking_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     x = _tie_rich((37, 40), torch.float32, seed=5)
     monkeypatch.setattr(sp, "_CPU_CHUNK_ELEMENTS", 100)  # 2 rows per chunk
     np.testing.assert_array_equal(rankdata(x).numpy(), _scipy_ranks(x))
+
+
+# ---- edges (found by mutation testing) ------------------------------------------------------------------------------
+
+
+def test_rounding_past_one_is_clamped():
+    """With 27 values the float64 dot product of a unit vector with itself rounds to 1 + 2⁻⁵², and with its negation
+    to −1 − 2⁻⁵²: the result is clamped to exactly ±1."""
+    z = importlib.import_module("peanchor.metrics.spearman")._standardised_ranks(torch.arange(27, dtype=torch.float64))
+    assert (z * z).sum().item() > 1.0 and (z * -z).sum().item() < -1.0  # the case the clamp is for
+    x = torch.arange(27, dtype=torch.float64)
+    assert spearman(x, x).item() == 1.0 and spearman(x, -x).item() == -1.0
+
+
+def test_result_dtype_is_float64_if_either_input_is():
+    a, b = torch.rand(5, generator=torch.Generator().manual_seed(0)), torch.rand(5, dtype=torch.float64)
+    assert spearman(a, b).dtype == torch.float64 and spearman(b, a).dtype == torch.float64
+    assert spearman(a, a).dtype == torch.float32 and spearman(torch.arange(5), a).dtype == torch.float32
+    assert spearman(torch.arange(5), torch.arange(5)).dtype == torch.float64
+
+
+def test_a_nan_row_leaves_the_other_rows_alone():
+    x = torch.tensor([[1.0, 3.0, 2.0, 4.0], [1.0, float("nan"), 2.0, 3.0]], dtype=torch.float64)
+    y = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    rho = spearman(x, y)
+    assert rho[0].item() == pytest.approx(sps.spearmanr(x[0], y).statistic, abs=1e-12) and torch.isnan(rho[1])
+
+
+def test_refusals_to_the_letter():
+    with pytest.raises(ValueError, match=r"^rankdata needs a real tensor, got dtype torch\.complex64$"):
+        rankdata(torch.ones(3, dtype=torch.complex64))
+    with pytest.raises(ValueError, match=r"^rankdata needs at least one dimension, got a 0-d tensor$"):
+        rankdata(torch.tensor(1.0))
+    for x, y in ((torch.ones(3), torch.tensor(1.0)), (torch.tensor(1.0), torch.ones(3))):
+        with pytest.raises(ValueError, match=r"^spearman needs tensors with at least one dimension \(\.\.\., P\)$"):
+            spearman(x, y)
+
+
+@pytest.mark.parametrize("numpy_path", [True, False], ids=["numpy", "torch"])
+def test_ranking_in_chunks_and_of_empty_inputs(numpy_path, monkeypatch):
+    """Rows ranked a few at a time (tiny chunks) give scipy's ranks; an input with no rows or no columns gives an
+    empty float64 result of its shape."""
+    monkeypatch.setattr(sp, "uses_numpy", lambda device: numpy_path)
+    monkeypatch.setattr(sp, "_CHUNK_ELEMENTS", 13)
+    monkeypatch.setattr(sp, "_CPU_CHUNK_ELEMENTS", 13)
+    x = torch.randint(0, 4, (7, 6), generator=torch.Generator().manual_seed(0)).double()  # ties in every row
+    np.testing.assert_array_equal(rankdata(x).numpy(), sps.rankdata(x.numpy(), axis=-1))
+    for shape in ((0, 3), (2, 0)):
+        ranks = rankdata(torch.ones(shape))
+        assert ranks.shape == shape and ranks.dtype == torch.float64

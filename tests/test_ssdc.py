@@ -17,6 +17,7 @@ from peanchor.metrics import SSDCAccumulator, grid_distances, ssdc
 
 fast_module = importlib.import_module("peanchor.metrics._ssdc_fast")  # the fast path behind ssdc()
 ranking_module = importlib.import_module("peanchor.metrics._ranking")
+spearman_module = importlib.import_module("peanchor.metrics.spearman")
 
 GRIDS = [(3, 4), (1, 7), (5, 2), (4, 4), (6, 9)]
 
@@ -200,3 +201,38 @@ def test_torch_kernel_end_to_end_equals_numpy_kernel(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(fast_module, "_RANK_CHUNK_ELEMENTS", 50)  # several chunks of 45 pairs
     np.testing.assert_allclose(_per_image(tokens, grid), numpy_values, atol=1e-12, rtol=0)
     torch.testing.assert_close(ssdc(sims, grid), numpy_matrices, atol=1e-12, rtol=0)
+
+
+# ---- edges (found by mutation testing) ------------------------------------------------------------------------------
+
+
+def test_torch_rows_are_clamped_to_one():
+    """With 11 pairs the torch path's float64 rounding steps past ±1 (the GPU path); the result is exactly ±1."""
+    x = torch.arange(11, dtype=torch.float64)
+    reference = spearman_module._standardised_ranks(x)  # (P,)
+    centred = x - x.mean()
+    assert (centred @ reference / torch.linalg.vector_norm(centred)).item() > 1.0  # the case the clamp is for
+    assert fast_module._ssdc_rows_torch(torch.stack([x, -x]), reference).tolist() == [1.0, -1.0]
+
+
+def test_similarity_refusals_to_the_letter():
+    with pytest.raises(ValueError, match=r"^similarity must be real, got dtype torch\.complex64$"):
+        ssdc(torch.ones(4, 4, dtype=torch.complex64), (2, 2))
+    message = r"^similarity has N=5 tokens but the grid has H\*W=4; drop the CLS token and check the grid$"
+    with pytest.raises(ValueError, match=message):
+        ssdc(torch.ones(2, 3, 5, 5), (2, 2))  # (B, L, N, N): the message names N, not a leading dim
+
+
+@pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")
+def test_the_smallest_grids_and_constant_similarity():
+    """Three slots in a row are three pairs, correlated as scipy does; two slots are one pair, nothing to
+    correlate (NaN); a constant similarity is NaN without a numpy warning."""
+    sim = torch.tensor([[1.0, 0.8, 0.1], [0.8, 1.0, 0.5], [0.1, 0.5, 1.0]], dtype=torch.float64)
+    d = grid_distances((1, 3)).numpy()
+    pairs = [(0, 1), (0, 2), (1, 2)]
+    expected = sps.spearmanr([sim[i, j].item() for i, j in pairs], [-d[i, j] for i, j in pairs]).statistic
+    assert ssdc(sim, (1, 3)).item() == pytest.approx(expected, abs=1e-12)
+    assert torch.isnan(ssdc(torch.eye(2, dtype=torch.float64), (1, 2))).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert torch.isnan(ssdc(torch.ones(2, 12, 12, dtype=torch.float64), (3, 4))).all()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 import statistics
 
 import numpy as np
@@ -178,3 +179,46 @@ def test_permutation_test_degenerate_inputs() -> None:
     assert strong["rho"] == 1.0 and strong["p_value"] == pytest.approx(1 / 2001)
     with pytest.raises(ValueError, match="same length"):
         permutation_test_spearman([1.0, 2.0], [1.0, 2.0, 3.0])
+
+
+# ---- refusals and quiet edges (found by mutation testing) ---------------------------------------------------------
+
+
+def test_a_single_value_has_no_std_and_no_warning() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's ddof=1 std of one value would warn
+        mean, std = mean_std([0.3])
+    assert mean == 0.3 and math.isnan(std)
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda n: bootstrap_ci([1.0, 2.0], n_boot=n), "n_boot"),
+        (lambda n: paired_bootstrap_diff([1.0, 2.0], [0.0, 1.0], n_boot=n), "n_boot"),
+        (lambda n: permutation_test_spearman([1.0, 2.0, 3.0], [3.0, 1.0, 2.0], n_perm=n), "n_perm"),
+    ],
+)
+def test_resample_counts_are_checked_by_name(call, name) -> None:
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match=rf"^{name} must be a positive int, got {bad!r}$"):
+            call(bad)
+
+
+def test_levels_are_checked_to_the_letter() -> None:
+    for level in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"^level must be in \(0, 1\), got {level!r}$"):
+            bootstrap_ci([1.0, 2.0], level=level)
+        with pytest.raises(ValueError, match=rf"^level must be in \(0, 1\), got {level!r}$"):
+            paired_bootstrap_diff([1.0, 2.0], [0.0, 1.0], level=level)
+
+
+def test_defaults_are_95_percent_10000_resamples_seed_0() -> None:
+    values, other = [0.61, 0.64, 0.66, 0.70, 0.58], [0.60, 0.60, 0.65, 0.62, 0.59]
+    spread = np.random.default_rng(3).random(40).tolist()  # many distinct means: the interval moves with the draws
+    assert bootstrap_ci(spread) == bootstrap_ci(spread, 0.95, 10000, 0)
+    assert bootstrap_ci(spread) != bootstrap_ci(spread, 0.95, 10001, 0) != bootstrap_ci(spread, 0.95, 10000, 1)
+    assert paired_bootstrap_diff(values, other) == paired_bootstrap_diff(values, other, 0.95, 10000, 0)
+    x, y = list(range(9)), [3, 1, 4, 1, 5, 9, 2, 6, 5]  # 9! > 10,000: random permutations, seeded
+    assert permutation_test_spearman(x, y) == permutation_test_spearman(x, y, 10000, 0)
+    assert permutation_test_spearman(x, y)["p_value"] != permutation_test_spearman(x, y, 10000, 1)["p_value"]

@@ -13,6 +13,8 @@ Imports: torch; :mod:`peanchor.metrics._ranking`.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -46,8 +48,8 @@ def rankdata(x: Tensor) -> Tensor:
         raise ValueError(f"rankdata needs a real tensor, got dtype {x.dtype}")
     if x.dim() == 0:
         raise ValueError("rankdata needs at least one dimension, got a 0-d tensor")
-    p = x.shape[-1]
-    return rank_rows(x.reshape(-1, p)).reshape(x.shape)
+    rows = math.prod(x.shape[:-1])  # not reshape(-1, P): ambiguous for P = 0, which scipy ranks as empty
+    return rank_rows(x.reshape(rows, x.shape[-1])).reshape(x.shape)
 
 
 def _standardised_ranks(x: Tensor) -> Tensor:

@@ -197,6 +197,8 @@ def _shows(corr: Correlation, sign: int) -> bool:
 
 def _rank_text(corr: Correlation) -> str:
     """``ρ = -0.63, p = 0.008, n = 17``: what a correlation claim rests on."""
+    if not finite(corr.p_value):
+        return f"ρ = {fmt(corr.rho, 2)}, p = —, n = {corr.n}"
     p = f"{corr.p_value:.3g}" + ("" if corr.exact else f" ({N_PERM:,} permutations)")
     return f"ρ = {fmt(corr.rho, 2)}, p = {p}, n = {corr.n}"
 
