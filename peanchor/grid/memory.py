@@ -113,4 +113,4 @@ def plan_jobs(cells: int, jobs: int, auto: bool, bound: str, per_cell: float | N
             f"a cell needs ~{per_cell / GB:.0f} GB")  # fmt: skip
         warning = (f"{what}, but {available / GB:.0f} GB is available: a cell may be killed for memory (lower "
                    "train.batch_size or train.num_workers" + (", or --jobs)" if n > 1 else ")"))  # fmt: skip
-    return JobPlan(n, f"running {cells} cells, {n} at a time ({reason})", warning)
+    return JobPlan(n, f"running {cells} cell{'s' if cells != 1 else ''}, {n} at a time ({reason})", warning)
