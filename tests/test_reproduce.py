@@ -359,7 +359,7 @@ def test_parallel_jobs_give_the_same_results_as_one_process(smoke, tmp_path, cap
     code = main(["reproduce", "--preset", "smoke", "--out", str(out), "--conditions", "none,sincos,rpt",
                  "--jobs", "2", "--set", "rpt:optim.lr=1e9", "--no-progress"])  # fmt: skip
     assert code == 1  # the diverging cell is reported from its worker like in one process
-    assert "running 3 cells in 2 processes" in capsys.readouterr().err
+    assert "running 3 cells, 2 at a time (" in capsys.readouterr().err
     parallel = json.loads((out / "results.json").read_text())
     assert [f["name"] for f in parallel["failed"]] == ["rpt-s0"]
     serial = json.loads((src / "results.json").read_text())

@@ -119,3 +119,22 @@ def test_a_cell_out_of_gpu_memory_is_one_line_with_its_batch_size(tmp_path, caps
     assert len(failed) == 1 and expected in failed[0] and "Tried to allocate 2.00 GiB" in failed[0], err
     results = json.loads((out / "results.json").read_text(), parse_constant=_refuse)
     assert results["failed"][0]["stage"] == stage and expected in results["failed"][0]["error"]
+
+
+@pytest.mark.slow
+def test_closing_the_cells_early_stops_the_workers_and_starts_no_other_cell(tmp_path):
+    import contextlib
+    import multiprocessing
+
+    from peanchor.conditions import parse_conditions
+    from peanchor.study import ReproduceOptions
+    from peanchor.study.executor import attempt_cells
+
+    options = ReproduceOptions(preset="smoke", out=tmp_path, conditions=parse_conditions("none,ape,sincos"), seeds=1,
+                               jobs=2, progress=False)  # fmt: skip
+    with contextlib.closing(attempt_cells(options, options.cells(), print)) as outcomes:
+        first, status = next(outcomes)
+    assert status["status"] == "ok"
+    assert not multiprocessing.active_children()  # every worker reaped
+    started = {p.name for p in (tmp_path / "runs").iterdir()}
+    assert first.name in started and "sincos-s0" not in started  # the third cell was never handed out

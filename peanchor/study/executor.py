@@ -19,6 +19,7 @@ Imports: :mod:`peanchor.study.pipeline` (what one cell does), :mod:`peanchor.stu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -245,8 +246,8 @@ class _Supervisor:
                 status = worker.conn.recv()
                 cell, worker.cell = worker.cell, None
                 assert cell is not None
-                self._hand_out(worker)
                 yield cell, status
+                self._hand_out(worker)  # after the yield: a caller that stops here starts no other cell
                 return
         except (EOFError, OSError):
             pass  # the pipe is closed: the worker is gone
@@ -266,15 +267,16 @@ class _Supervisor:
         from peanchor import interrupts
 
         signum = interrupts.requested()
-        busy = [w for w in self.workers.values() if w.process.is_alive()]
-        if busy and signum is not None:
+        alive = [w for w in self.workers.values() if w.process.is_alive()]
+        if alive and signum is not None:
             log(f"stopping the workers on {signal.Signals(signum).name} (each checkpoints its cell first)")
         with interrupts.deferred():  # a repeated SIGTERM must not abandon the workers' checkpoints
-            for worker in busy:
+            for worker in alive:
                 if worker.cell is not None or signum is not None:
                     _signal(worker.process.pid, signum or signal.SIGTERM)
-                else:
-                    self._hand_out(worker)
+                else:  # idle: told to stop (again, if it was told already)
+                    with contextlib.suppress(OSError):
+                        worker.conn.send(None)
             for worker in self.workers.values():
                 worker.process.join()
                 worker.conn.close()

@@ -3,18 +3,20 @@ the number of cells ``reproduce`` runs at once (``--jobs``) with the line that s
 
 A cell's peak resident memory (its process and its DataLoader workers), in bytes::
 
-    base                           900 MB: Python, torch and peanchor imported, the model built (measured: 0.75 GiB)
+    base                           1 GB: Python, torch and peanchor imported, the model built (measured: 0.75 GiB)
   + 16 × parameters                weights, gradients and AdamW's two moments, fp32
   + activations (CPU runs only)    batch × depth × (ACT_TOKENS·N·D + ACT_ATTENTION·H·N²) × 4 B
                                    (N tokens, width D, H heads; on a GPU they are the device's)
   + evaluation images              images × 3·S² B × (1 + shifts, + 5 per kind with severities): uint8, kept
-  + loader workers                 each 300 MB + prefetch 4 × batch × 3·S² × (4 B per pixel for image files, which
-                                   decode to float32 in the workers; 1 B for array datasets)
+  + loader workers                 each 750 MB (measured: 827 MiB, torch's pages included) + prefetch 4 × batch × 3·S²
+                                   × (4 B per pixel for image files, which decode to float32 in the workers; 1 B for
+                                   array datasets)
 
-ACT_TOKENS and ACT_ATTENTION were fitted to the peak resident memory (``ru_maxrss``) of one training step of the
-paper's ViT (``vit_paper``, 224 px, fp32, one thread) at batch 8 and 32: 1.19 and 4.59 GiB above the process before
-the step, i.e. 152 MB per image (ACT_TOKENS·N·D + ACT_ATTENTION·H·N² = 3.2 M floats per image and block, with
-dropout masks and the attention probabilities saved for backward).
+ACT_TOKENS and ACT_ATTENTION were fitted to the measured peak of one ``paper`` cell trained on CPU (``vit_paper``:
+224 px, batch 128, fp32; its ``ru_maxrss`` 16,418 MiB, its largest DataLoader worker 827 MiB): 124 MB per image,
+i.e. ACT_TOKENS·N·D + ACT_ATTENTION·H·N² = 2.6 M floats per image and block (dropout masks and the attention
+probabilities are saved for backward). A ``cpu`` cell's measured peak (1.23 GB) and a ``smoke`` cell's (0.84 GB) sit
+under their estimates (1.33 and 1.01 GB).
 
 Imports: :mod:`peanchor.study.options`, :mod:`peanchor.study.resources`, :mod:`peanchor.training` (the model, built
 to count its parameters).
@@ -33,10 +35,10 @@ __all__ = [
 
 GB = 1e9
 ARRAY_DATASETS = frozenset({"scenes", "cifar10", "cifar100", "prepared"})  # loader workers read uint8 batches
-BASE_BYTES = 900e6
-WORKER_BYTES = 300e6
+BASE_BYTES = 1e9
+WORKER_BYTES = 750e6
 PREFETCH = 4  # batches per loader worker (peanchor.training.loaders)
-ACT_TOKENS = 30.0  # floats saved per token and channel per block in training
+ACT_TOKENS = 22.0  # floats saved per token and channel per block in training
 ACT_ATTENTION = 3.0  # floats saved per attention weight per block in training (scores, probabilities, dropout)
 
 
@@ -111,4 +113,4 @@ def plan_jobs(cells: int, jobs: int, auto: bool, bound: str, per_cell: float | N
             f"a cell needs ~{per_cell / GB:.0f} GB")  # fmt: skip
         warning = (f"{what}, but {available / GB:.0f} GB is available: a cell may be killed for memory (lower "
                    "train.batch_size or train.num_workers" + (", or --jobs)" if n > 1 else ")"))  # fmt: skip
-    return JobPlan(n, f"running {cells} cells, {n} at a time ({reason})", warning)
+    return JobPlan(n, f"running {cells} cell{'s' if cells != 1 else ''}, {n} at a time ({reason})", warning)

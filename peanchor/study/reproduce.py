@@ -170,16 +170,16 @@ def _reproduce(options: ReproduceOptions, log: Callable[[str], None]) -> Reprodu
     for cell in cells:  # every config resolves (a bad --set fails here, before any training)
         options.cell_config(cell)
     eval_images, classes = _preflight(options, mine)
-    if mine:
-        jobs = _job_plan(options, mine, eval_images, classes)
-        log(jobs.line)
-        if jobs.warning:
-            log(f"warning: {jobs.warning}")
-        options = dataclasses.replace(options, jobs=jobs.jobs)
+    jobs = _job_plan(options, mine, eval_images, classes) if mine else None
     lock_dir = out if count == 1 else out / "shards" / f"{index}-of-{count}"
     failed: list[dict[str, Any]] = []
     did_work = False
-    with fileio.RunLock(lock_dir):
+    with fileio.RunLock(lock_dir):  # a refused lock is the only line
+        if jobs is not None:
+            log(jobs.line)
+            if jobs.warning:
+                log(f"warning: {jobs.warning}")
+            options = dataclasses.replace(options, jobs=jobs.jobs)
         manifest = _manifest(options)
         if read_json(out / MANIFEST) != manifest:
             fileio.write_json(out / MANIFEST, manifest)
