@@ -604,3 +604,21 @@ def test_grid_and_metric_refusals_to_the_letter() -> None:
     with pytest.raises(ValueError, match=r"^metric must be one of \('manhattan', 'euclidean'\), got 'taxicab'$"):
         check_metric("taxicab")
     assert torch.equal(grid_distances(GRID), grid_distances(GRID, "manhattan"))  # the default
+
+
+def test_accumulator_settings_are_refused_to_the_letter() -> None:
+    with pytest.raises(ValueError, match=r"^mode must be one of \('mean_similarity', 'per_image'\), got 'mean'$"):
+        SSDCAccumulator(GRID, mode="mean")
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=rf"^bootstrap must be a non-negative int \(number of replicates\), "
+                                             rf"got {bad!r}$"):  # fmt: skip
+            SSDCAccumulator(GRID, bootstrap=bad)
+    for bad in ("1", 1.0, True):
+        with pytest.raises(ValueError, match=rf"^seed must be an int, got {bad!r}$"):
+            SSDCAccumulator(GRID, seed=bad)
+    tokens = _tokens(8, seed=13)
+    default, seeded = SSDCAccumulator(GRID, bootstrap=50), SSDCAccumulator(GRID, bootstrap=50, seed=0)
+    default.update(tokens)
+    seeded.update(tokens)
+    for a, b in zip(default.confidence_interval(), seeded.confidence_interval()):
+        assert torch.equal(a, b)  # the default seed is 0

@@ -222,3 +222,28 @@ def test_defaults_are_95_percent_10000_resamples_seed_0() -> None:
     x, y = list(range(9)), [3, 1, 4, 1, 5, 9, 2, 6, 5]  # 9! > 10,000: random permutations, seeded
     assert permutation_test_spearman(x, y) == permutation_test_spearman(x, y, 10000, 0)
     assert permutation_test_spearman(x, y)["p_value"] != permutation_test_spearman(x, y, 10000, 1)["p_value"]
+
+
+def test_inputs_are_named_in_refusals_and_edges_are_quiet() -> None:
+    for call, name in ((lambda v: mean_std(v), "values"), (lambda v: paired_bootstrap_diff(v, [1.0]), "a"),
+                       (lambda v: paired_bootstrap_diff([1.0], v), "b"),
+                       (lambda v: permutation_test_spearman(v, [1.0]), "x"),
+                       (lambda v: permutation_test_spearman([1.0], v), "y")):  # fmt: skip
+        with pytest.raises(ValueError, match=rf"^{name} must be one-dimensional, got shape \(1, 1\)$"):
+            call([[1.0]])
+    empty = paired_bootstrap_diff([], [])
+    assert all(math.isnan(empty[k]) for k in ("mean_diff", "ci_low", "ci_high", "p_value"))
+    assert bootstrap_ci([0.2, 0.4, 0.9], n_boot=1, seed=0) == pytest.approx(bootstrap_ci([0.2, 0.4, 0.9], n_boot=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        two = permutation_test_spearman([1.0, 2.0], [3.0, 5.0])  # ranks of norm 1/√2 < 1: still a correlation
+        constant = permutation_test_spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0])
+    assert two["rho"] == pytest.approx(1.0, abs=1e-12) and math.isnan(constant["rho"]) and math.isnan(constant["p_value"])
+
+
+def test_random_sign_flips_are_seeded() -> None:
+    """16 pairs have 65,536 sign flips, more than 10,000: the p comes from seeded random flips, the same every call."""
+    rng = np.random.default_rng(4)
+    a, b = rng.random(16), rng.random(16)
+    first, again = paired_bootstrap_diff(a, b), paired_bootstrap_diff(a, b)
+    assert first["p_value"] == again["p_value"] and first["p_value"] != paired_bootstrap_diff(a, b, seed=1)["p_value"]
