@@ -42,32 +42,10 @@ from peanchor.errors import DataError, SchemaError
 from peanchor.fileio import Number  # a measured float: null in a file reads as NaN
 
 __all__ = [
-    "ANALYSIS_CSV",
-    "ANALYSIS_JSON",
-    "RESULTS_JSON",
-    "SCHEMA_VERSION",
-    "AnalysisResult",
-    "AnalysisSettings",
-    "AttentionDistanceLayers",
-    "FailedCell",
-    "HeadLayers",
-    "LayerPair",
-    "Measures",
-    "ModelInfo",
-    "ModelResult",
-    "PositionProbeLayers",
-    "Results",
-    "SSDCLayers",
-    "SweepPoint",
-    "SweepRow",
-    "TrainSummary",
-    "analysis_rows",
-    "read_analysis",
-    "read_results",
-    "results_from_dict",
-    "to_json_dict",
-    "write_analysis",
-    "write_results",
+    "ANALYSIS_CSV", "ANALYSIS_JSON", "RESULTS_JSON", "SCHEMA_VERSION", "AnalysisResult", "AnalysisSettings",
+    "AttentionDistanceLayers", "FailedCell", "HeadLayers", "LayerPair", "Measures", "ModelInfo", "ModelResult",
+    "PositionProbeLayers", "Results", "SSDCLayers", "SweepPoint", "SweepRow", "TrainSummary", "analysis_rows",
+    "read_analysis", "read_results", "results_from_dict", "to_json_dict", "write_analysis", "write_results",
 ]
 
 SCHEMA_VERSION = 2  # 2: attention distance and the position probe; the CSV's head column

@@ -13,8 +13,8 @@ the likely cause and the remedy (:func:`death_message`); the other workers go on
 worker takes the dead one's place for the cells still pending.
 
 Imports: :mod:`peanchor.study.pipeline` (what one cell does), :mod:`peanchor.study.options`,
-:mod:`peanchor.study.resources`, :mod:`peanchor.study.cells`, :mod:`peanchor.interrupts`, :mod:`peanchor.training`
-(the run directory's file names).
+:mod:`peanchor.study.resources`, :mod:`peanchor.study.cells`, :mod:`peanchor.interrupts`, :mod:`peanchor.presets`
+(whether a preset's cells run in parallel), :mod:`peanchor.training` (the run directory's file names).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 every cell).
 
 Imports: :mod:`peanchor.study.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.presets`, :mod:`peanchor.analysis`
-(``--shift``, when checked).
+(``--shift``, when checked), :mod:`peanchor.tracking` (``--tensorboard`` needs TensorBoard).
 """
 
 from __future__ import annotations

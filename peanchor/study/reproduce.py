@@ -16,9 +16,9 @@ analysis is reused when :func:`peanchor.study.pipeline.reusable` says so, and ``
 rewritten only when their content changes. A failing cell is recorded and the others go on; the caller gets a
 non-zero exit at the end.
 
-Imports: the rest of :mod:`peanchor.study`, :mod:`peanchor.interrupts`, :mod:`peanchor.report` (its public
-``write_report``), the training loop and data (preflight checks), :mod:`peanchor.analysis` (the shifts),
-:mod:`peanchor.tracking` (``--tensorboard``).
+Imports: the rest of :mod:`peanchor.study`, :mod:`peanchor.interrupts`, :mod:`peanchor.fileio`, :mod:`peanchor.results`,
+:mod:`peanchor.report` (its public ``write_report``), :mod:`peanchor.training` and :mod:`peanchor.data` (preflight
+checks), :mod:`peanchor.analysis` (the shifts), :mod:`peanchor.tracking` (``--tensorboard``).
 """
 
 from __future__ import annotations
