@@ -202,12 +202,14 @@ class AnalysisResult(Measures):
     severity_table: str | None = _optional()
     shift_sources: dict[str, str] | None = _optional()  # shift name → "preset cpu", "--shift jpeg:quality=10", ...
     source: dict[str, Any] = field(default_factory=dict)  # where the model and the data came from
-    def save(self, out_dir: str | os.PathLike[str]) -> Path:  # analysis.json + .csv in out_dir: write_analysis
+
+    def save(self, out_dir: str | os.PathLike[str]) -> Path:
+        """Write ``analysis.json`` and ``analysis.csv`` into ``out_dir`` (:func:`write_analysis`); returns the JSON."""
         return write_analysis(self, out_dir)
 
 
 # ----------------------------------------------------------------------------------------------
-# A grid's results
+# A study's results
 
 
 @dataclass(kw_only=True)
