@@ -417,3 +417,16 @@ def test_alpha_sweep_p_is_the_seeded_permutation_p_for_many_points():
     claim = _sweep_claim(sweep)
     expected = permutation_test_spearman(sorted(alphas), [d for _, d in sorted(zip(alphas, delta))], 10000, 0)
     assert f"ρ(α, ΔSSDC): ρ = {expected['rho']:.2f}, p = {expected['p_value']:.3g} (10,000 permutations), n = 9" in claim.evidence
+
+
+def test_claims_without_any_no_pe_condition_and_a_pe_worse_than_none():
+    """No `none` or `rpt`: the content claim is not measured. A PE model more fragile than `none` prints a positive
+    paired difference with its sign; an FS exactly FS_MARGIN below the baseline still counts as "at least"."""
+    only_pes = {c: PAPER_LIKE[c] for c in ("ape", "sincos", "rope")}
+    claim = next(c for c in check_claims(results_from_dict(_results(only_pes))) if c.key == "content_driven")
+    assert claim.replicates is None and claim.evidence == "not measured"
+    doc = _results(_edit(("rope", "fs", "jpeg"), 0.6), seeds=(0, 1, 2))
+    claim = next(c for c in check_claims(results_from_dict(doc)) if c.key == "less_fragile")
+    assert "rope − none +0.100 [+0.100, +0.100]" in claim.evidence and claim.replicates is False
+    tie = _edit(("sincos", "fs", "jpeg"), 0.48 - C.FS_MARGIN)  # rpt's 0.48 is the lower baseline
+    assert _verdicts(_results(tie))["less_fragile"] is True

@@ -622,3 +622,22 @@ def test_accumulator_settings_are_refused_to_the_letter() -> None:
     seeded.update(tokens)
     for a, b in zip(default.confidence_interval(), seeded.confidence_interval()):
         assert torch.equal(a, b)  # the default seed is 0
+
+
+def test_accumulator_update_refusals_to_the_letter() -> None:
+    acc = SSDCAccumulator(GRID)
+    cases = [
+        ([[1.0]], r"^tokens must have shape \(B, L, N, D\), got list$"),
+        (torch.ones(2, 12, 4), r"^tokens must have shape \(B, L, N, D\), got \(2, 12, 4\)$"),
+        (torch.ones(2, 1, 6, 4), r"^tokens have N=6 but the grid 3x4 has 12 positions; drop the CLS token and check the grid$"),
+        (torch.ones(2, 0, 12, 4), r"^tokens must have L >= 1 layers and D >= 1 channels, got \(2, 0, 12, 4\)$"),
+        (torch.ones(2, 1, 12, 0), r"^tokens must have L >= 1 layers and D >= 1 channels, got \(2, 1, 12, 0\)$"),
+    ]
+    for tokens, message in cases:
+        with pytest.raises(ValueError, match=message):
+            acc.update(tokens)
+    acc.update(torch.randn(2, 1, 12, 1))  # one channel is enough
+    with pytest.raises(ValueError, match=r"^tokens are on meta but this accumulator's state is on cpu$"):
+        acc.update(torch.empty(2, 1, 12, 4, device="meta"))
+    with pytest.raises(ValueError, match=r"^SSDCAccumulator\.compute\(\) needs at least one image; call update\(\) first$"):
+        SSDCAccumulator(GRID).compute()

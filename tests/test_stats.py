@@ -247,3 +247,9 @@ def test_random_sign_flips_are_seeded() -> None:
     a, b = rng.random(16), rng.random(16)
     first, again = paired_bootstrap_diff(a, b), paired_bootstrap_diff(a, b)
     assert first["p_value"] == again["p_value"] and first["p_value"] != paired_bootstrap_diff(a, b, seed=1)["p_value"]
+
+
+def test_undefined_correlations_say_so_in_every_field() -> None:
+    for x, y in (([1.0], [2.0]), ([1.0, 1.0, 1.0], [1.0, 2.0, 3.0])):  # one point; a constant input
+        r = permutation_test_spearman(x, y)
+        assert math.isnan(r["rho"]) and math.isnan(r["p_value"]) and r["exact"] is True

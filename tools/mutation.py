@@ -45,7 +45,7 @@ def statuses() -> dict[str, dict[str, str]]:
 
 
 def equivalent_mutants() -> set[str]:
-    """The mutant names docs/testing.md lists as equivalent (each in backticks at the start of a table row)."""
+    """The mutant names docs/testing.md lists as not killable here (each in backticks at the start of a table row)."""
     if not EQUIVALENT_DOC.is_file():
         return set()
     return set(re.findall(r"^\|\s*`([\w.]+__mutmut_\d+)`", EQUIVALENT_DOC.read_text(), flags=re.M))
@@ -75,7 +75,8 @@ def report(show_survivors: bool) -> float:
         print("other verdicts:", ", ".join(f"{k} {v}" for k, v in sorted(others.items())))
     without = 100 * total["killed"] / max(total["mutants"] - total["equivalent"], 1)
     print(f"score: {100 * total['killed'] / max(total['mutants'], 1):.1f}% of all mutants, {without:.1f}% without the "
-          f"{total['equivalent']} equivalent ones listed in {EQUIVALENT_DOC.relative_to(ROOT)}")  # fmt: skip
+          f"{total['equivalent']} listed survivors (equivalent, device, precision) in "
+          f"{EQUIVALENT_DOC.relative_to(ROOT)}")  # fmt: skip
     if show_survivors:
         for by_mutant in table.values():
             for k, s in by_mutant.items():
