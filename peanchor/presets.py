@@ -66,7 +66,7 @@ class Preset:
     # name → Shift description ({"kind": ..., parameters}), at the preset's own resolution.
     shifts: Mapping[str, Mapping[str, Any]]
     seeds: int = 1  # reproduce's default seeds per condition
-    parallel_cells: bool = True  # reproduce --jobs auto may run cells in parallel worker processes on CPU
+    parallel_cells: bool = True  # reproduce runs cells in worker processes (--jobs auto: in parallel on CPU)
     # PE name → options for that PE (e.g. the APE's init scale); applied after --pe, before --set.
     pe_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 

@@ -1,4 +1,4 @@
-"""Where cells run: one after another in this process, or in supervised worker processes, one cell at a time each.
+"""Where cells run: in supervised worker processes, one cell at a time each (or, for cells of seconds, in this process).
 
 Small models on a few CPU cores train fastest as one process per core with one thread each. On a multi-GPU node
 each worker takes one GPU (round-robin over ``CUDA_VISIBLE_DEVICES``, which the worker narrows to its own before
@@ -35,7 +35,7 @@ from peanchor.study.pipeline import Evaluation, attempt, stderr_log
 from peanchor.interrupts import Interrupted
 from peanchor.presets import get_preset
 
-__all__ = ["attempt_cells", "cells_on_gpus", "death_message", "resolve_jobs"]
+__all__ = ["attempt_cells", "cells_in_workers", "cells_on_gpus", "death_message", "resolve_jobs"]
 
 
 _CAUSES = {
@@ -201,11 +201,12 @@ class _Supervisor:
         from peanchor.study.resources import usable_cpus
 
         self.ctx = multiprocessing.get_context("spawn")  # no fork of a process that already runs torch threads
-        self.options = dataclasses.replace(options, progress=False, debug=False)
+        # One worker keeps the progress bars (nothing interleaves with them); several print one line per cell.
+        self.options = dataclasses.replace(options, progress=options.progress and workers == 1, debug=False)
         self.pending = deque(cells)
         self.gpus = gpus
         self.cpus = max(1, usable_cpus() // workers)
-        self.threads = self.cpus if gpus else 1
+        self.threads = self.cpus  # one per CPU the worker was given (1 when there is a worker per CPU)
         self.workers: dict[int, _Worker] = {}
         for slot in range(workers):
             self._start(slot)
@@ -291,15 +292,30 @@ def _signal(pid: int | None, signum: int) -> None:
             pass
 
 
+def cells_in_workers(options: ReproduceOptions, cells: Sequence[Cell]) -> bool:
+    """Whether cells run in supervised worker processes: always, but for ``--jobs 1`` with a preset whose cells take
+    seconds (the smoke preset: a worker's start would dominate). So ``--jobs 1`` runs a heavy cell in a worker of
+    its own too, and a cell killed by the OOM killer is one failed line while the run writes the others' results.
+
+    >>> from peanchor.study.cells import grid_cells
+    >>> from peanchor.conditions import parse_conditions
+    >>> cells = grid_cells(parse_conditions("none,ape"), 1)
+    >>> [cells_in_workers(ReproduceOptions(preset=p, jobs=j), cells) for p, j in (("smoke", 1), ("smoke", 2), ("cpu", 1))]
+    [False, True, True]
+    """
+    return bool(cells) and (options.jobs > 1 or get_preset(options.preset).parallel_cells)
+
+
 def attempt_cells(
     options: ReproduceOptions, cells: Sequence[Cell], log: Callable[[str], None]
 ) -> Iterator[tuple[Cell, dict[str, Any]]]:
-    """Yield ``(cell, status)`` as cells finish: in order in this process, or from ``options.jobs`` supervised
-    worker processes (spawned, progress bars off, one log line per cell). On GPUs, worker *k* takes the *k*-th
+    """Yield ``(cell, status)`` as cells finish: from ``options.jobs`` supervised worker processes (spawned; with
+    more than one, progress bars off and one log line per cell), or, with ``--jobs 1`` and a preset whose cells take
+    seconds, in order in this process (:func:`cells_in_workers`). On GPUs, worker *k* takes the *k*-th
     visible GPU, round-robin. A worker that dies yields its cell as failed (:func:`death_message`). A stop signal
     is passed on to the workers, which checkpoint and stop; then :class:`~peanchor.interrupts.Interrupted` is
     raised here."""
-    if options.jobs == 1 or len(cells) <= 1:
+    if not cells_in_workers(options, cells):
         evaluation = Evaluation(None if options.progress else False)
         for cell in cells:
             yield cell, attempt(options, cell, evaluation, log)
