@@ -14,7 +14,8 @@ head (a transformers backbone such as ``Dinov2Model``) is analysed for geometry;
 Scores are NaN, and ``source["accuracy"]`` says why.
 
 Imports: torch; :mod:`peanchor.analysis`, :mod:`peanchor.adapters` (lazily), :mod:`peanchor.models`,
-:mod:`peanchor.metrics`, :mod:`peanchor.data` (lazily), :mod:`peanchor.results`, :mod:`peanchor.errors`.
+:mod:`peanchor.metrics`, :mod:`peanchor.data` (lazily), :mod:`peanchor.results`, :mod:`peanchor.presets` (a preset's
+shifts), :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from peanchor.analysis.shifts import Shift
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import DEFAULT_ALPHAS, evaluate_model
 from peanchor.analysis.shift_specs import ShiftSpec, measured_shifts, parse_shift_specs
+from peanchor.analysis.shifts import Shift
 from peanchor.errors import ConfigError, DataError
 from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
 from peanchor.models.interface import AnalysisInterface
+from peanchor.presets import preset_shifts
 from peanchor.results import AnalysisResult
 
 __all__ = ["LENSES", "analyze", "match_classes", "run_analysis", "wrap_model"]
@@ -124,7 +126,7 @@ def run_analysis(
     chosen = _check_lenses(lenses)
     if only_given_shifts and not shift_specs:
         raise ConfigError("shifts=[]: give at least one shift (accuracy under a shift is part of every analysis)")
-    shifts, sources = measured_shifts(preset, evalset.img_size, shift_specs)
+    shifts, sources = measured_shifts(evalset.img_size, shift_specs, preset_shifts(preset, evalset.img_size))
     if only_given_shifts:
         kinds = {spec.kind for spec in shift_specs}
         shifts = {name: s for name, s in shifts.items() if name in kinds}

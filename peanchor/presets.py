@@ -190,14 +190,15 @@ def preset_help() -> str:
     return "; ".join(f"{p.name}: {p.summary}" for p in PRESETS.values())
 
 
-def preset_shifts(preset: str | None, img_size: int) -> dict[str, dict[str, Any]] | None:
-    """The shift descriptions a model of ``preset`` at ``img_size`` px is measured under.
+def preset_shifts(preset: str | None, img_size: int) -> tuple[str, dict[str, dict[str, Any]]] | None:
+    """``(preset, its shift descriptions)`` for a model of ``preset`` at ``img_size`` px, as
+    :func:`peanchor.analysis.shift_specs.measured_shifts` takes them.
 
     A preset's shifts are fixed for its own resolution, so a run resized away from it (``--img-size``) and a
     model without a known preset (a timm model, a foreign run) get None: the caller then falls back to the
     resolution rule :func:`peanchor.analysis.shifts.paper_shifts`.
 
-    >>> preset_shifts("cpu", 32)["jpeg"], preset_shifts("cpu", 64), preset_shifts(None, 32)
+    >>> preset_shifts("cpu", 32)[1]["jpeg"], preset_shifts("cpu", 64), preset_shifts(None, 32)
     ({'kind': 'jpeg', 'quality': 10}, None, None)
     """
     if preset not in PRESETS:
@@ -205,7 +206,7 @@ def preset_shifts(preset: str | None, img_size: int) -> dict[str, dict[str, Any]
     p = PRESETS[preset]
     if p.img_size != img_size:
         return None
-    return {name: dict(spec) for name, spec in p.shifts.items()}
+    return preset, {name: dict(spec) for name, spec in p.shifts.items()}
 
 
 def resolve_config(

@@ -11,12 +11,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from peanchor.analysis.shifts import SEVERITY_TABLES, SHIFT_KINDS, SHIFT_PARAMS, Shift, get_kind
-from peanchor.analysis.shift_specs import measured_shifts, parse_shift_spec, parse_shift_specs
+from peanchor.analysis.shift_specs import (
+    measured_shifts,
+    parse_shift_spec,
+    parse_shift_specs,
+)
+from peanchor.analysis.shifts import (
+    SEVERITY_TABLES,
+    SHIFT_KINDS,
+    SHIFT_PARAMS,
+    Shift,
+    get_kind,
+)
 from peanchor.cli import main
 from peanchor.commands.shared import SHIFT_HELP
 from peanchor.errors import ConfigError
-from peanchor.presets import PRESETS
+from peanchor.presets import PRESETS, preset_shifts
 
 
 @pytest.fixture(autouse=True)
@@ -110,17 +120,17 @@ def test_one_shift_per_kind():
 
 def test_a_spec_replaces_the_presets_shift_of_its_kind_or_adds_one():
     specs = parse_shift_specs(["jpeg:quality=10", "contrast:factor=0.3"])
-    shifts, sources = measured_shifts("smoke", 16, specs)
+    shifts, sources = measured_shifts(16, specs, preset_shifts("smoke", 16))
     assert list(shifts) == ["jpeg", "blur", "contrast"]  # replaced in place, added at the end
     assert shifts["jpeg"].describe() == {"kind": "jpeg", "quality": 10}
     assert shifts["blur"].describe() == dict(PRESETS["smoke"].shifts["blur"])
     assert sources == {"jpeg": "--shift jpeg:quality=10", "blur": "preset smoke", "contrast": "--shift contrast:factor=0.3"}
     # without a preset at this resolution: the resolution rule, then the specs
-    shifts, sources = measured_shifts(None, 224, parse_shift_specs(["blur:severity=5"]))
+    shifts, sources = measured_shifts(224, parse_shift_specs(["blur:severity=5"]))
     assert shifts["jpeg"].quality == 5 and shifts["blur"].sigma == SEVERITY_TABLES["imagenet-c"]["blur"][4]
     assert sources == {"jpeg": "resolution rule (paper)", "blur": "--shift blur:severity=5 (imagenet-c severity 5)"}
     with pytest.raises(ConfigError, match=r"kernel_size 41 is too large for 16 px images"):
-        measured_shifts("smoke", 16, parse_shift_specs(["blur:sigma=2,kernel_size=41"]))
+        measured_shifts(16, parse_shift_specs(["blur:sigma=2,kernel_size=41"]), preset_shifts("smoke", 16))
 
 
 # ---- through the CLI -----------------------------------------------------------------------------

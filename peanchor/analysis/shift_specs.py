@@ -12,26 +12,33 @@
     --shift jpeg:severity=4                   the severity-4 value of the table for the model's resolution
 
 Which shifts a model is measured under (:func:`measured_shifts`): its preset's, set for the preset's resolution
-(:func:`peanchor.presets.preset_shifts`), or without one the resolution rule
+(handed in by the caller, which looks the preset up: nothing here knows presets), or without one the resolution rule
 (:func:`peanchor.analysis.shifts.paper_shifts`); then each ``--shift`` replaces the shift of its kind or, for a
 kind not there yet, is added. A shift is recorded in the result files under its kind's name with every parameter it
 ran with (a blur's kernel included), and where it came from (``shift_sources``).
 
 The kinds, their parameters and their tables are the registry's (:mod:`peanchor.analysis.shifts.registry`).
 
-Imports: :mod:`peanchor.analysis.shifts`, :mod:`peanchor.presets`.
+Imports: :mod:`peanchor.analysis.shifts`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from peanchor.analysis.shifts import Shift, get_kind, paper_shifts, paper_shifts_source, severity_shift, table_name
+from peanchor.analysis.shifts import (
+    Shift,
+    get_kind,
+    paper_shifts,
+    paper_shifts_source,
+    severity_shift,
+    table_name,
+)
 from peanchor.analysis.shifts.registry import KINDS, kinds_line
 from peanchor.errors import ConfigError
-from peanchor.presets import preset_shifts
 
 __all__ = ["ShiftSpec", "measured_shifts", "parse_shift_spec", "parse_shift_specs"]
 
@@ -143,18 +150,23 @@ def parse_shift_specs(texts: Iterable[str]) -> list[ShiftSpec]:
 
 
 def measured_shifts(
-    preset: str | None, img_size: int, specs: Sequence[ShiftSpec] = ()
+    img_size: int, specs: Sequence[ShiftSpec] = (), preset: tuple[str, Mapping[str, Mapping[str, Any]]] | None = None
 ) -> tuple[dict[str, Shift], dict[str, str]]:
-    """The shifts a model of ``preset`` at ``img_size`` px is measured under, and where each one comes from.
+    """The shifts a model at ``img_size`` px is measured under, and where each one comes from: ``preset``'s (its
+    name and shift descriptions at this resolution, :func:`peanchor.presets.preset_shifts`; the caller looks the
+    preset up), else the resolution rule; then each of ``specs``.
 
-    >>> shifts, sources = measured_shifts("cpu", 32, parse_shift_specs(["jpeg:quality=10", "contrast:factor=0.3"]))
-    >>> {k: s.describe() for k, s in shifts.items()}["jpeg"], list(shifts), sources["contrast"]
-    ({'kind': 'jpeg', 'quality': 10}, ['jpeg', 'blur', 'contrast'], '--shift contrast:factor=0.3')
+    >>> cpu = ("cpu", {"jpeg": {"kind": "jpeg", "quality": 10}, "blur": {"kind": "blur", "sigma": 1.0}})
+    >>> shifts, sources = measured_shifts(32, parse_shift_specs(["jpeg:quality=10", "contrast:factor=0.3"]), cpu)
+    >>> {k: s.describe() for k, s in shifts.items()}["jpeg"], list(shifts), sources["contrast"], sources["blur"]
+    ({'kind': 'jpeg', 'quality': 10}, ['jpeg', 'blur', 'contrast'], '--shift contrast:factor=0.3', 'preset cpu')
+    >>> measured_shifts(224)[1]["jpeg"]
+    'resolution rule (paper)'
     """
-    specs_by_preset = preset_shifts(preset, img_size)
-    if specs_by_preset is not None:
-        base = {name: Shift.from_dict(dict(spec)) for name, spec in specs_by_preset.items()}
-        origin = f"preset {preset}"
+    if preset is not None:
+        name, described = preset
+        base = {key: Shift.from_dict(dict(spec)) for key, spec in described.items()}
+        origin = f"preset {name}"
     else:
         base, origin = paper_shifts(img_size), f"resolution rule ({paper_shifts_source(img_size)})"
     measured = {name: (shift.resolved(img_size), origin) for name, shift in base.items()}

@@ -16,7 +16,11 @@ Imports: its own modules; the grid may import every stage below it, and nothing 
 from peanchor.study.assemble import MANIFEST, assemble_results
 from peanchor.study.cells import Cell, grid_cells, parse_shard, shard_cells
 from peanchor.study.options import ReproduceOptions, list_commands, split_set_items
-from peanchor.study.reproduce import ReproduceOutcome, reproduce, write_results_and_report
+from peanchor.study.reproduce import (
+    ReproduceOutcome,
+    reproduce,
+    write_results_and_report,
+)
 
 __all__ = [
     "MANIFEST",

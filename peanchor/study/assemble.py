@@ -6,7 +6,7 @@ with an analysis is a model; one whose last attempt failed is listed under ``fai
 ``missing``.
 
 Imports: :mod:`peanchor.results`, :mod:`peanchor.study.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.analysis`
-(the planned shifts).
+and :mod:`peanchor.presets` (the planned shifts).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 
 from peanchor.conditions import parse_condition, parse_conditions
 from peanchor.errors import SchemaError
-from peanchor.study.cells import Cell, grid_cells
 from peanchor.results import (
     ANALYSIS_JSON,
     RESULTS_JSON,
@@ -34,6 +33,7 @@ from peanchor.results import (
     to_json_dict,
     write_results,
 )
+from peanchor.study.cells import Cell, grid_cells
 
 __all__ = ["MANIFEST", "assemble_results", "read_json", "update_results"]
 
@@ -95,8 +95,9 @@ def _planned_shifts(preset: str | None, img_size: int, specs: list[str]) -> tupl
     """The shifts an analysis of this grid would use, and their sources (for a results.json written before any
     analysis)."""
     from peanchor.analysis.shift_specs import measured_shifts, parse_shift_specs
+    from peanchor.presets import preset_shifts
 
-    shifts, sources = measured_shifts(preset, img_size, parse_shift_specs(specs))
+    shifts, sources = measured_shifts(img_size, parse_shift_specs(specs), preset_shifts(preset, img_size))
     return {k: s.describe() for k, s in shifts.items()}, sources
 
 

@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from peanchor.errors import ConfigError
+from peanchor.interrupts import Interrupted
+from peanchor.presets import get_preset
 from peanchor.study.cells import Cell
 from peanchor.study.options import ReproduceOptions
 from peanchor.study.pipeline import Evaluation, attempt, stderr_log
-from peanchor.interrupts import Interrupted
-from peanchor.presets import get_preset
 
 __all__ = ["attempt_cells", "cells_in_workers", "cells_on_gpus", "death_message", "resolve_jobs"]
 
@@ -112,7 +112,6 @@ def resolve_jobs(jobs: str, preset: str, device: str | None) -> int:
 
 def _worker_init(parent: int, slot: int, gpus: list[str], threads: int, cpus: int) -> None:
     from peanchor import interrupts
-
     from peanchor.training.loaders import CELL_CPUS_ENV
 
     os.environ[CELL_CPUS_ENV] = str(cpus)  # caps the cell's DataLoader workers

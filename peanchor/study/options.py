@@ -16,8 +16,8 @@ from typing import Any
 
 from peanchor.conditions import DEFAULT_CONDITIONS, Condition, parse_conditions
 from peanchor.errors import ConfigError
-from peanchor.study.cells import Cell, grid_cells
 from peanchor.presets import AnalysisPlan, get_preset, resolve_config
+from peanchor.study.cells import Cell, grid_cells
 
 __all__ = ["ReproduceOptions", "list_commands", "split_set_items"]
 

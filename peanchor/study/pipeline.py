@@ -5,7 +5,8 @@ schema, made from the same weights, on the same evaluation data, with the same s
 ``--shift`` that changes one, adds one or is dropped again means analysing again).
 
 Imports: :mod:`peanchor.training`, :mod:`peanchor.checkpoint`, :mod:`peanchor.analysis`, :mod:`peanchor.results`,
-:mod:`peanchor.interrupts`, :mod:`peanchor.study.options`, :mod:`peanchor.tracking` (``--tensorboard``); torch-heavy
+:mod:`peanchor.interrupts`, :mod:`peanchor.study.options`, :mod:`peanchor.tracking` (``--tensorboard``),
+:mod:`peanchor.presets` (a preset's shifts); torch-heavy
 ones inside the functions that use them.
 """
 
@@ -22,9 +23,9 @@ from typing import Any
 from peanchor import interrupts
 from peanchor.errors import PeanchorError, SchemaError
 from peanchor.interrupts import Interrupted
+from peanchor.results import ANALYSIS_JSON, AnalysisResult, read_analysis
 from peanchor.study.cells import Cell
 from peanchor.study.options import ReproduceOptions
-from peanchor.results import ANALYSIS_JSON, AnalysisResult, read_analysis
 
 __all__ = [
     "AnalysisRequest", "Evaluation", "attempt", "eval_data_key", "out_of_memory_message", "peak_rss_mb", "reusable",
@@ -118,6 +119,7 @@ def _run_cell(
     from peanchor.analysis.evaluate import evaluate_model
     from peanchor.analysis.shift_specs import measured_shifts
     from peanchor.checkpoint import load_model, model_digest
+    from peanchor.presets import preset_shifts
     from peanchor.results import write_analysis
     from peanchor.training.loop import train
 
@@ -148,7 +150,7 @@ def _run_cell(
     status["stage"] = "analyze"
     plan = options.plan
     img_size = config.data.img_size
-    shifts, shift_sources = measured_shifts(config.preset, img_size, options.shift_specs())
+    shifts, shift_sources = measured_shifts(img_size, options.shift_specs(), preset_shifts(config.preset, img_size))
     wanted = AnalysisRequest(
         digest=model_digest(run_dir), data=config.data.to_dict(), max_images=plan.max_images,
         alphas=list(plan.alphas) if not cell.condition.rpt else [],
@@ -178,7 +180,12 @@ def _run_cell(
         log(f"{cell.name}: analysed, {result.forward_passes} passes in {result.seconds:.1f} s "
             f"(clean {result.clean_acc:.3f}, ΔSSDC {result.delta_ssdc:.3f})")  # fmt: skip
     if options.tensorboard:
-        from peanchor.tracking import TENSORBOARD_DIR, TensorBoardLog, has_events, log_analysis
+        from peanchor.tracking import (
+            TENSORBOARD_DIR,
+            TensorBoardLog,
+            has_events,
+            log_analysis,
+        )
 
         events = run_dir / "analysis" / TENSORBOARD_DIR
         if status["analyzed"] or not has_events(events):  # a reused analysis is logged once

@@ -18,7 +18,7 @@ non-zero exit at the end.
 
 Imports: the rest of :mod:`peanchor.study`, :mod:`peanchor.interrupts`, :mod:`peanchor.fileio`, :mod:`peanchor.results`,
 :mod:`peanchor.report` (its public ``write_report``), :mod:`peanchor.training` and :mod:`peanchor.data` (preflight
-checks), :mod:`peanchor.analysis` (the shifts), :mod:`peanchor.tracking` (``--tensorboard``).
+checks), :mod:`peanchor.analysis` and :mod:`peanchor.presets` (the shifts), :mod:`peanchor.tracking` (``--tensorboard``).
 """
 
 from __future__ import annotations
@@ -35,13 +35,19 @@ from typing import Any
 
 from peanchor import fileio, interrupts
 from peanchor.errors import ConfigError
+from peanchor.results import Results
 from peanchor.study.assemble import MANIFEST, read_json, update_results
 from peanchor.study.cells import Cell, shard_cells
 from peanchor.study.executor import attempt_cells
-from peanchor.study.memory import ARRAY_DATASETS, JobPlan, cell_peak_bytes, memory_available, plan_jobs
+from peanchor.study.memory import (
+    ARRAY_DATASETS,
+    JobPlan,
+    cell_peak_bytes,
+    memory_available,
+    plan_jobs,
+)
 from peanchor.study.options import ReproduceOptions
 from peanchor.study.pipeline import eval_data_key, stderr_log
-from peanchor.results import Results
 
 __all__ = ["ReproduceOutcome", "reproduce", "write_results_and_report"]
 
@@ -93,17 +99,18 @@ def _preflight(options: ReproduceOptions, cells: Sequence[Cell]) -> tuple[int, i
     a run directory that holds a different config (e.g. a rerun with another ``--set``), or data that
     cannot be read (a missing ``--data-root``), a ``--shift`` that does not fit the images. Per-cell failures (a
     diverging run) are recorded instead. Returns the most evaluation images and classes (for the memory estimate)."""
-    from peanchor.data import build_eval_dataset
-    from peanchor.training.run_dir import check_run_dir
-
     from peanchor.analysis.shift_specs import measured_shifts
+    from peanchor.data import build_eval_dataset
+    from peanchor.presets import preset_shifts
+    from peanchor.training.run_dir import check_run_dir
 
     checked: set[str] = set()
     images, classes = 0, 0
     for cell in cells:
         config = options.cell_config(cell)
         check_run_dir(config, options.cell_dir(cell))  # read-only; RunDirError names the differing keys
-        measured_shifts(config.preset, config.data.img_size, options.shift_specs())  # e.g. a blur kernel too large
+        size = config.data.img_size
+        measured_shifts(size, options.shift_specs(), preset_shifts(config.preset, size))  # e.g. a blur kernel too large
         key = json.dumps(eval_data_key(config.data.to_dict()), sort_keys=True)
         if key not in checked:
             checked.add(key)
@@ -115,6 +122,7 @@ def _preflight(options: ReproduceOptions, cells: Sequence[Cell]) -> tuple[int, i
 def _job_plan(options: ReproduceOptions, cells: Sequence[Cell], eval_images: int, classes: int) -> JobPlan:
     """How many of ``cells`` run at once (``--jobs``, bounded by memory under ``auto``) and the line saying why."""
     from peanchor.analysis.shift_specs import measured_shifts
+    from peanchor.presets import preset_shifts
     from peanchor.study.executor import cells_on_gpus
     from peanchor.study.resources import usable_cpus, visible_gpus
 
@@ -126,7 +134,8 @@ def _job_plan(options: ReproduceOptions, cells: Sequence[Cell], eval_images: int
     per_cell = 0.0
     for cell in cells[:1] + [c for c in cells[1:] if options.cell_set_items(c) != options.cell_set_items(cells[0])]:
         config = options.cell_config(cell)
-        shifts, _ = measured_shifts(config.preset, config.data.img_size, options.shift_specs())
+        size = config.data.img_size
+        shifts, _ = measured_shifts(size, options.shift_specs(), preset_shifts(config.preset, size))
         images = min(eval_images, options.plan.max_images or eval_images)
         per_cell = max(per_cell, cell_peak_bytes(
             config, eval_images=images, shifts=len(shifts), severities=bool(options.severities), on_gpu=on_gpu,
@@ -137,7 +146,12 @@ def _job_plan(options: ReproduceOptions, cells: Sequence[Cell], eval_images: int
 
 def _log_figures(out: Path, *, again: bool) -> None:
     """The report's figures into OUT/tensorboard: when the report was (re)written, or once for an older report."""
-    from peanchor.tracking import TENSORBOARD_DIR, TensorBoardLog, has_events, log_figures
+    from peanchor.tracking import (
+        TENSORBOARD_DIR,
+        TensorBoardLog,
+        has_events,
+        log_figures,
+    )
 
     if again or not has_events(out / TENSORBOARD_DIR):
         with TensorBoardLog(out / TENSORBOARD_DIR) as log:
