@@ -12,6 +12,7 @@ ones inside the functions that use them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -223,6 +224,11 @@ def peak_rss_mb() -> dict[str, int]:
     scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
     mine, child = (resource.getrusage(who).ru_maxrss * scale // 2**20
                    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))  # fmt: skip
+    # ru_maxrss survives execve, so a spawned worker's starts at its parent's size when it was forked; Linux's VmHWM
+    # (the high-water mark of this address space) is the worker's own.
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        status = Path("/proc/self/status").read_text().splitlines()
+        mine = int(next(line for line in status if line.startswith("VmHWM:")).split()[1]) // 1024  # kB → MiB
     return {"process": int(mine), "largest_child": int(child)}
 
 
