@@ -323,9 +323,7 @@ class HFViT(AnalysisInterface, nn.Module):
     ) -> Intermediates:
         """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`), through the
         model's own forward with hooks."""
-        count = self._layer_count(layers)
-        if not head and count == 0:
-            raise ValueError("forward_intermediates with head=False and layers=0 has nothing to compute")
+        count = self._layer_count(layers, head)
         if tuple(images.shape[-2:]) != self._img_size:
             raise ValueError(
                 f"images are {images.shape[-2]}x{images.shape[-1]} px but this wrapper analyses "

@@ -312,9 +312,7 @@ class TimmViT(AnalysisInterface, nn.Module):
     ) -> Intermediates:
         """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`), through timm's own
         modules."""
-        count = self._layer_count(layers)
-        if not head and count == 0:
-            raise ValueError("forward_intermediates with head=False and layers=0 has nothing to compute")
+        count = self._layer_count(layers, head)
         m = self.model
         x = self._embed_patches(images)  # (B, N, D)
         if intervention.token_perm is not None:

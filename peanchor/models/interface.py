@@ -67,10 +67,13 @@ class AnalysisInterface:
         """
         raise NotImplementedError
 
-    def _layer_count(self, layers: int | None) -> int:
+    def _layer_count(self, layers: int | None, head: bool) -> int:
+        """How many layers of tokens a pass returns (``layers``: None means all), checked for every implementation."""
         count = self.depth if layers is None else layers
         if not 0 <= count <= self.depth:
             raise ValueError(f"layers must be in 0..{self.depth}, got {layers}")
+        if not head and count == 0:
+            raise ValueError("forward_intermediates with head=False and layers=0 has nothing to compute")
         return count
 
     def forward(self, images: Tensor, token_perm: Tensor | None = None, pe_scale: float = 1.0) -> Tensor:

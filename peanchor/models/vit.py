@@ -241,9 +241,7 @@ class VisionTransformer(AnalysisInterface, nn.Module):
         attention: AttentionSink | None = None,
     ) -> Intermediates:
         """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`)."""
-        count = self._layer_count(layers)
-        if not head and count == 0:
-            raise ValueError("forward_intermediates with head=False and layers=0 has nothing to compute")
+        count = self._layer_count(layers, head)
         alpha = intervention.pe_scale
         x = self.patch_embed(images)  # (B, N, D)
         if intervention.token_perm is not None:
