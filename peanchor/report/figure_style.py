@@ -3,7 +3,8 @@ a new figure with the house layout, one legend under the panels, and writing PNG
 reproducible bytes. :mod:`peanchor.report.figures` and :mod:`peanchor.report.lenses` both draw with these, and
 neither imports the other's internals.
 
-Imports: matplotlib, numpy; :mod:`peanchor.fileio`, :mod:`peanchor.conditions`, :mod:`peanchor.report.summary`.
+Imports: matplotlib, numpy; :mod:`peanchor.fileio`, :mod:`peanchor.conditions`, :mod:`peanchor.report` (summary,
+document).
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from matplotlib.figure import Figure
 
 from peanchor import fileio
 from peanchor.conditions import CONDITIONS, PAPER
+from peanchor.report.document import FigureFile
 from peanchor.report.summary import finite
 
-__all__ = ["DPI", "condition_style", "condition_styles", "finish", "group_values", "mean_std", "new_figure", "save"]
+__all__ = [
+    "DPI", "condition_style", "condition_styles", "figure_file", "finish", "group_values", "mean_std", "new_figure", "save",
+]
 
 DPI = 150
 _SPARE_MARKERS = ("h", "<", ">", "p", "d", "8", "H", "1")
@@ -122,3 +126,11 @@ def finish(fig: Figure, axes: Sequence[Axes]) -> None:
     if handles:
         fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.05 / height), ncols=ncols,
                    frameon=False, fontsize=8.5, handlelength=3.2)
+
+
+def figure_file(fig: Figure | None, directory: Path, stem: str, title: str, caption: str) -> FigureFile | None:
+    """``fig`` saved as ``stem``.png and .pdf in ``directory``, as the report's figure; None when nothing was drawn."""
+    if fig is None:
+        return None
+    png, pdf = save(fig, directory, stem)
+    return FigureFile(stem, title, caption, png, pdf)

@@ -22,7 +22,15 @@ from matplotlib.figure import Figure
 
 from peanchor.conditions import CONDITIONS, PAPER, label, ordered
 from peanchor.report.document import FigureFile
-from peanchor.report.figure_style import condition_styles, finish, group_values, mean_std, new_figure, save
+from peanchor.report.figure_style import (
+    condition_styles,
+    figure_file,
+    finish,
+    group_values,
+    mean_std,
+    new_figure,
+    save,
+)
 from peanchor.report.summary import (
     correlation_points,
     delta_fs_correlation,
@@ -134,14 +142,10 @@ def draw_alpha_sweep(results: Results, paper_reference: bool = True) -> Figure |
 
 
 def _plot_alpha_sweep(results: Results, directory: Path) -> FigureFile | None:
-    fig = draw_alpha_sweep(results)
-    if fig is None:
-        return None
-    png, pdf = save(fig, directory, "alpha_sweep")
     caption = ("ΔSSDC (RPI on) and Fragility Scores (clean and shifted accuracy both at that α, RPI off) as the PE is scaled "
                "by α at inference; means over seeds, bars ±1 std; the dotted grey line is the paper's APE sweep "
                f"({PAPER.label}), shown for FS only when our shifts are the paper's.")
-    return FigureFile("alpha_sweep", "α sweep", caption, png, pdf)
+    return figure_file(draw_alpha_sweep(results), directory, "alpha_sweep", "α sweep", caption)
 
 
 def _plot_correlation(results: Results, directory: Path) -> FigureFile | None:
@@ -215,7 +219,10 @@ def _plot_severities(results: Results, directory: Path) -> FigureFile | None:
 
 def make_figures(results: Results, directory: str | Path) -> list[FigureFile]:
     """Draw every figure the results allow into ``directory`` (PNG + PDF each); skip those without data."""
-    from peanchor.report.lenses import plot_attention_heads, plot_lenses_per_layer  # built on this module's helpers
+    from peanchor.report.lenses import (  # built on this module's helpers
+        plot_attention_heads,
+        plot_lenses_per_layer,
+    )
 
     directory = Path(directory)
     made = []

@@ -25,7 +25,7 @@ import numpy as np
 
 from peanchor.conditions import label
 from peanchor.report.document import FigureFile, Table
-from peanchor.report.figure_style import condition_styles, finish, mean_std, save
+from peanchor.report.figure_style import condition_styles, figure_file, finish, mean_std
 from peanchor.report.summary import finite, fmt, models_by_condition, summarise
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -198,14 +198,11 @@ def draw_lenses_per_layer(results: Results) -> Figure | None:
 
 def plot_lenses_per_layer(results: Results, directory: Path) -> FigureFile | None:
     """:func:`draw_lenses_per_layer`, saved as PNG and PDF."""
-    fig = draw_lenses_per_layer(results)
-    if fig is None:
-        return None
-    png, pdf = save(fig, directory, "lenses_per_layer")
     caption = ("SSDC, the position probe's held-out R² and the mean attention distance per layer, with tokens in order "
                "(top) and under RPI (bottom; positions are the slots); means over seeds, bands ±1 std. The dashed line "
                "is the attention distance of a head that attends to every patch equally.")  # fmt: skip
-    return FigureFile("lenses_per_layer", "The three lenses per layer", caption, png, pdf)
+    return figure_file(draw_lenses_per_layer(results), directory, "lenses_per_layer", "The three lenses per layer",
+                       caption)  # fmt: skip
 
 
 def draw_attention_heads(results: Results) -> Figure | None:
@@ -251,11 +248,8 @@ def draw_attention_heads(results: Results) -> Figure | None:
 
 def plot_attention_heads(results: Results, directory: Path) -> FigureFile | None:
     """:func:`draw_attention_heads`, saved as PNG and PDF."""
-    fig = draw_attention_heads(results)
-    if fig is None:
-        return None
-    png, pdf = save(fig, directory, "attention_distance_heads")
     caption = ("The mean attention distance (Manhattan, in patches) of every head against its layer, for every seed: "
                "filled with tokens in order, hollow under RPI; the dashed line is the distance of attention spread "
                "evenly over the patches.")  # fmt: skip
-    return FigureFile("attention_distance_heads", "Attention distance per head", caption, png, pdf)
+    return figure_file(draw_attention_heads(results), directory, "attention_distance_heads",
+                       "Attention distance per head", caption)  # fmt: skip
