@@ -137,10 +137,8 @@ def run_analysis(
     if getattr(model, "has_head", True) is False:
         _without_accuracy(result)
         result.source["accuracy"] = NO_HEAD
-    if "attention_distance" not in chosen:
-        result.attention_distance = None
-    if "position_probe" not in chosen:
-        result.position_probe = None
+    for name in [n for n in result.lenses if n not in chosen and n != "ssdc"]:
+        del result.lenses[name]
     return result
 
 

@@ -15,13 +15,15 @@ What is read is validated by pydantic against these dataclasses (strict JSON typ
 first key at fault; an undefined number (NaN, ±inf: FS at 0 clean accuracy) is ``null`` and reads back as NaN.
 ``fragility`` is exactly ``1 - acc / clean_acc`` and ``delta_ssdc`` exactly ``ssdc.rpi[1] - ssdc.rpi[0]``.
 
-Beside SSDC, two more lenses on the same passes are per layer: :class:`AttentionDistanceLayers` (per layer and
-head) and :class:`PositionProbeLayers` (docs/lenses.md defines both). A new measure of a model is one field: of
-:class:`Measures` (per model, at α = 1), :class:`SSDCLayers` (per layer) or :class:`SweepPoint` (per α). It then
-travels from analysis.json into every model (or sweep row) of results.json by itself; only :func:`analysis_rows`
-lists the CSV's rows by hand.
+A model's measures per layer are its lenses' records (:mod:`peanchor.lenses`: SSDC, the position probe, the
+attention distance, ...): :attr:`Measures.lenses` holds them by lens name, and the files hold each at the top level
+under that name, validated against the lens's ``record_type`` when read (a lens with ``required`` set must be
+there). A new lens therefore needs nothing here. Any other new measure of a model is one field: of
+:class:`Measures` (per model, at α = 1) or :class:`SweepPoint` (per α). It then travels from analysis.json into every
+model (or sweep row) of results.json by itself; the CSV's rows are listed in :func:`analysis_rows`.
 
-Imports: :mod:`peanchor.fileio`, :mod:`peanchor.errors`; pydantic lazily (to read).
+Imports: :mod:`peanchor.fileio`, :mod:`peanchor.errors`, :mod:`peanchor.lenses` (the records); pydantic lazily
+(to read).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ from typing import Any, TypeVar
 from peanchor import fileio
 from peanchor.errors import DataError, SchemaError
 from peanchor.fileio import Number  # a measured float: null in a file reads as NaN
+from peanchor.lenses import LENSES, HeadLayers, LayerPair
+from peanchor.lenses.attention_distance import AttentionDistanceLayers
+from peanchor.lenses.position_probe import PositionProbeLayers
+from peanchor.lenses.ssdc import SSDCLayers
 
 __all__ = [
     "ANALYSIS_CSV", "ANALYSIS_JSON", "RESULTS_JSON", "SCHEMA_VERSION", "AnalysisResult", "AnalysisSettings",
@@ -60,6 +66,7 @@ _REWRITE = {  # how to make the file again
     RESULTS_SCHEMA: "rerun `peanchor report OUT` (or `peanchor reproduce`)",
 }
 _OMIT = {"omit_if_none": True}  # an optional part that was not measured is absent from the file, not null
+_LENS_RECORDS = {"lens_records": True}  # a mapping whose items are written as keys of the object that holds it
 
 
 def _optional() -> Any:
@@ -71,80 +78,34 @@ def _optional() -> Any:
 
 
 @dataclass(kw_only=True)
-class SSDCLayers:
-    """SSDC per layer (layer 0 = LN1 of patch embeddings + PE), with tokens in order and under RPI."""
-
-    normal: list[Number]
-    rpi: list[Number]  # mean over RPI draws
-    rpi_std: list[Number]  # sample std over RPI draws (0 with one draw)
-    rpi_draws: list[list[Number]] | None = _optional()  # (draws, layers), with more than one draw
-    normal_ci: list[list[Number]] | None = _optional()  # [[low per layer], [high per layer]] (bootstrap)
-    rpi_ci: list[list[Number]] | None = _optional()  # the same under RPI, of the first draw
-    ci_level: float | None = _optional()
-
-    def max_rpi(self) -> float | None:
-        """The highest finite SSDC over layers under RPI."""
-        values = [v for v in self.rpi if v == v and abs(v) != float("inf")]
-        return max(values) if values else None
-
-
-@dataclass(kw_only=True)
-class LayerPair:
-    """A value per layer, with tokens in order and under RPI (mean over RPI draws)."""
-
-    normal: list[Number]
-    rpi: list[Number]
-
-
-@dataclass(kw_only=True)
-class HeadLayers:
-    """A value per layer and head, ``[layer][head]``, with tokens in order and under RPI (mean over RPI draws)."""
-
-    normal: list[list[Number]]
-    rpi: list[list[Number]]
-
-    def layer_means(self, mode: str) -> list[float]:
-        """The mean over heads of every layer, for ``mode`` ``"normal"`` or ``"rpi"``."""
-        return [sum(heads) / len(heads) if heads else float("nan") for heads in getattr(self, mode)]
-
-
-@dataclass(kw_only=True)
-class AttentionDistanceLayers:
-    """Mean attention distance per layer and head, in patches on the slot grid: over query patches and images, the
-    attention-weighted distance to the patch keys (prefix tokens excluded as queries, and as keys with the patch
-    weights renormalised), Manhattan and Euclidean."""
-
-    manhattan: HeadLayers
-    euclidean: HeadLayers
-    prefix_mass: HeadLayers  # mean weight the patch queries give the prefix tokens (CLS, registers)
-    uniform: dict[str, Number]  # metric → the distance of attention spread evenly over the patches
-
-
-@dataclass(kw_only=True)
-class PositionProbeLayers:
-    """Held-out R² per layer of a ridge probe from the layer's patch tokens (the SSDC probe point) to their
-    slot's grid row and column, fitted on ``fit_images`` and scored on the other ``heldout_images``."""
-
-    row: LayerPair
-    col: LayerPair
-    fit_images: int
-    heldout_images: int
-
-
-@dataclass(kw_only=True)
 class Measures:
     """What a model is measured as at α = 1; shared by analysis.json and each model of results.json."""
 
     clean_acc: Number
     rpi_acc: Number  # top-1 under RPI, mean over draws
-    ssdc: SSDCLayers
+    # lens name → its record (peanchor.lenses); in the files each record sits at the top level under its lens's name
+    lenses: dict[str, Any] = field(default_factory=dict, metadata=_LENS_RECORDS)
     delta_ssdc: Number  # ssdc.rpi[1] - ssdc.rpi[0]
     acc: dict[str, Number]  # shift name → top-1
     fragility: dict[str, Number]  # shift name → 1 - acc / clean_acc
     severities: dict[str, list[Number]] | None = _optional()  # kind → top-1 at severity 1..5
     severity_fragility: dict[str, list[Number]] | None = _optional()
-    attention_distance: AttentionDistanceLayers | None = _optional()  # absent where the weights cannot be had
-    position_probe: PositionProbeLayers | None = _optional()  # absent with fewer than 2 images
+
+    def lens(self, name: str) -> Any:
+        """The record of lens ``name``, or None where it was not measured (e.g. no attention weights)."""
+        return self.lenses.get(name)
+
+    @property
+    def ssdc(self) -> SSDCLayers:
+        return self.lenses["ssdc"]
+
+    @property
+    def attention_distance(self) -> AttentionDistanceLayers | None:
+        return self.lenses.get("attention_distance")
+
+    @property
+    def position_probe(self) -> PositionProbeLayers | None:
+        return self.lenses.get("position_probe")
 
 
 @dataclass(kw_only=True)
@@ -301,7 +262,9 @@ def to_json_dict(record: Any) -> Any:
         out = {}
         for f in dataclasses.fields(record):
             value = getattr(record, f.name)
-            if not (value is None and f.metadata.get("omit_if_none")):
+            if f.metadata.get("lens_records"):
+                out.update(to_json_dict(value))  # each lens's record under the lens's name
+            elif not (value is None and f.metadata.get("omit_if_none")):
                 out[f.name] = to_json_dict(value)
         return out
     if isinstance(record, (list, tuple)):
@@ -331,8 +294,6 @@ def _where(loc: tuple[Any, ...]) -> str:
 
 def _from_document(doc: Any, cls: type[R], schema: str, source: str) -> R:
     """Check the schema fields, then validate the rest of ``doc`` into ``cls``; one line for the first fault."""
-    from pydantic import ValidationError
-
     if not isinstance(doc, dict):
         raise SchemaError(f"{source}: expected a JSON object at the top level, got {type(doc).__name__}")
     if doc.get("schema") != schema or "schema_version" not in doc:
@@ -347,15 +308,47 @@ def _from_document(doc: Any, cls: type[R], schema: str, source: str) -> R:
             f"{SCHEMA_VERSION}: {_REWRITE[schema]} with this peanchor, or use the peanchor that wrote it"
         )
     body = {k: v for k, v in doc.items() if k not in ("schema", "schema_version")}
+    if cls is AnalysisResult:
+        body, records = _split_lenses(body, (), source)
+        result = _validate(cls, body, source)
+        result.lenses = records  # type: ignore[attr-defined]
+        return result
+    models = body.get("models")
+    split = [_split_lenses(m, ("models", i), source) if isinstance(m, dict) else (m, {}) for i, m in
+             enumerate(models if isinstance(models, list) else [])]  # fmt: skip
+    if split:
+        body = {**body, "models": [m for m, _ in split]}
+    out = _validate(cls, body, source)
+    for model, (_, records) in zip(getattr(out, "models", []), split):
+        model.lenses = records
+    return out
+
+
+def _validate(cls: type[R], data: Any, source: str, at: tuple[Any, ...] = ()) -> R:
+    """``data`` validated into ``cls`` (strict JSON types); the first fault is one :class:`SchemaError` line, its
+    place prefixed with ``at``."""
+    from pydantic import ValidationError
+
     try:
-        return _adapter(cls).validate_json(json.dumps(body), strict=True)
+        return _adapter(cls).validate_json(json.dumps(data), strict=True)
     except ValidationError as e:
         first = e.errors()[0]
-        loc = tuple(first["loc"])
+        loc = (*at, *first["loc"])
         if first["type"] == "missing":
             parent = _where(loc[:-1]) or "the top level"
             raise SchemaError(f"{source}: {parent} is missing required key '{loc[-1]}'") from None
         raise SchemaError(f"{source}: {_where(loc)}: {first['msg']} (got {first.get('input')!r})") from None
+
+
+def _split_lenses(doc: dict[str, Any], at: tuple[Any, ...], source: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A model's measures as written (at ``at``): the object without its lenses' records, and those records, each
+    validated against its lens's ``record_type``. A required lens (SSDC) must be there."""
+    missing = [name for name, lens in LENSES.items() if lens.required and doc.get(name) is None]
+    if missing:
+        raise SchemaError(f"{source}: {_where(at) or 'the top level'} is missing required key '{missing[0]}'")
+    records = {name: _validate(lens.record_type, doc[name], source, (*at, name))
+               for name, lens in LENSES.items() if doc.get(name) is not None}  # fmt: skip
+    return {k: v for k, v in doc.items() if k not in LENSES}, records
 
 
 def _read_document(path: Path) -> Any:
@@ -387,28 +380,11 @@ def analysis_rows(result: AnalysisResult) -> Iterator[dict[str, Any]]:
 
     yield row("clean_acc", result.clean_acc)
     yield row("rpi_acc", result.rpi_acc)
-    for key in ("normal", "rpi", "rpi_std"):
-        for layer, v in enumerate(getattr(result.ssdc, key)):
-            yield row(f"ssdc_{key}", v, layer=layer)
-    for key in ("normal_ci", "rpi_ci"):
-        bounds = getattr(result.ssdc, key)
-        for bound, values in zip(("low", "high"), bounds or []):
-            for layer, v in enumerate(values):
-                yield row(f"ssdc_{key}_{bound}", v, layer=layer)
+    for name, lens in LENSES.items():
+        record = result.lens(name)
+        for r in lens.rows(record) if record is not None else ():
+            yield row(r.metric, r.value, layer=r.layer, head=r.head)
     yield row("delta_ssdc", result.delta_ssdc)
-    distance = result.attention_distance
-    for key in ("manhattan", "euclidean", "prefix_mass") if distance else ():
-        name = "attention_prefix_mass" if key == "prefix_mass" else f"attention_distance_{key}"
-        for mode in ("normal", "rpi"):
-            for layer, heads in enumerate(getattr(getattr(distance, key), mode)):
-                for head, v in enumerate(heads):
-                    yield row(f"{name}_{mode}", v, layer=layer, head=head)
-    for metric, v in (distance.uniform if distance else {}).items():
-        yield row(f"attention_distance_{metric}_uniform", v)
-    for target in ("row", "col") if result.position_probe else ():
-        for mode in ("normal", "rpi"):
-            for layer, v in enumerate(getattr(getattr(result.position_probe, target), mode)):
-                yield row(f"probe_r2_{target}_{mode}", v, layer=layer)
     for name, v in result.acc.items():
         yield row("acc", v, shift=name)
         yield row("fragility", result.fragility[name], shift=name)

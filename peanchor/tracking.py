@@ -12,9 +12,9 @@ Event files go beside the files they describe, each folder one TensorBoard run (
 ``ANALYSIS/tensorboard/``           an analysis (``ANALYSIS`` is where analysis.json goes, ``RUN/analysis`` by
                                     default): ``analysis/clean_acc``, ``analysis/rpi_acc``,
                                     ``analysis/delta_ssdc``, ``acc/<shift>`` and ``fs/<shift>`` at step 0;
-                                    ``ssdc/normal`` and ``ssdc/rpi`` with the layer as the step, and so
-                                    ``attention_distance/{normal,rpi}`` (Manhattan, mean over heads) and
-                                    ``probe_r2/{row,col}/{normal,rpi}`` (docs/lenses.md);
+                                    every lens per layer with the layer as the step (its ``scalars``):
+                                    ``ssdc/{normal,rpi}``, ``attention_distance/{normal,rpi}`` (Manhattan,
+                                    mean over heads), ``probe_r2/{row,col}/{normal,rpi}`` (docs/lenses.md);
                                     ``severity_fs/<kind>`` with the severity (1-5) as the step;
                                     ``alpha/delta_ssdc``, ``alpha/clean_acc`` and ``alpha/fs/<shift>`` with
                                     100·α as the step; the shifts measured, as text.
@@ -24,7 +24,8 @@ Event files go beside the files they describe, each folder one TensorBoard run (
 A writer opens on the first value logged, so a command refused before it starts (or a run already finished, which
 logs nothing) leaves no folder behind. Under ``torchrun`` only rank 0 logs.
 
-Imports: :mod:`peanchor.errors`, :mod:`peanchor.results` (what an analysis holds); ``torch.utils.tensorboard``
+Imports: :mod:`peanchor.errors`, :mod:`peanchor.results` (what an analysis holds), :mod:`peanchor.lenses` (their
+scalars); ``torch.utils.tensorboard``
 (which needs the ``tensorboard`` package) and Pillow when a writer opens.
 """
 
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from peanchor.errors import ConfigError
+from peanchor.lenses import LENSES
 from peanchor.results import AnalysisResult
 
 __all__ = ["TENSORBOARD_DIR", "TensorBoardLog", "TrainingLog", "has_events", "log_analysis", "log_figures",
@@ -135,15 +137,10 @@ def log_analysis(log: TensorBoardLog, result: AnalysisResult) -> None:
                              "delta_ssdc": result.delta_ssdc}, 0)  # fmt: skip
     log.scalars("acc", result.acc, 0)
     log.scalars("fs", result.fragility, 0)
-    for mode in ("normal", "rpi"):
-        for layer, value in enumerate(getattr(result.ssdc, mode)):
-            log.scalar(f"ssdc/{mode}", value, layer)
-        distance = result.attention_distance.manhattan.layer_means(mode) if result.attention_distance else []
-        for layer, value in enumerate(distance):
-            log.scalar(f"attention_distance/{mode}", value, layer)
-        for target in ("row", "col") if result.position_probe else ():
-            for layer, value in enumerate(getattr(getattr(result.position_probe, target), mode)):
-                log.scalar(f"probe_r2/{target}/{mode}", value, layer)
+    for name, lens in LENSES.items():
+        record = result.lens(name)
+        for tag, value, step in lens.scalars(record) if record is not None else ():
+            log.scalar(tag, value, step)
     for kind, values in (result.severity_fragility or {}).items():
         for severity, value in enumerate(values, 1):
             log.scalar(f"severity_fs/{kind}", value, severity)

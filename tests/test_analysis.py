@@ -134,16 +134,17 @@ def test_untrained_none_model_has_no_structure_under_rpi():
 
 
 def _count_calls(model: torch.nn.Module) -> dict[str, int]:
-    """Wrap the three entry points of ``model`` (instance attributes) and count their calls."""
-    counts = {"forward": 0, "forward_with_tokens": 0, "spatial_tokens": 0}
-    for name in counts:
-        original = getattr(model, name)
+    """Wrap the one pass of ``model`` (an instance attribute) and count its calls by what they compute: the logits
+    alone, logits and every layer's tokens, every layer's tokens without the head, or the first layers only."""
+    counts = {"logits": 0, "full": 0, "tokens": 0, "truncated": 0}
+    original = model.forward_intermediates
 
-        def wrapper(*args, _name=name, _original=original, **kwargs):
-            counts[_name] += 1
-            return _original(*args, **kwargs)
+    def wrapper(images, intervention, *, layers=None, head=True, attention=None):
+        kind = "logits" if layers == 0 else "truncated" if layers is not None else "full" if head else "tokens"
+        counts[kind] += 1
+        return original(images, intervention, layers=layers, head=head, attention=attention)
 
-        setattr(model, name, wrapper)
+    model.forward_intermediates = wrapper
     return counts
 
 
@@ -151,21 +152,20 @@ def _count_calls(model: torch.nn.Module) -> dict[str, int]:
 def test_forward_pass_count_is_what_was_done(pe, evalset):
     model = micro(pe)
     counts = _count_calls(model)
-    # model(x) goes through nn.Module.__call__ → forward; the wrapper on the instance catches it.
     batches = math.ceil(len(evalset) / 40)
     r = evaluate_model(model, evalset, INFO, alphas=ALPHAS, rpi_draws=2, batch_size=40, device="cpu", progress=False)
     calls = sum(counts.values())
     assert calls == r.forward_passes * batches
     shifts, alphas, draws = 2, len(ALPHAS), 2
     if pe == "none":
-        # clean (+probes), 2 RPI draws (+ SSDC and attention), the probe's pass under each draw, 2 shifts
-        assert r.forward_passes == 1 + 2 * draws + shifts and counts["spatial_tokens"] == 0
+        # clean (+lenses), 2 RPI draws (+ SSDC and attention), the probe's pass under each draw, 2 shifts
+        assert r.forward_passes == 1 + 2 * draws + shifts and counts["truncated"] == 0
     else:
         # ... plus, at each α ≠ 1: clean, 2 shifts (full) and 2 two-block RPI passes
         assert r.forward_passes == 1 + 2 * draws + shifts + (alphas - 1) * (1 + shifts + draws)
-        assert counts["spatial_tokens"] == (alphas - 1) * draws * batches
-    assert counts["forward_with_tokens"] == (1 + 2 * draws) * batches and r.passes["probe_rpi"] == draws
-    assert r.passes["full"] + r.passes["truncated"] == r.forward_passes
+        assert counts["truncated"] == (alphas - 1) * draws * batches
+    assert counts["full"] == (1 + draws) * batches and counts["tokens"] == draws * batches  # the probe's own passes
+    assert r.passes["probe_rpi"] == draws and r.passes["full"] + r.passes["truncated"] == r.forward_passes
 
 
 def test_rpi_draws_give_mean_and_std(evalset):

@@ -14,7 +14,6 @@ import torch
 
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
-from peanchor.analysis.lenses import LensPlan
 from peanchor.analysis.passes import PassRunner
 from peanchor.data import DataInfo, normalize
 from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD
@@ -289,18 +288,16 @@ def test_rpi_draws_average_the_lenses(pe, evalset):
 
 def test_lenses_need_what_the_model_and_data_allow(evalset):
     class NoWeights(torch.nn.Module):
-        """The minimal probe interface without attention weights (e.g. a foreign model)."""
+        """The minimal analysis interface without attention weights (e.g. a foreign model)."""
 
         def __init__(self) -> None:
             super().__init__()
             self.inner = micro("ape")
             self.grid, self.depth, self.num_patches = self.inner.grid, self.inner.depth, self.inner.num_patches
 
-        def forward(self, x, token_perm=None, pe_scale=1.0):
-            return self.inner(x, token_perm, pe_scale)
-
-        def forward_with_tokens(self, x, token_perm=None, pe_scale=1.0):  # no attention= keyword at all
-            return self.inner.forward_with_tokens(x, token_perm, pe_scale)
+        def forward_intermediates(self, x, intervention, *, layers=None, head=True, attention=None):
+            assert attention is None  # never handed a sink: it does not say has_attention_weights
+            return self.inner.forward_intermediates(x, intervention, layers=layers, head=head)
 
     r = evaluate_model(NoWeights(), evalset, INFO, alphas=(), batch_size=128, device="cpu", progress=False)
     assert r.attention_distance is None and r.position_probe is not None
@@ -309,19 +306,27 @@ def test_lenses_need_what_the_model_and_data_allow(evalset):
     assert r.position_probe is None and r.attention_distance is not None  # one image cannot be split
 
 
-def test_pass_runner_without_a_lens_plan_feeds_only_ssdc(evalset):
-    """The lenses are an addition to the passes: a runner built without a plan does what it did before."""
+def test_a_pass_feeds_the_lenses_it_is_given(evalset):
+    """Full passes feed every lens the runner was given (the position probe only in order: under RPI it has a pass of
+    its own); a truncated pass feeds SSDC alone; the lenses say what the model and the data allow."""
+    from peanchor.analysis.evaluate import measured_lenses
     from peanchor.analysis.passes import PassSpec
-    from peanchor.metrics import SSDCAccumulator
 
     model = micro("ape")
+    settings = {"seed": 0, "probe_ridge": DEFAULT_RIDGE, "probe_holdout": DEFAULT_HOLDOUT}
+    lenses = measured_lenses(model, len(evalset), settings)
+    assert set(lenses) == {"ssdc", "attention_distance", "position_probe"} | set(lenses)
+    assert int(lenses["position_probe"].heldout.sum()) == len(evalset) // 2
+    only_ssdc = measured_lenses(model, len(evalset), settings, chosen=())
+    assert list(only_ssdc) == ["ssdc"]  # required: always measured
     runner = PassRunner(model, evalset, INFO.mean, INFO.std, sets={"clean": evalset.images}, batch_size=128,
-                        device=torch.device("cpu"), seed=0, bar=None,
-                        make_accumulator=lambda: SSDCAccumulator(model.grid))  # fmt: skip
-    result = runner.run(PassSpec("clean", 1.0, "all", None))
-    assert result.accumulator is not None and result.attention is None and result.position is None
-    plan = LensPlan.for_model(model, len(evalset), seed=0, ridge=DEFAULT_RIDGE, holdout=DEFAULT_HOLDOUT)
-    assert plan.attention and plan.heldout is not None and int(plan.heldout.sum()) == len(evalset) // 2
+                        device=torch.device("cpu"), seed=0, bar=None, lenses=lenses)  # fmt: skip
+    full = runner.run(PassSpec("clean", 1.0, "all", None))
+    assert set(full.states) == set(lenses) and full.correct is not None
+    assert full.states["position_probe"].num_images == (len(evalset) - len(evalset) // 2, len(evalset) // 2)
+    first2 = runner.run(PassSpec("clean", 0.5, "first2", 0))
+    assert list(first2.states) == ["ssdc"] and first2.correct is None
+    assert first2.states["ssdc"].compute().shape == (2,)
 
 
 def test_bad_probe_settings_are_user_errors(evalset):

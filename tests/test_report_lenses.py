@@ -62,13 +62,13 @@ def test_lens_figures_are_drawn(written):
             assert (out / "figures" / f"{stem}.{ext}").stat().st_size > 1000
             assert out / "figures" / f"{stem}.{ext}" in paths
     md = (out / "report.md").read_text()
-    assert "## Three lenses on spatial structure" in md and "figures/lenses_per_layer.png" in md
+    assert "## Lenses on spatial structure" in md and "figures/lenses_per_layer.png" in md
 
 
 def test_lens_table_and_sentences_follow_the_numbers(written):
     _, res, _ = written
     doc = build_report(res)
-    start = next(i for i, b in enumerate(doc.blocks) if isinstance(b, Heading) and b.text.startswith("Three lenses"))
+    start = next(i for i, b in enumerate(doc.blocks) if isinstance(b, Heading) and b.text.startswith("Lenses on"))
     table = next(b for b in doc.blocks[start:] if isinstance(b, Table))
     rows = {r[0]: r for r in table.rows}
     header = table.header

@@ -378,7 +378,7 @@ def test_an_analysis_is_reused_only_for_the_same_weights_data_settings_and_shift
     shifts = {"jpeg": {"kind": "jpeg", "quality": 58}}
     data = {"name": "scenes", "img_size": 16, "val_size": 200, "train_size": 512, "augment": "auto"}
     stored = AnalysisResult(
-        clean_acc=0.5, rpi_acc=0.4, ssdc=SSDCLayers(normal=[0.6, 0.5], rpi=[0.1, 0.3], rpi_std=[0.0, 0.0]),
+        clean_acc=0.5, rpi_acc=0.4, lenses={"ssdc": SSDCLayers(normal=[0.6, 0.5], rpi=[0.1, 0.3], rpi_std=[0.0, 0.0])},
         delta_ssdc=0.2, acc={"jpeg": 0.4}, fragility={"jpeg": 0.2}, shifts=shifts, alpha_sweep=[], num_images=200,
         forward_passes=4, passes={}, seconds=1.0, timing={}, model=ModelInfo(pe="ape", depth=2, grid=[4, 4], scalable=True),
         settings=AnalysisSettings(alphas=[1.0, 0.0], rpi_draws=1, seed=0, ssdc_mode="mean_similarity", metric="manhattan",

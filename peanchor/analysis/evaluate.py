@@ -38,7 +38,8 @@ say whether α means anything. An adapter around a foreign model (e.g. a timm Vi
 evaluated unchanged. The result is an :class:`peanchor.results.AnalysisResult` (written as analysis.json by
 :func:`peanchor.results.write_analysis`).
 
-Imports: :mod:`peanchor.analysis` (shifts, evalset, passes), :mod:`peanchor.metrics`, :mod:`peanchor.results`.
+Imports: :mod:`peanchor.analysis` (shifts, evalset, passes), :mod:`peanchor.lenses`, :mod:`peanchor.metrics`,
+:mod:`peanchor.results`.
 """
 
 from __future__ import annotations
@@ -57,19 +58,18 @@ from tqdm.auto import tqdm
 from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.shifts import Shift, paper_shifts, severity_table, table_name
 from peanchor.analysis.evalset import EvalSet
-from peanchor.analysis.lenses import LensPlan
 from peanchor.analysis.passes import PassRunner, PassSpec, is_scalable
 from peanchor.errors import ConfigError, DataError
-from peanchor.metrics import SSDCAccumulator, fragility_score
+from peanchor.lenses import LENSES, Lens, LensContext
+from peanchor.lenses.ssdc import mean_and_std
+from peanchor.metrics import fragility_score
 from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
-from peanchor.results import AnalysisResult, AnalysisSettings, ModelInfo, SSDCLayers, SweepPoint
+from peanchor.results import AnalysisResult, AnalysisSettings, ModelInfo, SweepPoint
 
 __all__ = ["DEFAULT_ALPHAS", "evaluate_model"]
 
 # The paper's grid (1.0, 0.9, ..., 0.1) plus α = 0 (no positional information at all).
 DEFAULT_ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))
-
-CI_LEVEL = 0.95
 
 
 # ----------------------------------------------------------------------------------------------
@@ -85,12 +85,17 @@ def _delta(rpi: Sequence[float]) -> float:
     return float(rpi[1]) - float(rpi[0]) if len(rpi) >= 2 else math.nan
 
 
-def _mean_over_draws(values: list[list[float]]) -> tuple[list[float], list[float]]:
-    """Per-layer mean and sample std (ddof=1; 0.0 with a single draw) over RPI draws."""
-    arr = np.asarray(values, dtype=np.float64)  # (K, L)
-    mean = arr.mean(axis=0)
-    std = arr.std(axis=0, ddof=1) if arr.shape[0] > 1 else np.zeros(arr.shape[1])
-    return _floats(mean), _floats(std)
+def measured_lenses(model: nn.Module, num_images: int, settings: Mapping[str, Any],
+                    chosen: Sequence[str] | None = None) -> dict[str, Lens]:  # fmt: skip
+    """The lenses an analysis measures: the ``chosen`` ones (None: every registered lens) and the required ones, of
+    those that apply to ``model`` on ``num_images`` images, built on one :class:`LensContext`."""
+    context = LensContext(
+        grid=tuple(int(g) for g in model.grid), num_prefix=int(getattr(model, "num_prefix", 1)),  # type: ignore[arg-type]
+        depth=int(model.depth), num_images=num_images,
+        has_attention_weights=bool(getattr(model, "has_attention_weights", False)), settings=dict(settings),
+    )  # fmt: skip
+    return {name: lens(context) for name, lens in LENSES.items()
+            if (lens.required or chosen is None or name in chosen) and lens.applies(context)}  # fmt: skip
 
 
 def _check_alphas(alphas: Sequence[float] | None) -> list[float]:
@@ -214,21 +219,21 @@ def evaluate_model(
         plan += [c, *s.values(), *r]
     plan = list(dict.fromkeys(plan))  # unique, in order
     batches_per_pass = math.ceil(len(evalset) / batch_size)
-    lenses = LensPlan.for_model(model, len(evalset), seed=seed, ridge=probe_ridge, holdout=probe_holdout)
-    probe_passes = rpi_draws if lenses.heldout is not None else 0  # the probe's own pass under each RPI draw
-
-    def make_accumulator() -> SSDCAccumulator:
-        return SSDCAccumulator(grid, metric=metric, mode=ssdc_mode, bootstrap=bootstrap, seed=seed)
+    settings = {"seed": seed, "ssdc_mode": ssdc_mode, "metric": metric, "bootstrap": bootstrap,
+                "probe_ridge": probe_ridge, "probe_holdout": probe_holdout}  # fmt: skip
+    lenses = measured_lenses(model, len(evalset), settings)
+    # a lens fed one permutation per image under RPI has a pass of its own under each RPI draw
+    own_passes = rpi_draws if any(lens.rpi == "per_image" for lens in lenses.values()) else 0
 
     was_training = model.training
     model.to(dev).eval()
     t_passes = time.perf_counter()
     try:
-        with tqdm(total=(len(plan) + probe_passes) * batches_per_pass, desc="evaluate", unit="batch", disable=None if progress is None else not progress,
+        with tqdm(total=(len(plan) + own_passes) * batches_per_pass, desc="evaluate", unit="batch", disable=None if progress is None else not progress,
                   leave=False) as bar:  # fmt: skip
             runner = PassRunner(
                 model, evalset, info.mean, info.std, sets=sets, batch_size=batch_size, device=dev, seed=seed,
-                make_accumulator=make_accumulator, bar=bar, lenses=lenses,
+                lenses=lenses, bar=bar,
             )  # fmt: skip
             for spec in plan:
                 bar.set_postfix_str(spec.label, refresh=False)
@@ -237,19 +242,10 @@ def evaluate_model(
         model.train(was_training)
     t_passes = time.perf_counter() - t_passes
 
-    # ---- geometry (α = 1)
-    normal_acc = runner.run(clean).accumulator
-    assert normal_acc is not None
-    rpi_values = [_floats(runner.run(p).accumulator.compute()) for p in rpi]  # type: ignore[union-attr]
-    ssdc_rpi, ssdc_rpi_std = _mean_over_draws(rpi_values)
-    ssdc = SSDCLayers(normal=_floats(normal_acc.compute()), rpi=ssdc_rpi, rpi_std=ssdc_rpi_std,
-                      rpi_draws=rpi_values if rpi_draws > 1 else None)  # fmt: skip
-    if bootstrap:  # [[low per layer], [high per layer]]; under RPI, of the first draw
-        bounds = [normal_acc.confidence_interval(CI_LEVEL), runner.run(rpi[0]).accumulator.confidence_interval(CI_LEVEL)]  # type: ignore[union-attr]
-        ssdc.normal_ci, ssdc.rpi_ci = ([_floats(low), _floats(high)] for low, high in bounds)
-        ssdc.ci_level = CI_LEVEL
-    attention_distance = lenses.attention_layers(runner.run(clean).attention, [runner.run(p).attention for p in rpi])
-    position_probe = lenses.probe_layers(runner.run(clean).position, [runner.run(p).position for p in rpi])
+    # ---- the lenses (α = 1): the normal pass and the RPI draws
+    records = {name: lens.record(runner.run(clean).states[name], [runner.run(p).states[name] for p in rpi])
+               for name, lens in lenses.items()}  # fmt: skip
+    ssdc_rpi = records["ssdc"].rpi
 
     # ---- robustness (α = 1)
     clean_acc = runner.accuracy(clean)
@@ -265,17 +261,17 @@ def evaluate_model(
                                     acc=dict(acc), fragility=dict(fragility)))  # fmt: skip
             continue
         c, sh, r = sweep_passes[a]
-        first2, _ = _mean_over_draws([_floats(runner.run(p).accumulator.compute()) for p in r])  # type: ignore[union-attr]
+        first2, _ = mean_and_std([_floats(runner.run(p).states["ssdc"].compute()) for p in r])
         ca = runner.accuracy(c)
         sa = {name: runner.accuracy(p) for name, p in sh.items()}
         sweep.append(SweepPoint(alpha=a, delta_ssdc=_delta(first2), ssdc_rpi=first2, clean_acc=ca, acc=sa,
                                 fragility={name: fragility_score(ca, v) for name, v in sa.items()}))  # fmt: skip
 
-    full = sum(1 for p in plan if p.probes != "first2") + probe_passes
+    full = sum(1 for p in plan if p.probes != "first2") + own_passes
     return AnalysisResult(
         clean_acc=clean_acc,
         rpi_acc=float(np.mean([runner.accuracy(p) for p in rpi])),
-        ssdc=ssdc,
+        lenses=records,
         delta_ssdc=_delta(ssdc_rpi),
         acc=acc,
         fragility=fragility,
@@ -284,14 +280,12 @@ def evaluate_model(
         severity_fragility={k: [fragility_score(clean_acc, a) for a in v] for k, v in sev_acc.items()} if severities else None,
         severity_shifts={k: [s.describe() for s in group] for k, group in severity_shifts.items()} if severities else None,
         severity_table=table_name(evalset.img_size) if severities else None,
-        attention_distance=attention_distance,
-        position_probe=position_probe,
         shifts={name: s.describe() for name, s in shifts.items()},
         alpha_sweep=sweep,
         num_images=len(evalset),
-        forward_passes=len(plan) + probe_passes,
-        passes={"full": full, "truncated": len(plan) + probe_passes - full, "truncated_layers": 2,
-                "probe_rpi": probe_passes},
+        forward_passes=len(plan) + own_passes,
+        passes={"full": full, "truncated": len(plan) + own_passes - full, "truncated_layers": 2,
+                "probe_rpi": own_passes},
         seconds=time.perf_counter() - t0,
         timing={"corrupt": t_corrupt, "passes": t_passes},
         model=ModelInfo(pe=getattr(model, "pe_name", None), depth=int(model.depth), grid=list(grid), scalable=scalable),

@@ -1,25 +1,25 @@
-"""Passes over an evaluation set: one model call per batch, accuracy and the lenses (SSDC, attention distance,
-the position probe) from the same forward. Under RPI the position probe has a pass of its own with one permutation
-per image (:meth:`PassRunner._probe_under_rpi` says why); the other lenses keep one permutation per call.
+"""Passes over an evaluation set: one model call per batch, accuracy and the lenses (:mod:`peanchor.lenses`) from
+the same forward. Under RPI a lens that asks for it (the position probe) is fed from a pass of its own with one
+permutation per image (:meth:`PassRunner._per_image_pass` says why); the others see one permutation per call.
 
 A :class:`PassSpec` names a pass (which images, which α, which probes, which RPI draw); :class:`PassRunner`
 runs each distinct pass once on one device and keeps its result, so that the suite can plan every pass up
 front and collapse duplicates (:mod:`peanchor.analysis.evaluate`).
 
-Models only need the probe interface of :class:`peanchor.models.VisionTransformer` (``grid``, ``depth``,
-``forward(x, token_perm, pe_scale)``, ``forward_with_tokens(...)``, ``spatial_tokens(..., num_layers=)``), and
-``forward_with_tokens(..., attention=sink)`` where the model ``has_attention_weights``.
+Models only need the analysis interface (:meth:`~peanchor.models.interface.AnalysisInterface.forward_intermediates`
+with ``grid`` and ``depth``); lenses that read attention weights are measured only where the model
+``has_attention_weights``.
 
-Imports: :mod:`peanchor.metrics` (the accumulators), :mod:`peanchor.interventions`, :mod:`peanchor.data`,
-:mod:`peanchor.analysis` (shifts, evalset, lenses).
+Imports: :mod:`peanchor.lenses`, :mod:`peanchor.interventions`, :mod:`peanchor.data`, :mod:`peanchor.analysis`
+(shifts, evalset).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -27,11 +27,8 @@ from torch import Tensor, nn
 
 from peanchor.analysis.shifts import Shift
 from peanchor.analysis.evalset import EvalSet
-from peanchor.analysis.lenses import LensPlan
-from peanchor.interventions import random_permutation
-from peanchor.metrics import SSDCAccumulator
-from peanchor.metrics.attention_distance import AttentionDistanceAccumulator
-from peanchor.metrics.position_probe import PositionProbeAccumulator
+from peanchor.interventions import Intervention, random_permutation
+from peanchor.lenses import Lens, LensBatch
 
 __all__ = ["PassResult", "PassRunner", "PassSpec", "Probes", "is_scalable"]
 
@@ -71,10 +68,8 @@ class PassSpec:
 
 @dataclass
 class PassResult:
-    correct: int | None = None
-    accumulator: SSDCAccumulator | None = None
-    attention: AttentionDistanceAccumulator | None = None  # full probed passes of a model with attention weights
-    position: PositionProbeAccumulator | None = None  # full probed passes
+    correct: int | None = None  # None for a pass without the head (probes "first2")
+    states: dict[str, Any] = field(default_factory=dict)  # lens name → its state after the pass
 
 
 class PassRunner:
@@ -91,9 +86,8 @@ class PassRunner:
         batch_size: int,
         device: torch.device,
         seed: int,
-        make_accumulator: Any,
+        lenses: Mapping[str, Lens],
         bar: Any,
-        lenses: LensPlan | None = None,
     ) -> None:
         from peanchor.data import normalize
 
@@ -102,14 +96,13 @@ class PassRunner:
         self.mean, self.std = tuple(mean), tuple(std)
         self.sets = dict(sets)  # images key → uint8 (N, 3, S, S), CPU (or already on the device)
         self.batch_size, self.device, self.seed = batch_size, device, seed
-        self.make_accumulator = make_accumulator
-        self.lenses = lenses
-        self.heldout = lenses.heldout if lenses is not None else None  # (n,) bool, CPU: the probe's held-out images
+        self.lenses = dict(lenses)  # measured in every full pass; "ssdc" also in the "first2" passes
         self.bar = bar
         self.done: dict[PassSpec, PassResult] = {}
         self.labels = evalset.labels.to(device)
         self._on_device: dict[str, Tensor] = {}
         self.first_layers = min(2, int(model.depth))
+        self.num_patches = int(model.grid[0]) * int(model.grid[1])
 
     def _images(self, key: str) -> Tensor:
         """The set for ``key``; on CUDA moved to the device once, if it fits comfortably."""
@@ -124,73 +117,70 @@ class PassRunner:
                 self._on_device[key] = images.pin_memory() if not images.is_pinned() else images
         return self._on_device[key]
 
+    def _batches(self, images: Tensor) -> Iterator[tuple[int, Tensor]]:
+        """``(start, normalised batch (B, 3, S, S) on the device)`` over ``images``."""
+        for start in range(0, images.shape[0], self.batch_size):
+            batch = images[start : start + self.batch_size].to(self.device, non_blocking=True)
+            yield start, self.normalize(batch, self.mean, self.std)
+
     def run(self, spec: PassSpec) -> PassResult:
         if spec in self.done:
             return self.done[spec]
         model = self.model
         images = self._images(spec.images)
-        n = images.shape[0]
-        grid = tuple(model.grid)
-        num_patches = grid[0] * grid[1]
         generator = torch.Generator().manual_seed(self.seed + spec.rpi_draw) if spec.rpi_draw is not None else None
-        acc = self.make_accumulator() if spec.probes != "none" else None
-        full = spec.probes == "all" and self.lenses is not None
-        attention = self.lenses.attention_accumulator() if full else None  # type: ignore[union-attr]
-        position = self.lenses.position_accumulator() if full else None  # type: ignore[union-attr]
-        lens_kwargs = {"attention": attention} if attention is not None else {}
+        measured = self.lenses if spec.probes == "all" else {"ssdc": self.lenses["ssdc"]} if spec.probes == "first2" else {}
+        states = {name: lens.accumulator() for name, lens in measured.items()}
+        # Under RPI a lens that asks for one permutation per image is fed from a pass of its own (see below).
+        own_pass = [n for n, lens in measured.items() if lens.rpi == "per_image"] if generator is not None else []
+        fed = [(lens, states[n]) for n, lens in measured.items() if n not in own_pass]
+        readers = [(lens, state) for lens, state in fed if lens.reads_attention]
+        sink = (lambda block, weights: [lens.attend(state, block, weights) for lens, state in readers]) if readers else None
+        layers = {"all": None, "first2": self.first_layers, "none": 0}[spec.probes]
         autocast = (
             torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else contextlib.nullcontext()
         )
         with torch.inference_mode(), autocast:
             correct = torch.zeros((), dtype=torch.int64, device=self.device)  # summed on the device: no sync per batch
-            for start in range(0, n, self.batch_size):
-                batch = images[start : start + self.batch_size].to(self.device, non_blocking=True)
-                x = self.normalize(batch, self.mean, self.std)  # (B, 3, S, S) float, on the device
+            for start, x in self._batches(images):
                 perm = None
                 if generator is not None:  # one permutation per forward call, shared by the batch
-                    perm = random_permutation(num_patches, generator=generator).to(self.device)  # (N,)
-                labels = self.labels[start : start + batch.shape[0]]
-                if spec.probes == "all":
-                    # (B, C) and (B, L, N, D): accuracy and geometry from the same pass; attention weights
-                    # are reduced block by block as the model hands them out
-                    logits, tokens = model.forward_with_tokens(x, token_perm=perm, pe_scale=spec.alpha, **lens_kwargs)
-                    acc.update(tokens)
-                    if position is not None and perm is None:  # under RPI the probe has a pass of its own
-                        position.update(tokens, self.heldout[start : start + batch.shape[0]])
-                elif spec.probes == "first2":  # ΔSSDC needs probes 0 and 1 only: stop after block 0
-                    tokens = model.spatial_tokens(x, token_perm=perm, pe_scale=spec.alpha, num_layers=self.first_layers)
-                    acc.update(tokens)  # (B, 2, N, D)
-                    logits = None
-                else:
-                    logits = model(x, token_perm=perm, pe_scale=spec.alpha)  # (B, C)
-                if logits is not None:
-                    correct += (logits.argmax(dim=-1) == labels).sum()
+                    perm = random_permutation(self.num_patches, generator=generator).to(self.device)  # (N,)
+                # Accuracy and the lenses from the same pass; attention weights are reduced block by block as the model
+                # hands them out; ΔSSDC needs layers 0 and 1 only ("first2": the pass stops after block 1's norm).
+                out = model.forward_intermediates(x, Intervention(perm, spec.alpha), layers=layers,
+                                                  head=spec.probes != "first2", attention=sink)  # fmt: skip
+                if out.tokens is not None:  # (B, L, N, D)
+                    batch = LensBatch(out.tokens, start, perm)
+                    for lens, state in fed:
+                        lens.update(state, batch)
+                if out.logits is not None:  # (B, C)
+                    labels = self.labels[start : start + x.shape[0]]
+                    correct += (out.logits.argmax(dim=-1) == labels).sum()
                 if self.bar is not None:
                     self.bar.update(1)
-            if position is not None and generator is not None:
-                self._probe_under_rpi(images, spec.alpha, generator, position)
-        result = PassResult(int(correct.item()) if spec.probes != "first2" else None, acc, attention, position)
+            if own_pass:
+                self._per_image_pass(images, spec.alpha, generator, [(measured[n], states[n]) for n in own_pass])
+        result = PassResult(int(correct.item()) if spec.probes != "first2" else None, states)
         self.done[spec] = result
         return result
 
-    def _probe_under_rpi(
-        self, images: Tensor, alpha: float, generator: torch.Generator, position: PositionProbeAccumulator
+    def _per_image_pass(
+        self, images: Tensor, alpha: float, generator: torch.Generator | None, lenses: list[tuple[Lens, Any]]
     ) -> None:
-        """The position probe's pass under RPI: one permutation per *image*, so that no two images share one.
+        """The pass under RPI of the lenses that ask for one permutation per *image*, so that no two images share one.
 
-        With a permutation shared by a batch, a probe fitted on some of its images can learn "content from
-        position π(s) ⇒ slot s" and score it on the others (content carries position in any image with a layout);
-        with one per image there is nothing shared to learn, and the probe reads only what the slots carry. The
-        permutations continue ``generator`` after the pass's own draws, which therefore stay as they are.
+        With a permutation shared by a batch, a probe fitted on some of its images can learn "content from position
+        π(s) ⇒ slot s" and score it on the others (content carries position in any image with a layout); with one
+        per image there is nothing shared to learn. The permutations continue ``generator`` after the pass's own
+        draws, which therefore stay as they are.
         """
-        assert self.heldout is not None
-        num_patches = int(self.model.grid[0]) * int(self.model.grid[1])
-        for start in range(0, images.shape[0], self.batch_size):
-            batch = images[start : start + self.batch_size].to(self.device, non_blocking=True)
-            x = self.normalize(batch, self.mean, self.std)  # (B, 3, S, S)
-            perm = random_permutation(num_patches, batch=batch.shape[0], generator=generator).to(self.device)  # (B, N)
-            _, tokens = self.model.forward_with_tokens(x, token_perm=perm, pe_scale=alpha)  # (B, L, N, D)
-            position.update(tokens, self.heldout[start : start + batch.shape[0]])
+        for start, x in self._batches(images):
+            perm = random_permutation(self.num_patches, batch=x.shape[0], generator=generator).to(self.device)  # (B, N)
+            tokens = self.model.forward_intermediates(x, Intervention(perm, alpha), head=False).tokens  # (B, L, N, D)
+            batch = LensBatch(tokens, start, perm)
+            for lens, state in lenses:
+                lens.update(state, batch)
             if self.bar is not None:
                 self.bar.update(1)
 

@@ -11,7 +11,7 @@ model (``--timm NAME [--weights FILE]``) or a transformers ``save_pretrained`` f
 
 Imports: at parse time :mod:`peanchor.commands` (shared: the ``--shift`` help, from the shift registry, which loads
 no torch); when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`, :mod:`peanchor.training` (a run's config),
-:mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`, :mod:`peanchor.data`, :mod:`peanchor.metrics`,
+:mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`, :mod:`peanchor.data`, :mod:`peanchor.metrics`, :mod:`peanchor.lenses`,
 :mod:`peanchor.tracking` (``--tensorboard``).
 """
 
@@ -285,27 +285,17 @@ def _f(v: Any, digits: int = 3) -> str:
 
 
 def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.results.AnalysisResult
-    """A few lines for the terminal: accuracies, FS, SSDC per layer, ΔSSDC and the α sweep."""
+    """A few lines for the terminal: accuracies, FS, ΔSSDC, every lens per layer and the α sweep."""
+    from peanchor.lenses import LENSES
+
     r = result
     lines = [f"{name}: {r.num_images} images, {r.forward_passes} passes, {r.seconds:.1f} s"]
     shifts = ", ".join(f"{k} {_f(r.acc[k])} (FS {_f(r.fragility[k])})" for k in r.acc)
     lines.append(f"  top-1 clean {_f(r.clean_acc)}, RPI {_f(r.rpi_acc)}, {shifts}")
-    lines.append("  SSDC normal " + " ".join(_f(v, 2) for v in r.ssdc.normal))
-    lines.append("  SSDC RPI    " + " ".join(_f(v, 2) for v in r.ssdc.rpi))
     lines.append(f"  ΔSSDC (RPI, layer 1 - layer 0) {_f(r.delta_ssdc)}")
-    if r.attention_distance is not None:
-        distance = r.attention_distance.manhattan
-        uniform = _f(r.attention_distance.uniform.get("manhattan"), 2)
-        for mode, label in (("normal", "normal"), ("rpi", "RPI   ")):
-            lines.append(f"  attention distance {label} " + " ".join(_f(v, 2) for v in distance.layer_means(mode))
-                         + f"  (mean over heads, Manhattan, in patches; uniform {uniform})")  # fmt: skip
-    if r.position_probe is not None:
-        probe = r.position_probe
-        for mode, label in (("normal", "normal"), ("rpi", "RPI   ")):
-            pairs = zip(getattr(probe.row, mode), getattr(probe.col, mode))
-            total = probe.fit_images + probe.heldout_images
-            lines.append(f"  probe R² {label} " + " ".join(f"{_f(a, 2)}/{_f(b, 2)}" for a, b in pairs)
-                         + f"  (row/col, held out: {probe.heldout_images} of {total} images)")  # fmt: skip
+    for name, lens in LENSES.items():
+        record = r.lens(name)
+        lines += lens.summary_lines(record) if record is not None else []
     for kind, values in (r.severity_fragility or {}).items():
         lines.append(f"  {kind} severities 1-5: FS " + " ".join(_f(v, 2) for v in values))
     if r.alpha_sweep:

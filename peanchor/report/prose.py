@@ -19,7 +19,7 @@ from typing import Any
 from peanchor.conditions import CONDITIONS, PAPER, label, ordered
 from peanchor.report.claims import check_claims
 from peanchor.report.document import Bullets, FigureBlock, FigureFile, Heading, Paragraph, Report, Table
-from peanchor.report.lenses import LENS_INTRO, lens_sentences, lens_table
+from peanchor.report.lenses import lens_intro, lens_sentences, lens_table
 from peanchor.report.summary import (
     MIN_SEEDS_FOR_CLAIMS,
     N_BOOT,
@@ -191,7 +191,7 @@ class _Builder:
         table = lens_table(self.r)
         if table is None:
             return
-        self.doc.add(Heading(2, "Three lenses on spatial structure"), Paragraph(LENS_INTRO))
+        self.doc.add(Heading(2, "Lenses on spatial structure"), Paragraph(lens_intro(self.r)))
         self.figure("lenses_per_layer")
         self.doc.add(table)
         sentences = lens_sentences(self.r)

@@ -1,0 +1,193 @@
+"""The lens interface: a measure of spatial structure per layer, read from the analysis's passes with tokens in
+order and under RPI, and everything the result files, TensorBoard, ``analyze``'s summary and the report need of it.
+
+A lens is one :class:`Lens` subclass in one file of this folder, registered with
+:func:`~peanchor.lenses.registry.register_lens` (docs/ARCHITECTURE.md, "How to add a lens"). The analysis
+(:mod:`peanchor.analysis.passes`) drives it:
+
+* once per analysis it builds the lens on a :class:`LensContext` (the model's patch grid, prefix tokens and depth,
+  whether it hands out its attention weights, the number of evaluation images, the analysis plan's settings), if
+  :meth:`Lens.applies` to that context;
+* per full pass (clean at α = 1, and each RPI draw) it asks for a fresh :meth:`Lens.accumulator` and, after every
+  batch's forward, calls :meth:`Lens.update` with a :class:`LensBatch`: the patch tokens each block's attention
+  sees, ``(B, L, N, D)``, prefix tokens dropped. A lens that ``reads_attention`` is also handed every block's
+  attention weights during the forward (:meth:`Lens.attend`);
+* under RPI a lens sees the pass's permutation, one per forward call and shared by the batch (SSDC's definition),
+  unless it asks for ``rpi = "per_image"``: then it is fed from a pass of its own with one permutation per image
+  (the position probe: a permutation shared by fit and held-out images could be learnt from the content);
+* at the end, :meth:`Lens.record` turns the normal pass's accumulator and the RPI draws' into the lens's record.
+
+A record is a dataclass of JSON types (a measured float is :data:`~peanchor.fileio.Number`); ``analysis.json`` and
+each model of ``results.json`` hold it at the top level under the lens's name, validated against ``record_type``
+when read (:mod:`peanchor.results`). Everything after the analysis reads records only, through the class methods:
+:meth:`Lens.layers` (the per-layer curve of the figures, TensorBoard and the summary), :meth:`Lens.rows` (the CSV),
+:meth:`Lens.scalars` (TensorBoard), :meth:`Lens.summary_lines` (``analyze``) and :meth:`Lens.sentences` (the
+report).
+
+Imports: :mod:`peanchor.fileio` (``Number``); torch only for type annotations.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from peanchor.fileio import Number
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor
+
+__all__ = ["MODES", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext", "Row", "mean_over_draws"]
+
+MODES: tuple[str, str] = ("normal", "rpi")  # tokens in order, and under RPI
+_MODE_LABEL = {"normal": "normal", "rpi": "RPI   "}
+
+
+@dataclass(frozen=True)
+class LensContext:
+    """What a lens may know about the analysis it is part of."""
+
+    grid: tuple[int, int]  # the patch grid (rows, cols); N = rows · cols
+    num_prefix: int  # CLS and register tokens before the patches in the attention weights
+    depth: int  # blocks, i.e. layers of tokens
+    num_images: int  # in the evaluation set
+    has_attention_weights: bool  # whether the model hands out its attention weights during a pass
+    settings: Mapping[str, Any]  # the analysis plan's settings by name (seed, ssdc_mode, probe_ridge, ...)
+
+
+@dataclass(frozen=True)
+class LensBatch:
+    """One batch of one pass, after its forward."""
+
+    tokens: Tensor  # (B, L, N, D): the patch tokens of the pass's first L layers, in slot order
+    start: int  # the index of the batch's first image in the evaluation set
+    token_perm: Tensor | None  # the pass's permutation, (N,) or (B, N); None with tokens in order
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of ``analysis.csv`` (its other columns: alpha 1, no shift, no severity)."""
+
+    metric: str
+    value: Any
+    layer: Any = ""
+    head: Any = ""
+
+
+@dataclass(kw_only=True)
+class LayerPair:
+    """A value per layer, with tokens in order and under RPI (mean over RPI draws)."""
+
+    normal: list[Number]
+    rpi: list[Number]
+
+
+@dataclass(kw_only=True)
+class HeadLayers:
+    """A value per layer and head, ``[layer][head]``, with tokens in order and under RPI (mean over RPI draws)."""
+
+    normal: list[list[Number]]
+    rpi: list[list[Number]]
+
+    def layer_means(self, mode: str) -> list[float]:
+        """The mean over heads of every layer, for ``mode`` ``"normal"`` or ``"rpi"``."""
+        return [sum(heads) / len(heads) if heads else float("nan") for heads in getattr(self, mode)]
+
+
+def mean_over_draws(values: Sequence[Tensor]) -> list[Any]:
+    """The mean of equally shaped tensors (one per RPI draw), as nested lists of floats."""
+    import torch
+
+    return torch.stack(list(values)).mean(dim=0).tolist()
+
+
+def _number(v: Any, digits: int = 2) -> str:
+    return f"{v:.{digits}f}" if isinstance(v, (int, float)) and math.isfinite(v) else "n/a"
+
+
+class Lens(ABC):
+    """A measure of spatial structure per layer (see the module docstring for how the analysis drives it)."""
+
+    name: ClassVar[str]  # the record's key in the result files; also the CSV's and TensorBoard's prefix
+    title: ClassVar[str]  # for people: the summary, the report's table, figure panels
+    description: ClassVar[str]  # one sentence for the report: what it measures, and what RPI does to it
+    record_type: ClassVar[type]  # the dataclass of its record
+    ylabel: ClassVar[str]  # the per-layer value, as a figure's axis says it
+    stat: ClassVar[Literal["max", "mean"]] = "max"  # the report's one number per model: max or mean over layers
+    stat_label: ClassVar[str]  # the report's table column, e.g. "max SSDC"
+    table_note: ClassVar[str] = ""  # what the report's table caption says of its number, if anything
+    order: ClassVar[int] = 100  # where it comes in tables, figures and files (lower first)
+    required: ClassVar[bool] = False  # measured in every analysis (SSDC: ΔSSDC and the claims are made of it)
+    reads_attention: ClassVar[bool] = False  # fed the attention weights during each pass (:meth:`attend`)
+    rpi: ClassVar[Literal["per_call", "per_image"]] = "per_call"  # its permutations under RPI
+    zero_line: ClassVar[bool] = True  # the report's figure marks 0 on its axis
+
+    def __init__(self, context: LensContext) -> None:
+        self.context = context
+
+    # ---- the analysis ------------------------------------------------------------------------------------------
+    @classmethod
+    def applies(cls, context: LensContext) -> bool:
+        """Whether the lens can be measured on this model and evaluation set (default: always)."""
+        return True
+
+    @abstractmethod
+    def accumulator(self) -> Any:
+        """A fresh state for one pass."""
+
+    @abstractmethod
+    def update(self, state: Any, batch: LensBatch) -> None:
+        """Fold one batch of a pass into ``state``."""
+
+    def attend(self, state: Any, block: int, weights: Tensor) -> None:
+        """Fold block ``block``'s attention weights ``(b, H, T, T)`` into ``state`` (lenses that ``reads_attention``;
+        see :data:`peanchor.models.interface.AttentionSink`)."""
+        raise NotImplementedError(f"the {self.name} lens does not read attention weights")
+
+    @abstractmethod
+    def record(self, normal: Any, rpi: Sequence[Any]) -> Any:
+        """The record of the normal pass's state and the RPI draws' states (one per draw)."""
+
+    # ---- readers of a record -------------------------------------------------------------------------------------
+    @classmethod
+    @abstractmethod
+    def layers(cls, record: Any, mode: str) -> list[float]:
+        """One value per layer, for ``mode`` ``"normal"`` or ``"rpi"``."""
+
+    @classmethod
+    def reference(cls, record: Any) -> float | None:
+        """A value the figure marks with a dashed line (e.g. what uniform attention gives), if the lens has one."""
+        return None
+
+    reference_label: ClassVar[str] = ""
+
+    @classmethod
+    def rows(cls, record: Any) -> Iterator[Row]:
+        """Its rows of ``analysis.csv``: by default ``<name>_<mode>`` per layer."""
+        for mode in MODES:
+            for layer, value in enumerate(cls.layers(record, mode)):
+                yield Row(f"{cls.name}_{mode}", value, layer)
+
+    @classmethod
+    def scalars(cls, record: Any) -> Iterator[tuple[str, Any, int]]:
+        """Its TensorBoard scalars ``(tag, value, step)``: by default ``<name>/<mode>`` with the layer as the step."""
+        for mode in MODES:
+            for layer, value in enumerate(cls.layers(record, mode)):
+                yield f"{cls.name}/{mode}", value, layer
+
+    @classmethod
+    def summary_lines(cls, record: Any) -> list[str]:
+        """Its lines in ``peanchor analyze``'s summary: by default the per-layer values, normal and under RPI."""
+        return [f"  {cls.title} {_MODE_LABEL[mode]} " + " ".join(_number(v) for v in cls.layers(record, mode))
+                for mode in MODES]  # fmt: skip
+
+    @classmethod
+    def sentences(cls, means: Mapping[str, Mapping[str, Mapping[str, float]]], reference: float | None,
+                  fmt: Callable[..., str]) -> list[str]:  # fmt: skip
+        """What the report says of it, from ``means[lens][mode][condition]`` (the mean over seeds of every lens's
+        per-model number; finite values only), its :meth:`reference` (when every model has the same one) and the
+        report's number format ``fmt(x, digits=3)``. Default: nothing."""
+        return []

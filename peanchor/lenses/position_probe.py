@@ -1,0 +1,137 @@
+"""The position-decoding probe per layer (docs/lenses.md): the held-out R² of a ridge regression from a layer's
+patch tokens (the SSDC probe point) to their slot's grid row and column, i.e. how much absolute position the layer
+carries linearly. It is fitted on a split of the evaluation images drawn with the plan's ``seed`` (the same split in
+every pass; ``probe_holdout`` of them are scored) with ridge λ ``probe_ridge`` relative to the mean feature
+variance.
+
+Under RPI it is fed from a pass of its own with one permutation per *image*: with a permutation shared by a batch, a
+probe fitted on some of its images could learn "content from position π(s) ⇒ slot s" and score it on the others
+(content carries position in any image with a layout); with one per image there is nothing shared to learn, and the
+probe reads only what the slots carry. It needs at least two images to split.
+
+Imports: :mod:`peanchor.lenses` (base, registry); :mod:`peanchor.metrics` when measuring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from peanchor.lenses.base import MODES, LayerPair, Lens, LensBatch, LensContext, Row, mean_over_draws
+from peanchor.lenses.registry import register_lens
+
+__all__ = ["PositionProbeLayers", "PositionProbeLens"]
+
+_DEFAULT_RIDGE = 1e-3  # peanchor.metrics.position_probe's defaults, for a context without the plan's settings
+_DEFAULT_HOLDOUT = 0.5
+
+
+@dataclass(kw_only=True)
+class PositionProbeLayers:
+    """Held-out R² per layer of a ridge probe from the layer's patch tokens (the SSDC probe point) to their
+    slot's grid row and column, fitted on ``fit_images`` and scored on the other ``heldout_images``."""
+
+    row: LayerPair
+    col: LayerPair
+    fit_images: int
+    heldout_images: int
+
+
+@register_lens
+class PositionProbeLens(Lens):
+    name = "position_probe"
+    title = "probe R²"
+    description = ("the position probe, a ridge regression from a layer's patch tokens to their grid row and "
+                   "column, fitted on part of the evaluation images and scored (R², the mean of row and column) on "
+                   "the rest, i.e. how much absolute position a layer carries linearly; it falls to about 0 under "
+                   "RPI for structure carried by content")  # fmt: skip
+    record_type = PositionProbeLayers
+    ylabel = "held-out R² (row, col mean)"
+    stat = "max"
+    stat_label = "max probe R²"
+    table_note = "probe R²: held-out, mean of row and column"
+    order = 10
+    rpi = "per_image"
+
+    def __init__(self, context: LensContext) -> None:
+        from peanchor.metrics.position_probe import heldout_mask
+
+        super().__init__(context)
+        s = context.settings
+        self.ridge = float(s.get("probe_ridge", _DEFAULT_RIDGE))
+        self.heldout = heldout_mask(context.num_images, s.get("probe_holdout", _DEFAULT_HOLDOUT), s.get("seed", 0))
+
+    @classmethod
+    def applies(cls, context: LensContext) -> bool:
+        return context.num_images >= 2
+
+    def accumulator(self) -> Any:  # peanchor.metrics.position_probe.PositionProbeAccumulator
+        from peanchor.metrics.position_probe import PositionProbeAccumulator
+
+        return PositionProbeAccumulator(self.context.grid, self.ridge)
+
+    def update(self, state: Any, batch: LensBatch) -> None:
+        state.update(batch.tokens, self.heldout[batch.start : batch.start + batch.tokens.shape[0]])
+
+    def record(self, normal: Any, rpi: Sequence[Any]) -> PositionProbeLayers:
+        n, r = normal.compute(), [p.compute() for p in rpi]  # (L, 2) each: row, col
+        fit, held = normal.num_images
+        return PositionProbeLayers(
+            row=LayerPair(normal=n[:, 0].tolist(), rpi=mean_over_draws([v[:, 0] for v in r])),
+            col=LayerPair(normal=n[:, 1].tolist(), rpi=mean_over_draws([v[:, 1] for v in r])),
+            fit_images=fit, heldout_images=held,
+        )  # fmt: skip
+
+    @classmethod
+    def layers(cls, record: PositionProbeLayers, mode: str) -> list[float]:
+        """The mean of the row and column R² per layer."""
+        return [(a + b) / 2 for a, b in zip(getattr(record.row, mode), getattr(record.col, mode))]
+
+    @classmethod
+    def rows(cls, record: PositionProbeLayers) -> Iterator[Row]:
+        for target in ("row", "col"):
+            for mode in MODES:
+                for layer, v in enumerate(getattr(getattr(record, target), mode)):
+                    yield Row(f"probe_r2_{target}_{mode}", v, layer)
+
+    @classmethod
+    def scalars(cls, record: PositionProbeLayers) -> Iterator[tuple[str, Any, int]]:
+        for mode in MODES:
+            for target in ("row", "col"):
+                for layer, value in enumerate(getattr(getattr(record, target), mode)):
+                    yield f"probe_r2/{target}/{mode}", value, layer
+
+    @classmethod
+    def summary_lines(cls, record: PositionProbeLayers) -> list[str]:
+        def number(v: float) -> str:
+            return "n/a" if v != v else f"{v:.2f}"
+
+        total = record.fit_images + record.heldout_images
+        return [f"  probe R² {label} " + " ".join(f"{number(a)}/{number(b)}" for a, b in
+                                                  zip(getattr(record.row, mode), getattr(record.col, mode)))
+                + f"  (row/col, held out: {record.heldout_images} of {total} images)"
+                for mode, label in (("normal", "normal"), ("rpi", "RPI   "))]  # fmt: skip
+
+    @classmethod
+    def sentences(cls, means: Mapping[str, Mapping[str, Mapping[str, float]]], reference: float | None,
+                  fmt: Callable[..., str]) -> list[str]:  # fmt: skip
+        own = means.get(cls.name, {})
+        normal, rpi = own.get("normal", {}), own.get("rpi", {})
+        out = []
+        probe = sorted(rpi.items(), key=lambda p: p[1])
+        if len(probe) >= 2:
+            out.append(f"Under RPI, the highest probe R² over layers ranges from {fmt(probe[0][1])} (`{probe[0][0]}`) "
+                       f"to {fmt(probe[-1][1])} (`{probe[-1][0]}`).")  # fmt: skip
+        kept = sorted(((c, normal[c] - rpi[c]) for c in normal if c in rpi), key=lambda p: p[1])
+        if len(kept) >= 2:
+            out.append(f"RPI lowers the highest probe R² least for `{kept[0][0]}` (by {fmt(kept[0][1])}) and most for "
+                       f"`{kept[-1][0]}` (by {fmt(kept[-1][1])}).")  # fmt: skip
+        ssdc = means.get("ssdc", {}).get("rpi", {})
+        shared = [c for c in ssdc if c in rpi]
+        pairs = [(a, b) for i, a in enumerate(shared) for b in shared[i + 1 :]]
+        if pairs:
+            agree = sum((ssdc[a] - ssdc[b]) * (rpi[a] - rpi[b]) > 0 for a, b in pairs)
+            out.append(f"Under RPI, max SSDC and max probe R² order {agree} of {len(pairs)} pairs of conditions the "
+                       "same way.")  # fmt: skip
+        return out

@@ -1,0 +1,108 @@
+"""SSDC per layer (the paper's lens): the Spearman correlation between the tokens' mean cosine similarity and their
+grid distance, negated, of the patch tokens each block's attention sees (layer 0: patch embeddings + PE).
+
+Under RPI each pass draws one permutation per forward call, shared by the batch, so that the mean similarity
+matrix is taken over tokens that sit in the same slots; the record keeps the mean over RPI draws, their sample
+std and, with several draws, every draw. With ``bootstrap`` replicates it also keeps per-layer confidence intervals
+over images (under RPI, of the first draw). ΔSSDC and the α sweep are read off this lens's accumulators.
+
+Imports: :mod:`peanchor.lenses` (base, registry), :mod:`peanchor.fileio`; :mod:`peanchor.metrics` and numpy when
+measuring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from peanchor.fileio import Number
+from peanchor.lenses.base import Lens, LensBatch, Row
+from peanchor.lenses.registry import register_lens
+
+__all__ = ["CI_LEVEL", "SSDCLayers", "SSDCLens", "mean_and_std"]
+
+CI_LEVEL = 0.95
+_OMIT = {"omit_if_none": True}  # an optional part that was not measured is absent from the file, not null
+
+
+@dataclass(kw_only=True)
+class SSDCLayers:
+    """SSDC per layer (layer 0 = LN1 of patch embeddings + PE), with tokens in order and under RPI."""
+
+    normal: list[Number]
+    rpi: list[Number]  # mean over RPI draws
+    rpi_std: list[Number]  # sample std over RPI draws (0 with one draw)
+    rpi_draws: list[list[Number]] | None = field(default=None, metadata=_OMIT)  # (draws, layers), with > 1 draw
+    normal_ci: list[list[Number]] | None = field(default=None, metadata=_OMIT)  # [[low per layer], [high per layer]]
+    rpi_ci: list[list[Number]] | None = field(default=None, metadata=_OMIT)  # the same under RPI, of the first draw
+    ci_level: float | None = field(default=None, metadata=_OMIT)
+
+    def max_rpi(self) -> float | None:
+        """The highest finite SSDC over layers under RPI."""
+        values = [v for v in self.rpi if v == v and abs(v) != float("inf")]
+        return max(values) if values else None
+
+
+def _floats(values: Any) -> list[float]:
+    return [float(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
+
+
+def mean_and_std(draws: Sequence[Sequence[float]]) -> tuple[list[float], list[float]]:
+    """Per-layer mean and sample std (ddof=1; 0.0 with a single draw) over RPI draws ``[draw][layer]``."""
+    import numpy as np
+
+    arr = np.asarray(draws, dtype=np.float64)  # (K, L)
+    mean = arr.mean(axis=0)
+    std = arr.std(axis=0, ddof=1) if arr.shape[0] > 1 else np.zeros(arr.shape[1])
+    return _floats(mean), _floats(std)
+
+
+@register_lens
+class SSDCLens(Lens):
+    name = "ssdc"
+    title = "SSDC"
+    description = ("SSDC, how strongly the tokens' similarity falls off with their distance on the grid (the "
+                   "paper's measure)")  # fmt: skip
+    record_type = SSDCLayers
+    ylabel = "SSDC"
+    stat = "max"
+    stat_label = "max SSDC"
+    order = 0
+    required = True
+
+    def accumulator(self) -> Any:  # peanchor.metrics.SSDCAccumulator
+        from peanchor.metrics import SSDCAccumulator
+
+        s = self.context.settings
+        return SSDCAccumulator(self.context.grid, metric=s.get("metric", "manhattan"),
+                               mode=s.get("ssdc_mode", "mean_similarity"), bootstrap=s.get("bootstrap", 0),
+                               seed=s.get("seed", 0))  # fmt: skip
+
+    def update(self, state: Any, batch: LensBatch) -> None:
+        state.update(batch.tokens)
+
+    def record(self, normal: Any, rpi: Sequence[Any]) -> SSDCLayers:
+        draws = [_floats(acc.compute()) for acc in rpi]
+        mean, std = mean_and_std(draws)
+        record = SSDCLayers(normal=_floats(normal.compute()), rpi=mean, rpi_std=std,
+                            rpi_draws=draws if len(draws) > 1 else None)  # fmt: skip
+        if self.context.settings.get("bootstrap", 0):
+            bounds = [normal.confidence_interval(CI_LEVEL), rpi[0].confidence_interval(CI_LEVEL)]
+            record.normal_ci, record.rpi_ci = ([_floats(low), _floats(high)] for low, high in bounds)
+            record.ci_level = CI_LEVEL
+        return record
+
+    @classmethod
+    def layers(cls, record: SSDCLayers, mode: str) -> list[float]:
+        return list(getattr(record, mode))
+
+    @classmethod
+    def rows(cls, record: SSDCLayers) -> Iterator[Row]:
+        for key in ("normal", "rpi", "rpi_std"):
+            for layer, v in enumerate(getattr(record, key)):
+                yield Row(f"ssdc_{key}", v, layer)
+        for key in ("normal_ci", "rpi_ci"):
+            for bound, values in zip(("low", "high"), getattr(record, key) or []):
+                for layer, v in enumerate(values):
+                    yield Row(f"ssdc_{key}_{bound}", v, layer)
