@@ -17,6 +17,20 @@ def one_thread():
 
 
 @pytest.fixture(scope="session")
+def micro():
+    """``micro(pe, seed=0, num_classes=5, **kw)``: a ``vit_micro`` with PE ``pe`` in eval mode, built right after
+    ``torch.manual_seed(seed)`` (so the same arguments give the same weights); ``kw`` go to ``create_model``
+    (``img_size``, ``patch_size``, ``pe_kwargs``, ...)."""
+    from peanchor.models import create_model
+
+    def build(pe: str, seed: int = 0, num_classes: int = 5, **kw) -> torch.nn.Module:
+        torch.manual_seed(seed)
+        return create_model("vit_micro", pe=pe, num_classes=num_classes, **kw).eval()
+
+    return build
+
+
+@pytest.fixture(scope="session")
 def fit_briefly():
     """``fit(model, images uint8 (n, 3, S, S), labels, info, steps=40)``: a few AdamW steps on random batches of
     64, returning the model in eval mode (tests that need a model trained above chance, in seconds)."""

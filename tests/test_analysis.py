@@ -20,7 +20,6 @@ from peanchor.cli import main
 from peanchor.data import DataInfo, normalize
 from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from peanchor.metrics import SSDCAccumulator
-from peanchor.models import create_model
 from peanchor.pe import PE_NAMES, PE_REGISTRY
 
 INFO = DataInfo(4, 16, IMAGENET_MEAN, IMAGENET_STD, ["tl", "tr", "bl", "br"], "quadrants")
@@ -38,11 +37,6 @@ def quadrant_images(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return images, labels
 
 
-def micro(pe: str, seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return create_model("vit_micro", pe=pe, num_classes=4).eval()
-
-
 @pytest.fixture(scope="module")
 def evalset() -> EvalSet:
     images, labels = quadrant_images(96, seed=1)
@@ -50,10 +44,10 @@ def evalset() -> EvalSet:
 
 
 @pytest.fixture(scope="module")
-def trained_ape(fit_briefly) -> torch.nn.Module:
+def trained_ape(fit_briefly, micro) -> torch.nn.Module:
     """A vit_micro with APE trained for a few dozen steps (well above chance on the quadrant task)."""
     images, labels = quadrant_images(512, seed=0)
-    return fit_briefly(micro("ape"), images, labels, INFO)
+    return fit_briefly(micro("ape", num_classes=4), images, labels, INFO)
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +101,8 @@ def test_sweep_entries_match_a_separate_evaluation_at_that_alpha(trained_ape, ev
 
 
 @pytest.mark.parametrize("pe", PE_NAMES)
-def test_ssdc_normal_equals_the_accumulator_on_spatial_tokens(pe, evalset):
-    model = micro(pe)
+def test_ssdc_normal_equals_the_accumulator_on_spatial_tokens(pe, evalset, micro):
+    model = micro(pe, num_classes=4)
     r = evaluate_model(model, evalset, INFO, alphas=ALPHAS, batch_size=40, device="cpu", progress=False)
     accumulator = SSDCAccumulator(model.grid)
     with torch.inference_mode():
@@ -122,12 +116,13 @@ def test_ssdc_normal_equals_the_accumulator_on_spatial_tokens(pe, evalset):
     assert r.model.scalable == PE_REGISTRY[pe].scalable
 
 
-def test_untrained_none_model_has_no_structure_under_rpi():
+def test_untrained_none_model_has_no_structure_under_rpi(micro):
     """Without a PE the model is permutation-equivariant: under RPI the index grid carries no information."""
     images, labels = quadrant_images(256, seed=3)
     evalset = EvalSet.from_tensors(images, labels, INFO)
     shifts = {"blur": Shift("blur", sigma=1.0)}
-    r = evaluate_model(micro("none"), evalset, INFO, shifts=shifts, alphas=(), batch_size=8, device="cpu", progress=False)
+    r = evaluate_model(micro("none", num_classes=4), evalset, INFO, shifts=shifts, alphas=(), batch_size=8,
+                       device="cpu", progress=False)  # fmt: skip
     assert max(abs(v) for v in r.ssdc.rpi) < 0.1, r.ssdc.rpi
     assert min(r.ssdc.normal) > 0.2  # while content alone gives spatial structure without RPI
     assert r.alpha_sweep == []
@@ -149,8 +144,8 @@ def _count_calls(model: torch.nn.Module) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("pe", ["ape", "none"])
-def test_forward_pass_count_is_what_was_done(pe, evalset):
-    model = micro(pe)
+def test_forward_pass_count_is_what_was_done(pe, evalset, micro):
+    model = micro(pe, num_classes=4)
     counts = _count_calls(model)
     batches = math.ceil(len(evalset) / 40)
     r = evaluate_model(model, evalset, INFO, alphas=ALPHAS, rpi_draws=2, batch_size=40, device="cpu", progress=False)
@@ -168,9 +163,9 @@ def test_forward_pass_count_is_what_was_done(pe, evalset):
     assert r.passes["probe_rpi"] == draws and r.passes["full"] + r.passes["truncated"] == r.forward_passes
 
 
-def test_rpi_draws_give_mean_and_std(evalset):
-    r = evaluate_model(micro("sincos"), evalset, INFO, alphas=(), rpi_draws=3, batch_size=32, device="cpu",
-                       progress=False)  # fmt: skip
+def test_rpi_draws_give_mean_and_std(evalset, micro):
+    r = evaluate_model(micro("sincos", num_classes=4), evalset, INFO, alphas=(), rpi_draws=3, batch_size=32,
+                       device="cpu", progress=False)  # fmt: skip
     draws = torch.tensor(r.ssdc.rpi_draws, dtype=torch.float64)  # (3, L)
     assert draws.shape == (3, 2) and not torch.allclose(draws[0], draws[1])
     torch.testing.assert_close(torch.tensor(r.ssdc.rpi, dtype=torch.float64), draws.mean(0), rtol=0, atol=1e-12)
@@ -178,16 +173,16 @@ def test_rpi_draws_give_mean_and_std(evalset):
     assert r.delta_ssdc == r.ssdc.rpi[1] - r.ssdc.rpi[0]
 
 
-def test_bootstrap_intervals_bracket_the_estimate(evalset):
-    r = evaluate_model(micro("sincos"), evalset, INFO, alphas=(), bootstrap=50, batch_size=48, device="cpu",
-                       progress=False)  # fmt: skip
+def test_bootstrap_intervals_bracket_the_estimate(evalset, micro):
+    r = evaluate_model(micro("sincos", num_classes=4), evalset, INFO, alphas=(), bootstrap=50, batch_size=48,
+                       device="cpu", progress=False)  # fmt: skip
     for bounds, estimate in ((r.ssdc.normal_ci, r.ssdc.normal), (r.ssdc.rpi_ci, r.ssdc.rpi)):
         low, high = bounds
         assert len(low) == len(high) == 2
         assert all(lo <= e <= hi for lo, e, hi in zip(low, estimate, high))
 
 
-def test_severities_and_shared_passes(trained_ape, evalset):
+def test_severities_and_shared_passes(trained_ape, evalset, micro):
     cache = CorruptedCache()
     r = evaluate_model(trained_ape, evalset, INFO, alphas=(), severities=True, batch_size=48, device="cpu",
                        progress=False, cache=cache)  # fmt: skip
@@ -201,15 +196,15 @@ def test_severities_and_shared_passes(trained_ape, evalset):
     # RPI), 2 shifts + 8 severities.
     assert len(cache) == 10 and r.forward_passes == 5 + 8
     # A second model reuses the corrupted sets.
-    evaluate_model(micro("none"), evalset, INFO, alphas=(), severities=True, batch_size=48, device="cpu",
+    evaluate_model(micro("none", num_classes=4), evalset, INFO, alphas=(), severities=True, batch_size=48, device="cpu",
                    progress=False, cache=cache)  # fmt: skip
     assert len(cache) == 10
 
 
-def test_custom_shifts_are_recorded(evalset):
+def test_custom_shifts_are_recorded(evalset, micro):
     shifts = {"jpeg": Shift("jpeg", quality=10), "noise": Shift("gaussian_noise", sigma=0.2, seed=0)}
-    r = evaluate_model(micro("none"), evalset, INFO, shifts=shifts, alphas=(), batch_size=96, device="cpu",
-                       progress=False)  # fmt: skip
+    r = evaluate_model(micro("none", num_classes=4), evalset, INFO, shifts=shifts, alphas=(), batch_size=96,
+                       device="cpu", progress=False)  # fmt: skip
     assert r.shifts == {"jpeg": {"kind": "jpeg", "quality": 10}, "noise": {"kind": "gaussian_noise", "sigma": 0.2, "seed": 0}}
     assert set(r.fragility) == {"jpeg", "noise"}
 
@@ -259,20 +254,20 @@ def test_subset_is_deterministic_and_sorted():
     assert len(es) == 5 and es.fingerprint.startswith("quadrants-16px-n5-")
 
 
-def test_bad_arguments_are_user_errors(evalset):
+def test_bad_arguments_are_user_errors(evalset, micro):
     from peanchor.errors import ConfigError
 
     with pytest.raises(ConfigError):
-        evaluate_model(micro("ape"), evalset, INFO, alphas=(1.0, -0.5), device="cpu", progress=False)
+        evaluate_model(micro("ape", num_classes=4), evalset, INFO, alphas=(1.0, -0.5), device="cpu", progress=False)
     with pytest.raises(ConfigError):
-        evaluate_model(micro("ape"), evalset, INFO, rpi_draws=0, device="cpu", progress=False)
+        evaluate_model(micro("ape", num_classes=4), evalset, INFO, rpi_draws=0, device="cpu", progress=False)
 
 
 # ---- peanchor analyze -------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+def run_dir(tmp_path_factory, micro):
     """A run directory as `peanchor train --preset smoke --pe rope` leaves it (weights untrained)."""
     from peanchor.checkpoint import save_model
     from peanchor.presets import resolve_config
@@ -280,8 +275,7 @@ def run_dir(tmp_path_factory):
     run = tmp_path_factory.mktemp("run")
     config = resolve_config("smoke", {"model.pe": "rope"})
     (run / "config.yaml").write_text(config.to_yaml())
-    torch.manual_seed(0)
-    model = create_model("vit_micro", pe="rope", num_classes=10, img_size=16, patch_size=4)
+    model = micro("rope", num_classes=10, img_size=16, patch_size=4)
     save_model(model, run / "model.safetensors")
     return run
 
@@ -347,7 +341,7 @@ def test_analyze_takes_the_shifts_of_the_runs_preset(run_dir, tmp_path, monkeypa
     assert doc["shifts"] == own and set(doc["fragility"]) == {"jpeg", "noise"}
 
 
-def test_a_run_away_from_its_presets_resolution_falls_back_to_the_resolution_rule(tmp_path):
+def test_a_run_away_from_its_presets_resolution_falls_back_to_the_resolution_rule(tmp_path, micro):
     """The smoke preset's shifts are set for 16 px; a smoke run trained at 64 px gets paper_shifts(64) instead."""
     from peanchor.checkpoint import save_model
     from peanchor.presets import PRESETS, resolve_config
@@ -355,7 +349,7 @@ def test_a_run_away_from_its_presets_resolution_falls_back_to_the_resolution_rul
     run = tmp_path / "run64"
     run.mkdir()
     (run / "config.yaml").write_text(resolve_config("smoke", {"data.img_size": 64}).to_yaml())
-    save_model(create_model("vit_micro", pe="none", num_classes=10, img_size=64, patch_size=16), run / "model.safetensors")
+    save_model(micro("none", num_classes=10, img_size=64, patch_size=16), run / "model.safetensors")
     assert main(["analyze", str(run), "--images", "8", "--no-alpha", "--device", "cpu", "--no-progress"]) == 0
     doc = json.loads((run / "analysis" / "analysis.json").read_text())
     assert doc["shifts"] == {k: s.describe() for k, s in paper_shifts(64).items()} != dict(PRESETS["smoke"].shifts)

@@ -18,7 +18,6 @@ from peanchor.analysis.passes import PassRunner
 from peanchor.data import DataInfo, normalize
 from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from peanchor.interventions import random_permutation
-from peanchor.models import create_model
 from peanchor.metrics import SSDCAccumulator
 from peanchor.metrics.attention_distance import AttentionDistanceAccumulator
 from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE, PositionProbeAccumulator, heldout_mask
@@ -43,11 +42,6 @@ def scene_images(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return x, labels
 
 
-def micro(pe: str, seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return create_model("vit_micro", pe=pe, num_classes=2).eval()
-
-
 @pytest.fixture(scope="module")
 def evalset() -> EvalSet:
     images, labels = scene_images(256, seed=5)
@@ -55,10 +49,10 @@ def evalset() -> EvalSet:
 
 
 @pytest.fixture(scope="module")
-def trained(fit_briefly) -> dict[str, torch.nn.Module]:
+def trained(fit_briefly, micro) -> dict[str, torch.nn.Module]:
     """vit_micro models trained briefly on the blob-colour task (well above chance)."""
     images, labels = scene_images(512, seed=0)
-    return {pe: fit_briefly(micro(pe), images, labels, INFO) for pe in ("none", "sincos", "ape")}
+    return {pe: fit_briefly(micro(pe, num_classes=2), images, labels, INFO) for pe in ("none", "sincos", "ape")}
 
 
 def images(n: int = 4, seed: int = 2) -> torch.Tensor:
@@ -70,10 +64,10 @@ def images(n: int = 4, seed: int = 2) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("pe", PE_NAMES)
-def test_attention_weights_times_v_are_the_fused_attention_output(pe):
+def test_attention_weights_times_v_are_the_fused_attention_output(pe, micro):
     """The weights a probed pass hands out (after RoPE, with relbias's bias, CLS a key) times the plain pass's v
     give the plain pass's fused SDPA output, block by block; the logits agree too."""
-    model = micro(pe, seed=1)
+    model = micro(pe, seed=1, num_classes=2)
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(4)  # peaked attention, large positional terms: a wrong bias or rotation would show
@@ -102,10 +96,10 @@ def test_attention_weights_times_v_are_the_fused_attention_output(pe):
 
 
 @pytest.mark.parametrize("state", ["init", "trained"])
-def test_no_pe_attention_under_rpi_is_the_permuted_attention(state, trained):
+def test_no_pe_attention_under_rpi_is_the_permuted_attention(state, trained, micro):
     """Without a PE the model is permutation-equivariant: under RPI slot i holds the content of position
     perm[i], so its attention to slot j is the unshuffled attention from perm[i] to perm[j] (CLS stays CLS)."""
-    model = trained["none"] if state == "trained" else micro("none")
+    model = trained["none"] if state == "trained" else micro("none", num_classes=2)
     perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(3))
     index = torch.cat([torch.zeros(1, dtype=torch.long), perm + 1])  # CLS first, then the slots' sources
     with torch.inference_mode():
@@ -126,8 +120,8 @@ def test_with_a_pe_attention_under_rpi_is_not_the_permuted_attention(pe, trained
 
 
 @pytest.mark.parametrize("state", ["init", "trained"])
-def test_sincos_layer_0_is_decodable_with_and_without_rpi(state, trained, evalset):
-    model = trained["sincos"] if state == "trained" else micro("sincos")
+def test_sincos_layer_0_is_decodable_with_and_without_rpi(state, trained, evalset, micro):
+    model = trained["sincos"] if state == "trained" else micro("sincos", num_classes=2)
     r = evaluate_model(model, evalset, INFO, alphas=(), batch_size=BATCH, device="cpu", progress=False)
     probe = r.position_probe
     assert probe is not None and (probe.fit_images, probe.heldout_images) == (128, 128)
@@ -203,8 +197,8 @@ def test_the_probe_fix_leaves_every_other_number_as_it_was(batch_size, trained, 
 
 
 @pytest.mark.parametrize("pe", PE_NAMES)
-def test_suite_lenses_equal_the_accumulators_run_by_hand(pe, evalset):
-    model = micro(pe)
+def test_suite_lenses_equal_the_accumulators_run_by_hand(pe, evalset, micro):
+    model = micro(pe, num_classes=2)
     r = evaluate_model(model, evalset, INFO, alphas=(), batch_size=64, device="cpu", progress=False, seed=4)
     heldout = heldout_mask(len(evalset), DEFAULT_HOLDOUT, seed=4)
     by_hand = []
@@ -262,12 +256,12 @@ def _single_draw_by_hand(model, evalset: EvalSet, seed: int, draw: int, batch: i
 
 
 @pytest.mark.parametrize("pe", ["rope", "none"])
-def test_rpi_draws_average_the_lenses(pe, evalset):
+def test_rpi_draws_average_the_lenses(pe, evalset, micro):
     """Every number averaged over RPI draws (SSDC with its std, the attention distances, the probe, the RPI accuracy)
     is numpy's mean of single-draw runs made by hand with the same permutations."""
     import numpy as np
 
-    model, draws = micro(pe), 3
+    model, draws = micro(pe, num_classes=2), 3
     r = evaluate_model(model, evalset, INFO, alphas=(), rpi_draws=draws, batch_size=64, device="cpu", progress=False,
                        seed=7)  # fmt: skip
     single = [_single_draw_by_hand(model, evalset, seed=7, draw=k) for k in range(draws)]
@@ -286,13 +280,13 @@ def test_rpi_draws_average_the_lenses(pe, evalset):
     assert not np.allclose(ssdc[0], ssdc[1]) and not np.allclose(single[0]["probe"], single[1]["probe"])  # draws differ
 
 
-def test_lenses_need_what_the_model_and_data_allow(evalset):
+def test_lenses_need_what_the_model_and_data_allow(evalset, micro):
     class NoWeights(torch.nn.Module):
         """The minimal analysis interface without attention weights (e.g. a foreign model)."""
 
         def __init__(self) -> None:
             super().__init__()
-            self.inner = micro("ape")
+            self.inner = micro("ape", num_classes=2)
             self.grid, self.depth, self.num_patches = self.inner.grid, self.inner.depth, self.inner.num_patches
 
         def forward_intermediates(self, x, intervention, *, layers=None, head=True, attention=None):
@@ -302,17 +296,17 @@ def test_lenses_need_what_the_model_and_data_allow(evalset):
     r = evaluate_model(NoWeights(), evalset, INFO, alphas=(), batch_size=128, device="cpu", progress=False)
     assert r.attention_distance is None and r.position_probe is not None
     single = EvalSet.from_tensors(evalset.images[:1], evalset.labels[:1], INFO)
-    r = evaluate_model(micro("ape"), single, INFO, alphas=(), batch_size=8, device="cpu", progress=False)
+    r = evaluate_model(micro("ape", num_classes=2), single, INFO, alphas=(), batch_size=8, device="cpu", progress=False)
     assert r.position_probe is None and r.attention_distance is not None  # one image cannot be split
 
 
-def test_a_pass_feeds_the_lenses_it_is_given(evalset):
+def test_a_pass_feeds_the_lenses_it_is_given(evalset, micro):
     """Full passes feed every lens the runner was given (the position probe only in order: under RPI it has a pass of
     its own); a truncated pass feeds SSDC alone; the lenses say what the model and the data allow."""
     from peanchor.analysis.evaluate import measured_lenses
     from peanchor.analysis.passes import PassSpec
 
-    model = micro("ape")
+    model = micro("ape", num_classes=2)
     settings = {"seed": 0, "probe_ridge": DEFAULT_RIDGE, "probe_holdout": DEFAULT_HOLDOUT}
     lenses = measured_lenses(model, len(evalset), settings)
     assert set(lenses) == {"ssdc", "attention_distance", "position_probe"} | set(lenses)
@@ -329,12 +323,13 @@ def test_a_pass_feeds_the_lenses_it_is_given(evalset):
     assert first2.states["ssdc"].compute().shape == (2,)
 
 
-def test_bad_probe_settings_are_user_errors(evalset):
+def test_bad_probe_settings_are_user_errors(evalset, micro):
     from peanchor.errors import ConfigError
 
     for kwargs in ({"probe_ridge": 0.0}, {"probe_ridge": float("inf")}, {"probe_holdout": 1.0}, {"probe_holdout": 0}):
         with pytest.raises(ConfigError):
-            evaluate_model(micro("ape"), evalset, INFO, alphas=(), device="cpu", progress=False, **kwargs)
+            evaluate_model(micro("ape", num_classes=2), evalset, INFO, alphas=(), device="cpu", progress=False,
+                           **kwargs)  # fmt: skip
 
 
 def test_reproduce_compares_against_the_suites_probe_defaults():

@@ -18,11 +18,6 @@ from peanchor.pe import PE_NAMES
 from peanchor.training.config import ModelOverrides, TrainConfig, apply_overrides
 
 
-def micro(pe: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return create_model("vit_micro", pe=pe, num_classes=5).eval()
-
-
 def timm_micro() -> torch.nn.Module:
     pytest.importorskip("timm")
     from peanchor.adapters.timm_vit import load_timm_model
@@ -53,8 +48,14 @@ def hf_micro(family: str):
     return make
 
 
-MODELS = [*(pytest.param(lambda pe=pe: micro(pe), id=pe) for pe in PE_NAMES), pytest.param(timm_micro, id="timm"),
+MODELS = [*(pytest.param(pe, id=pe) for pe in PE_NAMES), pytest.param(timm_micro, id="timm"),
           pytest.param(hf_micro("dinov2"), id="hf-dinov2"), pytest.param(hf_micro("dinov3"), id="hf-dinov3")]
+
+
+@pytest.fixture
+def make(request, micro):
+    """``make()``: the model a test is parametrised with, from MODELS (a PE's name stands for its vit_micro)."""
+    return request.param if callable(request.param) else lambda: micro(request.param)
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def images() -> torch.Tensor:
     return torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
 
 
-@pytest.mark.parametrize("make", MODELS)
+@pytest.mark.parametrize("make", MODELS, indirect=True)
 def test_one_pass_gives_what_each_convenience_method_gives(make, images):
     model = make()
     perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(3))
@@ -83,7 +84,7 @@ def test_one_pass_gives_what_each_convenience_method_gives(make, images):
             assert torch.equal(late.logits, full.logits) and torch.equal(late.tokens, full.tokens[:, :k])
 
 
-@pytest.mark.parametrize("make", MODELS)
+@pytest.mark.parametrize("make", MODELS, indirect=True)
 def test_no_intervention_is_tokens_in_order_at_alpha_one(make, images):
     model = make()
     with torch.no_grad():
@@ -95,7 +96,7 @@ def test_no_intervention_is_tokens_in_order_at_alpha_one(make, images):
     assert moved == (getattr(model, "pe_name", "none") not in ("none",))
 
 
-@pytest.mark.parametrize("make", MODELS[:1] + MODELS[-1:])
+@pytest.mark.parametrize("make", MODELS[:1] + MODELS[-1:], indirect=True)
 def test_bad_layer_counts_are_refused(make, images):
     model = make()
     with pytest.raises(ValueError, match="layers must be in"):

@@ -15,18 +15,13 @@ from peanchor.pe.absolute import sincos_2d
 SCALABLE = [n for n in PE_NAMES if PE_REGISTRY[n].scalable]
 
 
-def micro(pe: str, **kw) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return create_model("vit_micro", pe=pe, num_classes=5, **kw).eval()
-
-
 @pytest.fixture
 def images() -> torch.Tensor:
     return torch.randn(3, 3, 16, 16, generator=torch.Generator().manual_seed(1))
 
 
 @pytest.mark.parametrize("pe", PE_NAMES)
-def test_shapes_finite_and_backward(pe, images):
+def test_shapes_finite_and_backward(pe, images, micro):
     model = micro(pe).train()
     logits = model(images)
     assert logits.shape == (3, 5) and torch.isfinite(logits).all()
@@ -38,7 +33,7 @@ def test_shapes_finite_and_backward(pe, images):
 
 
 @pytest.mark.parametrize("pe", PE_NAMES)
-def test_identity_permutation_changes_nothing(pe, images):
+def test_identity_permutation_changes_nothing(pe, images, micro):
     model = micro(pe)
     ident = torch.arange(model.num_patches)
     assert torch.equal(model(images), model(images, token_perm=ident))
@@ -46,7 +41,7 @@ def test_identity_permutation_changes_nothing(pe, images):
 
 
 @pytest.mark.parametrize("pe", PE_NAMES)
-def test_forward_with_tokens_matches_separate_calls(pe, images):
+def test_forward_with_tokens_matches_separate_calls(pe, images, micro):
     model = micro(pe)
     perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(3))
     logits, tokens = model.forward_with_tokens(images, token_perm=perm, pe_scale=0.5)
@@ -55,7 +50,7 @@ def test_forward_with_tokens_matches_separate_calls(pe, images):
 
 
 @pytest.mark.parametrize("pe", PE_NAMES)
-def test_spatial_tokens_are_ln1_outputs(pe, images):
+def test_spatial_tokens_are_ln1_outputs(pe, images, micro):
     """An independent reference: forward hooks on every block's first LayerNorm."""
     model = micro(pe)
     seen: list[torch.Tensor] = []
@@ -67,7 +62,7 @@ def test_spatial_tokens_are_ln1_outputs(pe, images):
 
 
 @pytest.mark.parametrize("pe", PE_NAMES)
-def test_truncated_probe_equals_the_first_layers(pe, images):
+def test_truncated_probe_equals_the_first_layers(pe, images, micro):
     model = micro(pe)
     torch.testing.assert_close(model.spatial_tokens(images, num_layers=1), model.spatial_tokens(images)[:, :1])
     with pytest.raises(ValueError, match="num_layers"):
@@ -140,7 +135,7 @@ SCALABLE_VARIANTS = [(n, {}) for n in SCALABLE] + [("sincos", {"cls": "learned"}
 
 
 @pytest.mark.parametrize(("pe", "pe_kwargs"), SCALABLE_VARIANTS, ids=lambda v: str(v))
-def test_alpha_one_is_the_pe_applied_without_any_scaling(pe, pe_kwargs, images):
+def test_alpha_one_is_the_pe_applied_without_any_scaling(pe, pe_kwargs, images, micro):
     """At α = 1 the model is the one whose PE is applied as is (the forward written out above, with no α anywhere),
     not merely the model at its default argument. Every parameter is enlarged so the PE's terms are not small, and
     the same forward without the PE differs clearly (the comparison can fail)."""
@@ -163,7 +158,7 @@ def _position_free_models() -> list[tuple[str, float]]:
 
 
 @pytest.mark.parametrize(("pe", "alpha"), _position_free_models())
-def test_without_positions_logits_are_permutation_invariant(pe, alpha, images):
+def test_without_positions_logits_are_permutation_invariant(pe, alpha, images, micro):
     model = micro(pe)
     perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(model(images, token_perm=perm, pe_scale=alpha), model(images, pe_scale=alpha))
@@ -172,7 +167,7 @@ def test_without_positions_logits_are_permutation_invariant(pe, alpha, images):
 
 
 @pytest.mark.parametrize(("pe", "alpha"), _position_free_models())
-def test_without_positions_tokens_are_permutation_equivariant(pe, alpha, images):
+def test_without_positions_tokens_are_permutation_equivariant(pe, alpha, images, micro):
     model = micro(pe)
     base = model.spatial_tokens(images, pe_scale=alpha)  # (B, L, N, D)
     perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(2))
@@ -187,7 +182,7 @@ def test_without_positions_tokens_are_permutation_equivariant(pe, alpha, images)
 
 
 @pytest.mark.parametrize("pe", [n for n in PE_NAMES if n != "none"])
-def test_real_pes_make_logits_depend_on_token_order(pe, images):
+def test_real_pes_make_logits_depend_on_token_order(pe, images, micro):
     model = micro(pe)
     perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(0))
     moved, base = model(images, token_perm=perm), model(images)
@@ -197,7 +192,7 @@ def test_real_pes_make_logits_depend_on_token_order(pe, images):
 
 
 @pytest.mark.parametrize("pe", PE_NAMES)
-def test_per_sample_permutation_equals_one_sample_at_a_time(pe, images):
+def test_per_sample_permutation_equals_one_sample_at_a_time(pe, images, micro):
     model = micro(pe)
     perms = random_permutation(model.num_patches, batch=3, generator=torch.Generator().manual_seed(5))
     batched = model(images, token_perm=perms)
@@ -229,7 +224,7 @@ def test_sincos_matches_a_brute_force_loop():
             assert all(abs(float(a) - b) < 1e-6 for a, b in zip(got, expect))
 
 
-def test_sincos_cls_modes(images):
+def test_sincos_cls_modes(images, micro):
     zero = micro("sincos")
     learned = micro("sincos", pe_kwargs={"cls": "learned"})
     assert not hasattr(zero.pe, "cls_pe") and learned.pe.cls_pe.requires_grad
@@ -316,7 +311,7 @@ def test_ape_init_is_standard_normal():
 
 
 @pytest.mark.parametrize("pe", PE_NAMES)
-def test_flop_count_equals_torchs_flop_counter(pe):
+def test_flop_count_equals_torchs_flop_counter(pe, micro):
     """forward_flops (from the architecture) against torch's operator-level count of a real forward pass, with
     attention in its math form so that q·kᵀ and attention·v are visible as matmuls to the counter."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -324,7 +319,7 @@ def test_flop_count_equals_torchs_flop_counter(pe):
 
     from peanchor.models import forward_flops, train_flops
 
-    model = create_model("vit_micro", pe=pe, num_classes=7).eval()
+    model = micro(pe, num_classes=7)
     x = torch.randn(3, 3, 16, 16)
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(x)

@@ -9,14 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from peanchor.interventions import random_permutation
-from peanchor.models import create_model
 from peanchor.pe import PE_REGISTRY, PEContext, create_pe
 from peanchor.pe.relative import relative_offset_index
-
-
-def micro(pe: str, **kw) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return create_model("vit_micro", pe=pe, num_classes=5, **kw).eval()
 
 
 @pytest.fixture
@@ -75,10 +69,9 @@ def test_relbias_matrix_depends_only_on_relative_offset(alpha):
 
 
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
-def test_relbias_attention_scores_depend_only_on_relative_offset(alpha):
+def test_relbias_attention_scores_depend_only_on_relative_offset(alpha, micro):
     """Two tokens with the same content: their logit q·k/√d + bias is a function of the slot offset."""
-    torch.manual_seed(0)
-    model = create_model("vit_micro", pe="relbias", num_classes=3, img_size=20, patch_size=4).eval()  # 5×5
+    model = micro("relbias", num_classes=3, img_size=20, patch_size=4)  # 5×5
     grid, heads = model.grid, model.blocks[0].attn.num_heads
     bias = model.pe.attn_bias(alpha)  # (L, H, T, T)
     for layer, block in enumerate(model.blocks):
@@ -94,7 +87,7 @@ def test_relbias_attention_scores_depend_only_on_relative_offset(alpha):
         torch.testing.assert_close(block.attn(x, None, bias[layer], 1), ref, rtol=1e-5, atol=1e-6)
 
 
-def test_relbias_under_rpi_keeps_the_bias_on_slots(images):
+def test_relbias_under_rpi_keeps_the_bias_on_slots(images, micro):
     """With the bias on slots, RPI changes the output; the first probe (before any attention) just moves."""
     model = micro("relbias")
     perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(0))
@@ -129,7 +122,7 @@ def test_relbias_init_is_trunc_normal_002():
 # --- peg -----------------------------------------------------------------------------------------
 
 
-def test_peg_conv_is_depthwise_3x3_with_bias():
+def test_peg_conv_is_depthwise_3x3_with_bias(micro):
     model = micro("peg")
     conv = model.pe.conv
     assert conv.groups == conv.in_channels == conv.out_channels == 32
@@ -147,7 +140,7 @@ def test_peg_conv_is_depthwise_3x3_with_bias():
 
 
 @pytest.mark.parametrize("alpha", [1.0, 0.3])
-def test_peg_is_a_residual_scaled_dwconv_after_the_first_block_only(alpha):
+def test_peg_is_a_residual_scaled_dwconv_after_the_first_block_only(alpha, micro):
     model = micro("peg")
     x = torch.randn(2, 17, 32)
     out = model.pe.after_block(0, x, alpha)
@@ -171,9 +164,9 @@ def test_peg_zero_padding_marks_the_border():
 
 
 @pytest.mark.parametrize("perm_seed", [None, 3])
-def test_peg_alpha_zero_is_the_none_model_with_the_same_weights(images, perm_seed):
+def test_peg_alpha_zero_is_the_none_model_with_the_same_weights(images, perm_seed, micro):
     peg = micro("peg")
-    none = create_model("vit_micro", pe="none", num_classes=5).eval()
+    none = micro("none")
     shared = {k: v for k, v in peg.state_dict().items() if not k.startswith("pe.")}
     none.load_state_dict(shared, strict=True)
     perm = None if perm_seed is None else random_permutation(16, generator=torch.Generator().manual_seed(perm_seed))
@@ -184,7 +177,7 @@ def test_peg_alpha_zero_is_the_none_model_with_the_same_weights(images, perm_see
     assert not torch.allclose(peg(images, token_perm=perm), none(images, token_perm=perm), atol=1e-5)
 
 
-def test_peg_under_rpi_anchors_from_the_block_after_it(images):
+def test_peg_under_rpi_anchors_from_the_block_after_it(images, micro):
     """Block 0 sees no position (equivariant); the PEG after it makes layer 1 depend on slot neighbours."""
     model = micro("peg")
     perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(0))
@@ -203,7 +196,7 @@ def test_peg_options_are_checked():
 
 
 @pytest.mark.parametrize("pe", ["peg", "relbias"])
-def test_alpha_zero_is_position_free(pe, images):
+def test_alpha_zero_is_position_free(pe, images, micro):
     model = micro(pe)
     perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(7))
     torch.testing.assert_close(model(images, token_perm=perm, pe_scale=0.0), model(images, pe_scale=0.0))

@@ -19,7 +19,6 @@ from peanchor.analysis.evaluate import evaluate_model
 from peanchor.data import DataInfo
 from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from peanchor.study import write_results_and_report
-from peanchor.models import create_model
 from peanchor.results import read_analysis, read_results, write_analysis
 
 INFO = DataInfo(4, 16, IMAGENET_MEAN, IMAGENET_STD, ["a", "b", "c", "d"], "strict")
@@ -40,10 +39,9 @@ def test_write_json_writes_undefined_numbers_as_null(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def never_right() -> torch.nn.Module:
+def never_right(micro) -> torch.nn.Module:
     """A vit_micro whose head always says class 3, evaluated on images of classes 0-2 only: clean accuracy 0."""
-    torch.manual_seed(0)
-    model = create_model("vit_micro", pe="ape", num_classes=4).eval()
+    model = micro("ape", num_classes=4)
     with torch.no_grad():
         model.head.weight.zero_()
         model.head.bias.copy_(torch.tensor([0.0, 0.0, 0.0, 10.0]))
