@@ -14,7 +14,8 @@ Event files go beside the files they describe, each folder one TensorBoard run (
                                     ``analysis/delta_ssdc``, ``acc/<shift>`` and ``fs/<shift>`` at step 0;
                                     every lens per layer with the layer as the step (its ``scalars``):
                                     ``ssdc/{normal,rpi}``, ``attention_distance/{normal,rpi}`` (Manhattan,
-                                    mean over heads), ``probe_r2/{row,col}/{normal,rpi}`` (docs/lenses.md);
+                                    mean over heads), ``probe_r2/{row,col}/{normal,rpi}``,
+                                    ``effective_rank/{normal,rpi}`` (docs/lenses.md);
                                     ``severity_fs/<kind>`` with the severity (1-5) as the step;
                                     ``alpha/delta_ssdc``, ``alpha/clean_acc`` and ``alpha/fs/<shift>`` with
                                     100·α as the step; the shifts measured, as text.
