@@ -124,3 +124,20 @@ def test_the_report_shows_it(evalset, micro):
     means = [np.mean(m.lens("effective_rank").normal) for m in models]
     assert [row[-2] for row in table.rows] == [f"{v:.3f}" for v in means]
     assert any("effective rank" in s for s in lens_sentences(results))
+
+
+def test_an_analysis_written_before_the_lens_existed_reads_and_rewrites_unchanged(tmp_path):
+    """tests/data/analysis-v2-three-lenses.json was written by the peanchor before lenses were plug-ins (schema 2,
+    smoke preset, ape-s0): it reads without an effective rank, and written back it is the same document."""
+    import json
+    from pathlib import Path
+
+    from peanchor.results import write_analysis
+
+    path = Path(__file__).parent / "data" / "analysis-v2-three-lenses.json"
+    doc = json.loads(path.read_text())
+    result = read_analysis(path)
+    assert result.lens("effective_rank") is None and result.ssdc.rpi == doc["ssdc"]["rpi"]
+    assert result.position_probe.row.normal == doc["position_probe"]["row"]["normal"]
+    assert result.attention_distance.manhattan.rpi == doc["attention_distance"]["manhattan"]["rpi"]
+    assert json.loads(write_analysis(result, tmp_path).read_text()) == doc
