@@ -38,7 +38,7 @@ say whether α means anything. An adapter around a foreign model (e.g. a timm Vi
 evaluated unchanged. The result is an :class:`peanchor.results.AnalysisResult` (written as analysis.json by
 :func:`peanchor.results.write_analysis`).
 
-Imports: :mod:`peanchor.analysis` (shifts, evalset, passes), :mod:`peanchor.metrics`, :mod:`peanchor.results`.
+Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes), :mod:`peanchor.metrics`, :mod:`peanchor.results`.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from peanchor.analysis.corrupted_sets import CorruptedCache
+from peanchor.analysis.plan import DEFAULT_ALPHAS
 from peanchor.analysis.shifts import Shift, paper_shifts, severity_table, table_name
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.lenses import LensPlan
@@ -64,10 +65,7 @@ from peanchor.metrics import SSDCAccumulator, fragility_score
 from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
 from peanchor.results import AnalysisResult, AnalysisSettings, ModelInfo, SSDCLayers, SweepPoint
 
-__all__ = ["DEFAULT_ALPHAS", "evaluate_model"]
-
-# The paper's grid (1.0, 0.9, ..., 0.1) plus α = 0 (no positional information at all).
-DEFAULT_ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))
+__all__ = ["DEFAULT_ALPHAS", "evaluate_model"]  # DEFAULT_ALPHAS: the plan's (peanchor.analysis.plan)
 
 CI_LEVEL = 0.95
 
