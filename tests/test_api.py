@@ -17,6 +17,7 @@ import peanchor
 from peanchor.analysis.shifts import Shift
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
+from peanchor.analysis.plan import AnalysisPlan
 from peanchor.data import DataInfo
 from peanchor.errors import ConfigError, DataError, PeanchorError
 from peanchor.results import read_analysis
@@ -42,8 +43,9 @@ def test_analyze_is_the_analysis_the_cli_runs(model, data) -> None:
     images, labels = data
     result = peanchor.analyze(model, images, labels, shifts=["jpeg:quality=10"], **STATS, **FAST)
     info = DataInfo(num_classes=4, img_size=16, name="tensors", **STATS)
-    direct = evaluate_model(model, EvalSet(images, labels, info), info, shifts={"jpeg": Shift("jpeg", quality=10)},
-                            **FAST)  # fmt: skip
+    plan = AnalysisPlan({"jpeg": Shift("jpeg", quality=10)}, {"jpeg": "--shift jpeg:quality=10"}, alphas=[1.0, 0.0],
+                        batch_size=8)  # fmt: skip
+    direct = evaluate_model(model, EvalSet(images, labels, info), plan, info=info, progress=False)
     assert result.ssdc == direct.ssdc and result.acc == direct.acc and result.alpha_sweep == direct.alpha_sweep
     assert result.position_probe == direct.position_probe and result.attention_distance == direct.attention_distance
     assert result.shift_sources == {"jpeg": "--shift jpeg:quality=10"} and result.source["kind"] == "python"
@@ -187,3 +189,19 @@ def test_a_named_dataset_must_match_the_heads_classes() -> None:
     with pytest.raises(ConfigError) as e:
         peanchor.analyze(T.ViTForImageClassification(config), "scenes", max_images=8, **FAST)
     assert "the model has 5 outputs but the dataset has 10 classes" in _one_line(e) and "config.num_labels" in str(e.value)
+
+
+def test_a_plan_is_the_bottom_layer_and_the_keywords_win(model, data) -> None:
+    first = peanchor.analyze(model, *data, shifts=["jpeg:quality=10"], rpi_draws=2, **STATS, **FAST)
+    plan = peanchor.AnalysisPlan.from_result(first)
+    assert plan.rpi_draws == 2 and plan.batch_size == 8 and list(plan.shifts) == ["jpeg"]
+    again = peanchor.analyze(model, *data, plan=plan, **STATS, progress=False)  # the plan's shifts and settings
+    assert again.ssdc == first.ssdc and again.alpha_sweep == first.alpha_sweep and again.settings == first.settings
+    one_draw = peanchor.analyze(model, *data, plan=plan, rpi_draws=1, **STATS, progress=False)
+    assert one_draw.settings.rpi_draws == 1 and one_draw.shifts == first.shifts
+    with pytest.raises(ConfigError) as e:
+        peanchor.analyze(model, *data, plan=plan, preset="smoke", **STATS, progress=False)
+    assert "give plan= or preset=, not both" in _one_line(e)
+    with pytest.raises(ConfigError) as e:
+        peanchor.analyze(model, *data, lenses=["position_probe"], **STATS, **FAST)
+    assert _one_line(e).startswith("analysis.lenses=['position_probe']: 'ssdc' is always measured")

@@ -1,5 +1,5 @@
 """The analysis plan: one checked value, read and written exactly, resolved in three layers (defaults, then what
-is given, then ``--set analysis.*``)."""
+is given, then ``--set analysis.*``), the same in analyze, reproduce and the files they write."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from peanchor.analysis.plan import (
     split_plan_items,
 )
 from peanchor.analysis.shifts import Shift
+from peanchor.conditions import parse_conditions
 from peanchor.errors import ConfigError
 from peanchor.results import AnalysisResult, AnalysisSettings, ModelInfo, SSDCLayers
+from peanchor.study import ReproduceOptions, list_commands
 
 SHIFTS = {"jpeg": Shift("jpeg", quality=10), "blur": Shift("blur", kernel_size=9, sigma=1.0)}
 
@@ -184,3 +186,64 @@ def test_set_items():
         parse_plan_items(["analysis.shifts={}"])
     with pytest.raises(ConfigError, match=r"^analysis\.rpi_draws='two': expected an integer >= 1"):
         resolve_plan(32, set_items=["analysis.rpi_draws=two"])
+
+
+# ---- reproduce: the plan of every cell ---------------------------------------------------------
+
+
+def test_reproduce_resolves_each_cells_plan_once_in_layers():
+    options = ReproduceOptions(preset="cpu", conditions=parse_conditions("ape,rpt"), severities=False,
+                               shifts=["contrast:factor=0.3"],
+                               set_items=["optim.lr=3e-4", "analysis.rpi_draws=3", "analysis.severities=true"])  # fmt: skip
+    ape, rpt = options.cells()[:2]
+    p = options.plan_for(ape)
+    assert p is options.plan_for(ape) and options.cell_config(ape) is options.cell_config(ape)  # resolved once
+    assert options.with_runtime(jobs=2, progress=False).plan_for(ape) is p  # a copy for the workers keeps it
+    with pytest.raises(ValueError):
+        options.with_runtime(preset="smoke")
+    assert p.alphas == (1.0, 0.8, 0.6, 0.4, 0.2) and p.batch_size == 100  # the preset's defaults
+    assert p.rpi_draws == 3 and p.severities  # --set analysis.* beats --no-severities, which beats the preset
+    assert list(p.shifts) == ["jpeg", "blur", "contrast"] and p.shift_sources["jpeg"] == "preset cpu"
+    assert options.plan_for(rpt).alphas == () and options.grid_plan(rpt).alphas == p.alphas  # no sweep for RPT
+    assert options.cell_set_items(ape) == ["optim.lr=3e-4"]  # the training config sees no analysis key
+    assert options.cell_config(ape).optim.lr == 3e-4
+    smoke = ReproduceOptions(preset="smoke", conditions=parse_conditions("none"), severities=True)
+    assert smoke.plan_for(smoke.cells()[0]).severities and smoke.plan_for(smoke.cells()[0]).batch_size == 25
+    paper = ReproduceOptions(preset="paper", conditions=parse_conditions("ape"))
+    assert paper.plan_for(paper.cells()[0]).batch_size == 256  # no batch size of its own: train.eval_batch_size
+
+
+def test_reproduce_splits_off_the_plans_own_keys():
+    from peanchor.analysis.plan import SET_PREFIX
+    from peanchor.study.options import ANALYSIS_KEYS
+
+    assert ANALYSIS_KEYS == SET_PREFIX  # spelled twice so that building reproduce's options imports no torch
+
+
+def test_list_leaves_analysis_keys_out_of_the_train_lines():
+    options = ReproduceOptions(preset="smoke", conditions=parse_conditions("none"),
+                               set_items=["analysis.rpi_draws=2", "train.epochs=1"])  # fmt: skip
+    tail = ["--preset", "smoke", "--set", "analysis.rpi_draws=2", "--set", "train.epochs=1"]
+    train, *_, final, _, report = list_commands(options, tail)
+    assert "analysis.rpi_draws" not in train and "--set train.epochs=1" in train
+    assert "--set analysis.rpi_draws=2" in final and report.startswith("peanchor report")
+    with pytest.raises(ConfigError, match="the analysis plan is the same for every cell; drop the 'none:' prefix"):
+        ReproduceOptions(preset="smoke", conditions=parse_conditions("none"), set_items=["none:analysis.seed=1"])
+
+
+def test_assemble_takes_the_planned_shifts_from_the_manifests_plan(tmp_path):
+    """Before any analysis, results.json lists the shifts the grid will be measured under: the plan recorded in
+    reproduce.json, or, for a manifest written before it recorded one, the preset's with its --shift specs."""
+    from peanchor import fileio
+    from peanchor.study.assemble import MANIFEST, assemble_results
+
+    recorded = plan(alphas=(1.0, 0.0))
+    grid = {"preset": "cpu", "conditions": ["ape"], "seeds": [0], "data": {"name": "scenes", "img_size": 32},
+            "shifts": ["contrast:factor=0.3"]}  # fmt: skip
+    fileio.write_json(tmp_path / "new" / MANIFEST, {**grid, "analysis": recorded.to_dict()})
+    results = assemble_results(tmp_path / "new")
+    assert results.missing == ["ape-s0"] and results.analysis == recorded.to_dict()
+    assert results.shifts == {k: s.describe() for k, s in SHIFTS.items()} and results.shift_sources["jpeg"] == "preset cpu"
+    fileio.write_json(tmp_path / "old" / MANIFEST, {**grid, "analysis": {"alphas": [1.0], "rpi_draws": 2}})
+    results = assemble_results(tmp_path / "old")
+    assert list(results.shifts) == ["jpeg", "blur", "contrast"] and results.shift_sources["blur"] == "preset cpu"

@@ -46,8 +46,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,15 +55,14 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from peanchor.analysis.corrupted_sets import CorruptedCache
-from peanchor.analysis.plan import DEFAULT_ALPHAS
-from peanchor.analysis.shifts import Shift, paper_shifts, severity_table, table_name
+from peanchor.analysis.plan import DEFAULT_ALPHAS, AnalysisPlan, resolve_plan
+from peanchor.analysis.shifts import Shift, severity_table, table_name
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.lenses import LensPlan
 from peanchor.analysis.passes import PassRunner, PassSpec, is_scalable
 from peanchor.errors import ConfigError, DataError
 from peanchor.metrics import SSDCAccumulator, fragility_score
-from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
-from peanchor.results import AnalysisResult, AnalysisSettings, ModelInfo, SSDCLayers, SweepPoint
+from peanchor.results import AnalysisResult, ModelInfo, SSDCLayers, SweepPoint
 
 __all__ = ["DEFAULT_ALPHAS", "evaluate_model"]  # DEFAULT_ALPHAS: the plan's (peanchor.analysis.plan)
 
@@ -91,16 +90,6 @@ def _mean_over_draws(values: list[list[float]]) -> tuple[list[float], list[float
     return _floats(mean), _floats(std)
 
 
-def _check_alphas(alphas: Sequence[float] | None) -> list[float]:
-    out = []
-    for a in DEFAULT_ALPHAS if alphas is None else alphas:
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a) or a < 0:
-            raise ConfigError(f"alpha {a!r}: expected a finite number >= 0 (1 = the PE as trained, 0 = none)")
-        if float(a) not in out:
-            out.append(float(a))
-    return out
-
-
 def _resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None or str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -110,69 +99,51 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
 def evaluate_model(
     model: nn.Module,
     evalset: EvalSet,
-    info: Any = None,
+    plan: AnalysisPlan | None = None,
     *,
-    shifts: Mapping[str, Shift] | None = None,
-    alphas: Sequence[float] | None = DEFAULT_ALPHAS,
-    rpi_draws: int = 1,
-    seed: int = 0,
-    ssdc_mode: Literal["mean_similarity", "per_image"] = "mean_similarity",
-    metric: Literal["manhattan", "euclidean"] = "manhattan",
-    bootstrap: int = 0,
-    severities: bool = False,
-    batch_size: int = 256,
+    info: Any = None,
     device: str | torch.device | None = None,
     progress: bool | None = None,
     cache: CorruptedCache | None = None,
-    probe_ridge: float = DEFAULT_RIDGE,
-    probe_holdout: float = DEFAULT_HOLDOUT,
 ) -> AnalysisResult:
-    """Geometry, robustness and (for scalable PEs) the α sweep of ``model`` on ``evalset``.
+    """Geometry, robustness and (for scalable PEs) the α sweep of ``model`` on ``evalset``, as ``plan`` says.
 
     Args:
         model: a ViT with the probe interface (see the module docstring); it is moved to ``device``
             and put in eval mode (its train/eval state is restored afterwards).
-        evalset: the images, loaded once.
+        evalset: the images, loaded once (``plan.max_images`` of them: the caller draws the subset).
+        plan: the :class:`~peanchor.analysis.plan.AnalysisPlan`: the shifts (resolved for the images' size), the
+            α sweep (skipped for PEs that are not ``scalable``), the RPI draws (SSDC under RPI is their mean ± std;
+            draw ``k`` is seeded ``seed + k``, as are the bootstrap and the probe's split), the batch size, the
+            severity sweeps (every measured kind, from the table for the images' resolution,
+            :func:`~peanchor.analysis.shifts.severity_table`), the SSDC variant, the bootstrap, the position
+            probe's ridge and held-out fraction, and the lenses to report. None: the defaults, with the
+            resolution rule's shifts for the images' size.
         info: the dataset's ``DataInfo`` (mean/std for normalisation); default ``evalset.info``.
-        shifts: name → :class:`Shift`; default ``paper_shifts(img_size)`` (``"jpeg"``, ``"blur"``).
-        alphas: the PE scales of the sweep (default 1.0, 0.9, ..., 0.0); empty or None-like ``()``
-            skips it. Ignored (empty sweep) for PEs that are not ``scalable``.
-        rpi_draws: independent RPI permutation streams; SSDC under RPI is their mean (± std).
-        seed: draw ``k`` uses a generator seeded with ``seed + k``; also seeds the bootstrap.
-        ssdc_mode, metric: passed to :class:`SSDCAccumulator` (paper defaults).
-        bootstrap: replicates for per-layer confidence intervals over images (0: none).
-        severities: also measure the severity 1–5 sweeps (α = 1) of every kind in ``shifts``, from the table for
-            the images' resolution (:func:`~peanchor.analysis.shifts.severity_table`).
         cache: where corrupted sets are memoised; share one across models to corrupt only once.
-        probe_ridge: the position probe's ridge λ, relative to the mean feature variance.
-        probe_holdout: the fraction of the evaluation images the probe is scored on (the rest fit it).
 
     Returns:
-        An :class:`~peanchor.results.AnalysisResult`. ``fragility`` is exactly ``1 - acc / clean_acc``
-        and ``delta_ssdc`` exactly ``rpi[1] - rpi[0]``.
+        An :class:`~peanchor.results.AnalysisResult` whose ``settings`` record the plan as applied to this model.
+        ``fragility`` is exactly ``1 - acc / clean_acc`` and ``delta_ssdc`` exactly ``rpi[1] - rpi[0]``.
     """
     t0 = time.perf_counter()
     info = info if info is not None else evalset.info
     if info is None:
         raise ConfigError("evaluate_model needs the dataset info (mean/std): pass info= or build the EvalSet with one")
-    if rpi_draws < 1:
-        raise ConfigError(f"rpi_draws={rpi_draws}: expected >= 1")
-    if batch_size < 1:
-        raise ConfigError(f"batch_size={batch_size}: expected >= 1")
-    if bootstrap < 0:
-        raise ConfigError(f"bootstrap={bootstrap}: expected >= 0")
-    if not (isinstance(probe_ridge, (int, float)) and math.isfinite(probe_ridge) and probe_ridge > 0):
-        raise ConfigError(f"probe_ridge={probe_ridge!r}: expected a finite number > 0")
-    if not (isinstance(probe_holdout, (int, float)) and 0 < probe_holdout < 1):
-        raise ConfigError(f"probe_holdout={probe_holdout!r}: expected a fraction strictly between 0 and 1")
+    if plan is None:
+        plan = resolve_plan(evalset.img_size)
+    if not isinstance(plan, AnalysisPlan):
+        raise ConfigError(f"evaluate_model(model, evalset, plan, *, info=...): plan must be an AnalysisPlan, got a "
+                          f"{type(plan).__name__}")  # fmt: skip
     grid = tuple(int(g) for g in model.grid)
     if evalset.img_size != getattr(info, "img_size", evalset.img_size):
         raise DataError(f"evaluation images are {evalset.img_size} px but the dataset info says {info.img_size} px")
     scalable = is_scalable(model)
-    alpha_list = _check_alphas(alphas) if scalable else []
-    shifts = dict(paper_shifts(evalset.img_size) if shifts is None else shifts)
-    if not shifts:
-        raise ConfigError("evaluate_model needs at least one shift")
+    applied = plan.for_model(scalable)
+    alpha_list, shifts = list(applied.alphas), dict(applied.shifts)
+    rpi_draws, seed, batch_size, severities = applied.rpi_draws, applied.seed, applied.batch_size, applied.severities
+    ssdc_mode, metric, bootstrap = applied.ssdc_mode, applied.metric, applied.bootstrap
+    probe_ridge, probe_holdout = applied.probe_ridge, applied.probe_holdout
     # The severity sweeps: every measured kind, from the table for this resolution (each kind has one).
     kinds = list(dict.fromkeys(s.kind for s in shifts.values()))
     severity_shifts = severity_table(evalset.img_size, kinds) if severities else {}
@@ -206,11 +177,11 @@ def evaluate_model(
         )
         for a in sweep_alphas
     }
-    plan: list[PassSpec] = [clean, *rpi, *shifted.values(), *(p for g in severity_passes.values() for p in g)]
+    passes: list[PassSpec] = [clean, *rpi, *shifted.values(), *(p for g in severity_passes.values() for p in g)]
     for a in sweep_alphas:
         c, s, r = sweep_passes[a]
-        plan += [c, *s.values(), *r]
-    plan = list(dict.fromkeys(plan))  # unique, in order
+        passes += [c, *s.values(), *r]
+    passes = list(dict.fromkeys(passes))  # unique, in order
     batches_per_pass = math.ceil(len(evalset) / batch_size)
     lenses = LensPlan.for_model(model, len(evalset), seed=seed, ridge=probe_ridge, holdout=probe_holdout)
     probe_passes = rpi_draws if lenses.heldout is not None else 0  # the probe's own pass under each RPI draw
@@ -222,13 +193,13 @@ def evaluate_model(
     model.to(dev).eval()
     t_passes = time.perf_counter()
     try:
-        with tqdm(total=(len(plan) + probe_passes) * batches_per_pass, desc="evaluate", unit="batch", disable=None if progress is None else not progress,
+        with tqdm(total=(len(passes) + probe_passes) * batches_per_pass, desc="evaluate", unit="batch", disable=None if progress is None else not progress,
                   leave=False) as bar:  # fmt: skip
             runner = PassRunner(
                 model, evalset, info.mean, info.std, sets=sets, batch_size=batch_size, device=dev, seed=seed,
                 make_accumulator=make_accumulator, bar=bar, lenses=lenses,
             )  # fmt: skip
-            for spec in plan:
+            for spec in passes:
                 bar.set_postfix_str(spec.label, refresh=False)
                 runner.run(spec)
     finally:
@@ -269,7 +240,7 @@ def evaluate_model(
         sweep.append(SweepPoint(alpha=a, delta_ssdc=_delta(first2), ssdc_rpi=first2, clean_acc=ca, acc=sa,
                                 fragility={name: fragility_score(ca, v) for name, v in sa.items()}))  # fmt: skip
 
-    full = sum(1 for p in plan if p.probes != "first2") + probe_passes
+    full = sum(1 for p in passes if p.probes != "first2") + probe_passes
     return AnalysisResult(
         clean_acc=clean_acc,
         rpi_acc=float(np.mean([runner.accuracy(p) for p in rpi])),
@@ -282,20 +253,18 @@ def evaluate_model(
         severity_fragility={k: [fragility_score(clean_acc, a) for a in v] for k, v in sev_acc.items()} if severities else None,
         severity_shifts={k: [s.describe() for s in group] for k, group in severity_shifts.items()} if severities else None,
         severity_table=table_name(evalset.img_size) if severities else None,
-        attention_distance=attention_distance,
-        position_probe=position_probe,
+        # the lenses the plan does not report are measured all the same (the passes cannot skip them yet)
+        attention_distance=attention_distance if "attention_distance" in applied.lenses else None,
+        position_probe=position_probe if "position_probe" in applied.lenses else None,
         shifts={name: s.describe() for name, s in shifts.items()},
+        shift_sources=dict(applied.shift_sources) or None,
         alpha_sweep=sweep,
         num_images=len(evalset),
-        forward_passes=len(plan) + probe_passes,
-        passes={"full": full, "truncated": len(plan) + probe_passes - full, "truncated_layers": 2,
+        forward_passes=len(passes) + probe_passes,
+        passes={"full": full, "truncated": len(passes) + probe_passes - full, "truncated_layers": 2,
                 "probe_rpi": probe_passes},
         seconds=time.perf_counter() - t0,
         timing={"corrupt": t_corrupt, "passes": t_passes},
         model=ModelInfo(pe=getattr(model, "pe_name", None), depth=int(model.depth), grid=list(grid), scalable=scalable),
-        settings=AnalysisSettings(
-            alphas=alpha_list, rpi_draws=rpi_draws, seed=seed, ssdc_mode=ssdc_mode, metric=metric,
-            bootstrap=bootstrap, severities=severities, batch_size=batch_size, evalset=evalset.fingerprint,
-            device=str(dev), probe_ridge=float(probe_ridge), probe_holdout=float(probe_holdout),
-        ),
+        settings=applied.settings_record(evalset.fingerprint, str(dev)),
     )  # fmt: skip
