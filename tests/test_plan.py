@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 
+import numpy as np
 import pytest
 
 from peanchor.analysis.plan import (
@@ -52,6 +53,9 @@ def test_values_are_normalised():
     assert p.alphas == (1.0, 0.5, 0.0) and all(type(a) is float for a in p.alphas)
     assert p.lenses == ("ssdc", "position_probe") and type(p.probe_ridge) is float
     assert plan(alphas=0.5).alphas == (0.5,) and plan(alphas=()).alphas == ()
+    p = plan(alphas=np.linspace(1, 0, 3), rpi_draws=np.int64(2), probe_holdout=np.float32(0.25))  # a script's numbers
+    assert p.alphas == (1.0, 0.5, 0.0) and type(p.rpi_draws) is int and type(p.probe_holdout) is float
+    assert json.loads(json.dumps(p.to_dict()))["rpi_draws"] == 2
 
 
 BAD = [  # (key, refused, accepted): both sides of every check

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -54,12 +55,12 @@ def _fail(key: str, value: Any, expected: str) -> ConfigError:
     return ConfigError(f"{SET_PREFIX}{key}={shown!r}: {expected}")
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _is_int(value: Any) -> bool:  # numpy's integers too; a bool is not a number
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,11 @@ class AnalysisPlan:
             value = getattr(self, key)
             if not _is_int(value) or (low is not None and value < low):
                 raise _fail(key, value, "expected an integer" + (f" >= {low}" if low is not None else ""))
-        if self.max_images is not None and not (_is_int(self.max_images) and self.max_images >= 1):
-            raise _fail("max_images", self.max_images, "expected an integer >= 1, or null for every image")
+            store(key, int(value))
+        if self.max_images is not None:
+            if not (_is_int(self.max_images) and self.max_images >= 1):
+                raise _fail("max_images", self.max_images, "expected an integer >= 1, or null for every image")
+            store("max_images", int(self.max_images))
         if not isinstance(self.severities, bool):
             raise _fail("severities", self.severities, "expected true or false")
         for key, kind in (("ssdc_mode", SSDCMode), ("metric", Metric)):
