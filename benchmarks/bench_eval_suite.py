@@ -32,6 +32,7 @@ import torch
 from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
+from peanchor.analysis.plan import resolve_plan
 from peanchor.data import DataSpec, normalize
 from peanchor.models import create_model
 from peanchor.presets import preset_config
@@ -61,8 +62,8 @@ def run(num_images: int, reps: int, pe: str = "ape") -> dict[str, Any]:
             evaluate_model(
                 model,
                 evalset,
-                info,
-                batch_size=BATCH,
+                resolve_plan(evalset.img_size, given={"batch_size": BATCH}),
+                info=info,
                 device="cpu",
                 progress=False,
                 cache=CorruptedCache(progress=False),

@@ -9,8 +9,8 @@ From Python (README.md, "Python"; docs/python.md)::
 
 Imports: nothing at import time; lazily ``create_model`` / ``MODEL_SIZES`` from :mod:`peanchor.models`,
 ``load_model`` from :mod:`peanchor.checkpoint`, ``PE_NAMES`` from :mod:`peanchor.pe`, ``analyze`` / ``LENSES``
-from :mod:`peanchor.api`, ``read_analysis`` / ``AnalysisResult`` from :mod:`peanchor.results`, the ``plot_*``
-functions from :mod:`peanchor.report.plots`.
+from :mod:`peanchor.api`, ``AnalysisPlan`` from :mod:`peanchor.analysis`, ``read_analysis`` / ``AnalysisResult``
+from :mod:`peanchor.results`, the ``plot_*`` functions from :mod:`peanchor.report.plots`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "__version__", "create_model", "load_model", "PE_NAMES", "MODEL_SIZES", "analyze", "LENSES", "AnalysisResult",
-    "read_analysis", "plot_ssdc_per_layer", "plot_alpha_sweep", "plot_lenses", "plot_attention_heads",
+    "__version__", "create_model", "load_model", "PE_NAMES", "MODEL_SIZES", "analyze", "LENSES", "AnalysisPlan",
+    "AnalysisResult", "read_analysis", "plot_ssdc_per_layer", "plot_alpha_sweep", "plot_lenses", "plot_attention_heads",
 ]  # fmt: skip
 
 if TYPE_CHECKING:  # pragma: no cover
+    from peanchor.analysis.plan import AnalysisPlan
     from peanchor.api import LENSES, analyze
     from peanchor.checkpoint import load_model
     from peanchor.models import MODEL_SIZES, create_model
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _LAZY = {
     "create_model": "peanchor.models", "MODEL_SIZES": "peanchor.models", "PE_NAMES": "peanchor.pe",
     "load_model": "peanchor.checkpoint", "analyze": "peanchor.api", "LENSES": "peanchor.api",
+    "AnalysisPlan": "peanchor.analysis.plan",
     "AnalysisResult": "peanchor.results", "read_analysis": "peanchor.results",
     "plot_ssdc_per_layer": "peanchor.report.plots", "plot_alpha_sweep": "peanchor.report.plots",
     "plot_lenses": "peanchor.report.plots", "plot_attention_heads": "peanchor.report.plots",

@@ -5,17 +5,18 @@
 ``(image, label)``, or a dataset name (``"scenes"``) or :class:`~peanchor.data.DataSpec`. It returns the
 :class:`~peanchor.results.AnalysisResult` that the CLI writes (``result.save(dir)`` writes ``analysis.json``).
 
-:func:`run_analysis` is the part both front ends run once they have a model and an evaluation set: the shifts a
-model is measured under (:func:`peanchor.analysis.shift_specs.measured_shifts`), :func:`evaluate_model`, then the
-record of where model and data came from. Two choices are the API's own: ``shifts=`` is the whole list of shifts
-(the CLI's ``--shift`` replaces or adds to the preset's), and ``lenses=`` leaves out the lenses not asked for
-from the result (they are still computed: the lens plan cannot skip them yet). A model without a classification
+:func:`run_analysis` is the part both front ends run once they have a model, an evaluation set and its
+:class:`~peanchor.analysis.plan.AnalysisPlan`: :func:`evaluate_model`, then the record of where model and data
+came from. :func:`analyze`'s keyword arguments are the plan's "given" layer (:func:`resolve_plan`), over a
+``plan=`` of the caller's or the plan's defaults. One choice is the API's own: ``shifts=`` is the whole list of
+shifts (the CLI's ``--shift`` replaces or adds to the preset's). ``lenses=`` leaves out the lenses not asked for
+from the result (they are still computed: the lens code cannot skip them yet). A model without a classification
 head (a transformers backbone such as ``Dinov2Model``) is analysed for geometry; its accuracies and Fragility
 Scores are NaN, and ``source["accuracy"]`` says why.
 
 Imports: torch; :mod:`peanchor.analysis`, :mod:`peanchor.adapters` (lazily), :mod:`peanchor.models`,
-:mod:`peanchor.metrics`, :mod:`peanchor.data` (lazily), :mod:`peanchor.results`, :mod:`peanchor.presets` (a preset's
-shifts), :mod:`peanchor.errors`.
+:mod:`peanchor.data` (lazily), :mod:`peanchor.results`, :mod:`peanchor.presets` (a preset's shifts),
+:mod:`peanchor.errors`.
 """
 
 from __future__ import annotations
@@ -23,25 +24,26 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.evalset import EvalSet
-from peanchor.analysis.evaluate import DEFAULT_ALPHAS, evaluate_model
-from peanchor.analysis.shift_specs import ShiftSpec, measured_shifts, parse_shift_specs
+from peanchor.analysis.evaluate import evaluate_model
+from peanchor.analysis.plan import LENS_NAMES, AnalysisPlan, Metric, SSDCMode, resolve_plan
 from peanchor.analysis.shifts import Shift
 from peanchor.errors import ConfigError, DataError
-from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
 from peanchor.models.interface import AnalysisInterface
 from peanchor.presets import preset_shifts
 from peanchor.results import AnalysisResult
 
-__all__ = ["LENSES", "analyze", "match_classes", "run_analysis", "wrap_model"]
+__all__ = ["LENSES", "AnalysisPlan", "analyze", "match_classes", "run_analysis", "wrap_model"]
 
-#: The lenses an analysis can report; SSDC is always measured (ΔSSDC and the α sweep are made of it).
-LENSES = ("ssdc", "attention_distance", "position_probe")
+#: The lenses an analysis can report (the plan's names); SSDC is always measured (ΔSSDC and the α sweep are made
+#: of it).
+LENSES = LENS_NAMES
 NO_HEAD = "none: the model has no classification head (accuracy and FS are NaN)"
 
 
@@ -85,14 +87,6 @@ def _shift_text(shift: Shift | str) -> str:
     raise ConfigError(f"shift {shift!r}: expected a Shift or a string such as 'jpeg:quality=10'")
 
 
-def _check_lenses(lenses: Iterable[str]) -> tuple[str, ...]:
-    chosen = tuple(lenses)
-    unknown = [name for name in chosen if name not in LENSES]
-    if unknown:
-        raise ConfigError(f"unknown lens {unknown[0]!r}; valid: {', '.join(LENSES)}")
-    return chosen
-
-
 def _without_accuracy(result: AnalysisResult) -> None:
     """NaN for every accuracy and FS of a model without a classification head (its 'logits' are features)."""
     nan = math.nan
@@ -112,33 +106,20 @@ def run_analysis(
     model: nn.Module,
     evalset: EvalSet,
     info: Any,
+    plan: AnalysisPlan,
     *,
-    preset: str | None = None,
-    shift_specs: Sequence[ShiftSpec] = (),
-    only_given_shifts: bool = False,
-    lenses: Iterable[str] = LENSES,
     source: dict[str, Any] | None = None,
-    **options: Any,
+    progress: bool | None = None,
+    device: str | torch.device | None = None,
+    cache: CorruptedCache | None = None,
 ) -> AnalysisResult:
-    """The analysis both front ends run: shifts for the model (``preset``'s, or the resolution rule, with
-    ``shift_specs`` replacing or adding one per kind; ``only_given_shifts``: just those), then
-    :func:`~peanchor.analysis.evaluate.evaluate_model` with ``options``; ``source`` is recorded in the result."""
-    chosen = _check_lenses(lenses)
-    if only_given_shifts and not shift_specs:
-        raise ConfigError("shifts=[]: give at least one shift (accuracy under a shift is part of every analysis)")
-    shifts, sources = measured_shifts(evalset.img_size, shift_specs, preset_shifts(preset, evalset.img_size))
-    if only_given_shifts:
-        kinds = {spec.kind for spec in shift_specs}
-        shifts = {name: s for name, s in shifts.items() if name in kinds}
-        sources = {name: s for name, s in sources.items() if name in kinds}
-    result = evaluate_model(model, evalset, info, shifts=shifts, **options)
-    result.shift_sources = sources
+    """The analysis both front ends run: :func:`~peanchor.analysis.evaluate.evaluate_model` with ``plan``, then
+    ``source`` (where model and data came from) recorded in the result."""
+    result = evaluate_model(model, evalset, plan, info=info, device=device, progress=progress, cache=cache)
     result.source = dict(source or {})
     if getattr(model, "has_head", True) is False:
         _without_accuracy(result)
         result.source["accuracy"] = NO_HEAD
-    for name in [n for n in result.lenses if n not in chosen and n != "ssdc"]:
-        del result.lenses[name]
     return result
 
 
@@ -237,23 +218,24 @@ def analyze(
     labels: Any = None,
     *,
     shifts: Sequence[Shift | str] | None = None,
-    alphas: Sequence[float] = DEFAULT_ALPHAS,
-    rpi_draws: int = 1,
-    lenses: Iterable[str] = LENSES,
-    seed: int = 0,
-    ssdc_mode: Literal["mean_similarity", "per_image"] = "mean_similarity",
-    metric: Literal["manhattan", "euclidean"] = "manhattan",
-    bootstrap: int = 0,
-    severities: bool = False,
-    batch_size: int = 256,
+    alphas: Sequence[float] | None = None,
+    rpi_draws: int | None = None,
+    lenses: Iterable[str] | None = None,
+    seed: int | None = None,
+    ssdc_mode: SSDCMode | None = None,
+    metric: Metric | None = None,
+    bootstrap: int | None = None,
+    severities: bool | None = None,
+    batch_size: int | None = None,
     device: str | torch.device | None = None,
     progress: bool | None = None,
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
     max_images: int | None = None,
-    probe_ridge: float = DEFAULT_RIDGE,
-    probe_holdout: float = DEFAULT_HOLDOUT,
+    probe_ridge: float | None = None,
+    probe_holdout: float | None = None,
     preset: str | None = None,
+    plan: AnalysisPlan | None = None,
 ) -> AnalysisResult:
     """Analyse ``model`` on ``data``, as ``peanchor analyze`` does: SSDC per layer (normal and under RPI), ΔSSDC,
     the attention distance and position probe, accuracy and Fragility Score under shifts, and the α sweep.
@@ -264,13 +246,19 @@ def analyze(
             ``DataLoader`` of ``(image, label)``, or a dataset name / :class:`~peanchor.data.DataSpec` (read at
             the model's resolution). ``S`` must be the model's resolution (a transformers model adapts).
         shifts: ``Shift`` objects or strings such as ``"jpeg:quality=10"`` (the CLI's ``--shift`` syntax),
-            the whole list; None: the ``preset``'s shifts, or the resolution rule.
-        alphas: the α sweep (``()`` skips it); rpi_draws, seed, ssdc_mode, metric, bootstrap, severities,
-            batch_size, device, probe_ridge, probe_holdout: as ``peanchor analyze``.
-        lenses: which of :data:`LENSES` to report. progress: progress bars (None: only on a terminal).
+            the whole list; None: ``plan``'s shifts, else the ``preset``'s (its name: its shifts at its own
+            resolution), else the resolution rule.
+        alphas, rpi_draws, seed, ssdc_mode, metric, bootstrap, severities, batch_size, max_images, probe_ridge,
+            probe_holdout, lenses: the settings of the :class:`~peanchor.analysis.plan.AnalysisPlan`, each over
+            ``plan``'s (None: not given). Without a plan: α 1.0, 0.9, ..., 0.0 (``()`` skips the sweep), one RPI
+            draw, seed 0, the paper's SSDC (mean similarity, Manhattan), no bootstrap, no severity sweeps, batch
+            size 256, every image (``max_images``: a deterministic random subset of that many), probe ridge 1e-3
+            and held-out fraction 0.5, all of :data:`LENSES` (``"ssdc"`` among them) reported.
+        plan: a whole :class:`~peanchor.analysis.plan.AnalysisPlan` (e.g. ``AnalysisPlan.from_result`` of an
+            earlier analysis), its shifts set for these images' size; not with ``preset``.
+        device, progress: where to run (None: a GPU when there is one) and progress bars (None: only on a terminal).
         mean, std: the normalisation the model expects; default the adapter's (timm, transformers) or the
             named dataset's. Tensors for a peanchor model need them.
-        max_images: a deterministic random subset of that many images.
 
     Example::
 
@@ -280,12 +268,15 @@ def analyze(
     """
     from peanchor.data import DataSpec
 
+    if plan is not None and preset is not None:
+        raise ConfigError("give plan= or preset=, not both: a plan carries its shifts")
+    subset = max_images if max_images is not None or plan is None else plan.max_images
     if isinstance(data, (str, DataSpec)):  # read at the model's resolution
         probed = wrap_model(model)
         expected = model_img_size(probed)
-        evalset = _evalset(data, labels, expected, max_images, progress)
+        evalset = _evalset(data, labels, expected, subset, progress)
     else:  # a transformers model is wrapped at the images' resolution
-        evalset = _evalset(data, labels, None, max_images, progress)
+        evalset = _evalset(data, labels, None, subset, progress)
         probed = wrap_model(model, img_size=evalset.img_size)
         expected = model_img_size(probed)
     if expected is not None and evalset.img_size != expected:
@@ -306,12 +297,14 @@ def analyze(
     has_head = getattr(probed, "has_head", True)
     if has_head and isinstance(outputs, int) and outputs and int(evalset.labels.max()) >= outputs:
         raise DataError(f"labels go up to {int(evalset.labels.max())} but the model has {outputs} outputs")
-    specs = parse_shift_specs(_shift_text(s) for s in shifts) if shifts is not None else []
+    given = {"alphas": alphas, "rpi_draws": rpi_draws, "seed": seed, "ssdc_mode": ssdc_mode, "metric": metric,
+             "bootstrap": bootstrap, "severities": severities, "batch_size": batch_size, "max_images": max_images,
+             "probe_ridge": probe_ridge, "probe_holdout": probe_holdout, "lenses": lenses}  # fmt: skip
+    size = evalset.img_size
+    resolved = resolve_plan(
+        size, defaults=plan, preset_shifts=preset_shifts(preset, size), given=given,
+        shift_specs=[_shift_text(s) for s in shifts] if shifts is not None else (), only_given_shifts=shifts is not None,
+    )  # fmt: skip
     source = {"kind": "python", "model": type(model).__name__, "model_args": getattr(probed, "model_args", None),
               "data": evalset.source}  # fmt: skip
-    return run_analysis(
-        probed, evalset, info, preset=preset, shift_specs=specs, only_given_shifts=shifts is not None, lenses=lenses,
-        source=source, alphas=alphas, rpi_draws=rpi_draws, seed=seed, ssdc_mode=ssdc_mode, metric=metric,
-        bootstrap=bootstrap, severities=severities, batch_size=batch_size, device=device, progress=progress,
-        probe_ridge=probe_ridge, probe_holdout=probe_holdout,
-    )  # fmt: skip
+    return run_analysis(probed, evalset, info, resolved, source=source, progress=progress, device=device)

@@ -1,5 +1,5 @@
-"""Every preset in one place: the training config it starts from, how its models are analysed, and the shifts
-they are measured under. The CLI's ``--preset`` choices and help come from :data:`PRESETS`.
+"""Every preset in one place: the training config it starts from, its analysis defaults, and the shifts its
+models are measured under. The CLI's ``--preset`` choices and help come from :data:`PRESETS`.
 
 A run's config is resolved in layers, the later one winning::
 
@@ -32,7 +32,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "PRESETS",
     "PRESET_NAMES",
-    "AnalysisPlan",
     "Preset",
     "get_preset",
     "preset_help",
@@ -44,25 +43,16 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class AnalysisPlan:
-    """How each model of a preset is analysed (see :func:`peanchor.analysis.evaluate.evaluate_model`)."""
-
-    alphas: tuple[float, ...]
-    max_images: int | None = None  # None: the preset's whole validation split
-    rpi_draws: int = 1
-    seed: int = 0
-    batch_size: int | None = None  # None: the run's train.eval_batch_size
-    severities: bool = False  # also the severity 1-5 sweeps (reproduce --severities / --no-severities overrides)
-
-
-@dataclass(frozen=True)
 class Preset:
-    """A named starting point: training config, analysis plan, evaluation shifts, seeds per condition."""
+    """A named starting point: training config, analysis defaults, evaluation shifts, seeds per condition."""
 
     name: str
     summary: str  # one line for --help
     make_config: Callable[[], TrainConfig]
-    analysis: AnalysisPlan
+    # The bottom layer of reproduce's analysis plan, by plan key (peanchor.analysis.plan.AnalysisPlan; the rest are
+    # the plan's defaults): reproduce --severities and --set analysis.KEY=VALUE override them. Without a
+    # batch_size, the run's train.eval_batch_size.
+    analysis: Mapping[str, Any]
     # name → Shift description ({"kind": ..., parameters}), at the preset's own resolution.
     shifts: Mapping[str, Mapping[str, Any]]
     seeds: int = 1  # reproduce's default seeds per condition
@@ -161,13 +151,13 @@ _CPU_PE_KWARGS: dict[str, dict[str, Any]] = {"ape": {"init_std": 0.2}}
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
-        Preset("smoke", "seconds, a sanity check", _smoke, AnalysisPlan(alphas=(1.0, 0.5, 0.0), batch_size=25),
+        Preset("smoke", "seconds, a sanity check", _smoke, {"alphas": (1.0, 0.5, 0.0), "batch_size": 25},
                _CIFAR_C_SEVERITY_3, parallel_cells=False),  # one cell takes a second: worker start-up would dominate
         Preset("cpu", "32 px scenes on 2 CPU cores (the default)", _cpu,
-               AnalysisPlan(alphas=(1.0, 0.8, 0.6, 0.4, 0.2), rpi_draws=2, batch_size=100, severities=True),
+               {"alphas": (1.0, 0.8, 0.6, 0.4, 0.2), "rpi_draws": 2, "batch_size": 100, "severities": True},
                _CPU_SHIFTS, pe_kwargs=_CPU_PE_KWARGS),
         Preset("paper", "ImageNet-100 as in the paper", _paper,
-               AnalysisPlan(alphas=(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)), PAPER.shifts, seeds=4),
+               {"alphas": (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)}, PAPER.shifts, seeds=4),
     )
 }  # fmt: skip
 PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)

@@ -130,7 +130,8 @@ class ModelInfo:
 
 @dataclass(kw_only=True)
 class AnalysisSettings:
-    """How an analysis was made: what a reused analysis must agree with."""
+    """How an analysis was made: the settings of its :class:`peanchor.analysis.plan.AnalysisPlan` (its shifts are
+    the result's ``shifts`` and ``shift_sources``), what a reused analysis must agree with."""
 
     alphas: list[float]
     rpi_draws: int
@@ -144,6 +145,8 @@ class AnalysisSettings:
     device: str
     probe_ridge: float  # the position probe's λ relative to the mean feature variance
     probe_holdout: float  # the fraction of the images the probe is scored on (drawn with ``seed``)
+    max_images: int | None = _optional()  # the evaluation subset's size (None: every image)
+    lenses: list[str] | None = _optional()  # the lenses measured (absent in files written before: the three of then)
 
 
 @dataclass(kw_only=True)

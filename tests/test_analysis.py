@@ -15,6 +15,7 @@ from peanchor.analysis.shifts import Shift, paper_shifts
 from peanchor.analysis.evalset import EvalSet, subset_indices
 from peanchor.analysis.evaluate import evaluate_model
 from peanchor.analysis.passes import is_scalable
+from peanchor.analysis.plan import AnalysisPlan, resolve_plan
 from peanchor.results import analysis_rows, read_analysis, write_analysis
 from peanchor.cli import main
 from peanchor.data import DataInfo, normalize
@@ -37,6 +38,12 @@ def quadrant_images(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return images, labels
 
 
+def plan(**settings) -> AnalysisPlan:
+    """The plan for the 16 px quadrant images: the resolution rule's shifts, ``settings`` over the defaults."""
+    return resolve_plan(16, given=settings)
+
+
+
 @pytest.fixture(scope="module")
 def evalset() -> EvalSet:
     images, labels = quadrant_images(96, seed=1)
@@ -52,7 +59,8 @@ def trained_ape(fit_briefly, micro) -> torch.nn.Module:
 
 @pytest.fixture(scope="module")
 def trained_result(trained_ape, evalset) -> dict:
-    return evaluate_model(trained_ape, evalset, INFO, alphas=ALPHAS, batch_size=32, device="cpu", progress=False)
+    return evaluate_model(trained_ape, evalset, plan(alphas=ALPHAS, batch_size=32), info=INFO, device="cpu",
+                          progress=False)
 
 
 def test_result_schema_and_exact_arithmetic(trained_result, tmp_path):
@@ -103,7 +111,7 @@ def test_sweep_entries_match_a_separate_evaluation_at_that_alpha(trained_ape, ev
 @pytest.mark.parametrize("pe", PE_NAMES)
 def test_ssdc_normal_equals_the_accumulator_on_spatial_tokens(pe, evalset, micro):
     model = micro(pe, num_classes=4)
-    r = evaluate_model(model, evalset, INFO, alphas=ALPHAS, batch_size=40, device="cpu", progress=False)
+    r = evaluate_model(model, evalset, plan(alphas=ALPHAS, batch_size=40), info=INFO, device="cpu", progress=False)
     accumulator = SSDCAccumulator(model.grid)
     with torch.inference_mode():
         for start in range(0, len(evalset), 40):
@@ -121,8 +129,8 @@ def test_untrained_none_model_has_no_structure_under_rpi(micro):
     images, labels = quadrant_images(256, seed=3)
     evalset = EvalSet.from_tensors(images, labels, INFO)
     shifts = {"blur": Shift("blur", sigma=1.0)}
-    r = evaluate_model(micro("none", num_classes=4), evalset, INFO, shifts=shifts, alphas=(), batch_size=8,
-                       device="cpu", progress=False)  # fmt: skip
+    r = evaluate_model(micro("none", num_classes=4), evalset, AnalysisPlan(shifts, alphas=(), batch_size=8), info=INFO, device="cpu",
+                       progress=False)
     assert max(abs(v) for v in r.ssdc.rpi) < 0.1, r.ssdc.rpi
     assert min(r.ssdc.normal) > 0.2  # while content alone gives spatial structure without RPI
     assert r.alpha_sweep == []
@@ -148,7 +156,8 @@ def test_forward_pass_count_is_what_was_done(pe, evalset, micro):
     model = micro(pe, num_classes=4)
     counts = _count_calls(model)
     batches = math.ceil(len(evalset) / 40)
-    r = evaluate_model(model, evalset, INFO, alphas=ALPHAS, rpi_draws=2, batch_size=40, device="cpu", progress=False)
+    r = evaluate_model(model, evalset, plan(alphas=ALPHAS, rpi_draws=2, batch_size=40), info=INFO, device="cpu",
+                       progress=False)
     calls = sum(counts.values())
     assert calls == r.forward_passes * batches
     shifts, alphas, draws = 2, len(ALPHAS), 2
@@ -164,8 +173,8 @@ def test_forward_pass_count_is_what_was_done(pe, evalset, micro):
 
 
 def test_rpi_draws_give_mean_and_std(evalset, micro):
-    r = evaluate_model(micro("sincos", num_classes=4), evalset, INFO, alphas=(), rpi_draws=3, batch_size=32,
-                       device="cpu", progress=False)  # fmt: skip
+    r = evaluate_model(micro("sincos", num_classes=4), evalset, plan(alphas=(), rpi_draws=3, batch_size=32), info=INFO, device="cpu",
+                       progress=False)  # fmt: skip
     draws = torch.tensor(r.ssdc.rpi_draws, dtype=torch.float64)  # (3, L)
     assert draws.shape == (3, 2) and not torch.allclose(draws[0], draws[1])
     torch.testing.assert_close(torch.tensor(r.ssdc.rpi, dtype=torch.float64), draws.mean(0), rtol=0, atol=1e-12)
@@ -174,7 +183,7 @@ def test_rpi_draws_give_mean_and_std(evalset, micro):
 
 
 def test_bootstrap_intervals_bracket_the_estimate(evalset, micro):
-    r = evaluate_model(micro("sincos", num_classes=4), evalset, INFO, alphas=(), bootstrap=50, batch_size=48,
+    r = evaluate_model(micro("sincos", num_classes=4), evalset, plan(alphas=(), bootstrap=50, batch_size=48), info=INFO,
                        device="cpu", progress=False)  # fmt: skip
     for bounds, estimate in ((r.ssdc.normal_ci, r.ssdc.normal), (r.ssdc.rpi_ci, r.ssdc.rpi)):
         low, high = bounds
@@ -184,7 +193,7 @@ def test_bootstrap_intervals_bracket_the_estimate(evalset, micro):
 
 def test_severities_and_shared_passes(trained_ape, evalset, micro):
     cache = CorruptedCache()
-    r = evaluate_model(trained_ape, evalset, INFO, alphas=(), severities=True, batch_size=48, device="cpu",
+    r = evaluate_model(trained_ape, evalset, plan(alphas=(), severities=True, batch_size=48), info=INFO, device="cpu",
                        progress=False, cache=cache)  # fmt: skip
     assert set(r.severities) == {"jpeg", "blur"} and r.severity_table == "cifar-10-c"
     for kind, accs in r.severities.items():
@@ -196,14 +205,14 @@ def test_severities_and_shared_passes(trained_ape, evalset, micro):
     # RPI), 2 shifts + 8 severities.
     assert len(cache) == 10 and r.forward_passes == 5 + 8
     # A second model reuses the corrupted sets.
-    evaluate_model(micro("none", num_classes=4), evalset, INFO, alphas=(), severities=True, batch_size=48, device="cpu",
+    evaluate_model(micro("none", num_classes=4), evalset, plan(alphas=(), severities=True, batch_size=48), info=INFO, device="cpu",
                    progress=False, cache=cache)  # fmt: skip
     assert len(cache) == 10
 
 
 def test_custom_shifts_are_recorded(evalset, micro):
     shifts = {"jpeg": Shift("jpeg", quality=10), "noise": Shift("gaussian_noise", sigma=0.2, seed=0)}
-    r = evaluate_model(micro("none", num_classes=4), evalset, INFO, shifts=shifts, alphas=(), batch_size=96,
+    r = evaluate_model(micro("none", num_classes=4), evalset, AnalysisPlan(shifts, alphas=(), batch_size=96), info=INFO,
                        device="cpu", progress=False)  # fmt: skip
     assert r.shifts == {"jpeg": {"kind": "jpeg", "quality": 10}, "noise": {"kind": "gaussian_noise", "sigma": 0.2, "seed": 0}}
     assert set(r.fragility) == {"jpeg", "noise"}
@@ -258,9 +267,9 @@ def test_bad_arguments_are_user_errors(evalset, micro):
     from peanchor.errors import ConfigError
 
     with pytest.raises(ConfigError):
-        evaluate_model(micro("ape", num_classes=4), evalset, INFO, alphas=(1.0, -0.5), device="cpu", progress=False)
+        evaluate_model(micro("ape", num_classes=4), evalset, plan(alphas=(1.0, -0.5)), info=INFO, device="cpu", progress=False)
     with pytest.raises(ConfigError):
-        evaluate_model(micro("ape", num_classes=4), evalset, INFO, rpi_draws=0, device="cpu", progress=False)
+        evaluate_model(micro("ape", num_classes=4), evalset, plan(rpi_draws=0), info=INFO, device="cpu", progress=False)
 
 
 # ---- peanchor analyze -------------------------------------------------------------------------
@@ -307,16 +316,19 @@ def test_analyze_probe_settings_are_recorded_and_checked(run_dir, tmp_path, caps
     for flag, value in (("--probe-ridge", "0"), ("--probe-holdout", "1"), ("--probe-holdout", "-0.5")):
         assert main(["analyze", str(run_dir), "--out", str(out), flag, value, "--no-progress"]) == 2
         err = capsys.readouterr().err
-        assert err.startswith(f"peanchor: error: {flag}") and err.count("\n") == 1
+        key = flag.removeprefix("--").replace("-", "_")  # the plan's key: a flag sets it
+        assert err.startswith(f"peanchor: error: analysis.{key}=") and err.count("\n") == 1
 
 
 def test_analyze_defaults_and_options(run_dir, capsys):
     code = main(["analyze", str(run_dir), "--images", "32", "--no-alpha", "--per-image", "--euclidean",
-                 "--rpi-draws", "2", "--device", "cpu", "--no-progress"])  # fmt: skip
+                 "--rpi-draws", "3", "--set", "analysis.rpi_draws=2", "--device", "cpu", "--no-progress"])  # fmt: skip
     assert code == 0
     doc = json.loads((run_dir / "analysis" / "analysis.json").read_text())  # default --out: RUN_DIR/analysis
     assert doc["alpha_sweep"] == [] and doc["settings"]["ssdc_mode"] == "per_image"
-    assert doc["settings"]["metric"] == "euclidean" and len(doc["ssdc"]["rpi_draws"]) == 2
+    assert doc["settings"]["metric"] == "euclidean" and len(doc["ssdc"]["rpi_draws"]) == 2  # --set beats the flag
+    assert doc["settings"]["max_images"] == 32 and doc["settings"]["batch_size"] == 200  # the run's eval batch size
+    assert doc["settings"]["lenses"] == ["ssdc", "position_probe", "attention_distance", "effective_rank"]
 
 
 def test_analyze_user_errors(tmp_path, capsys):

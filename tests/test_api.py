@@ -17,6 +17,7 @@ import peanchor
 from peanchor.analysis.shifts import Shift
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
+from peanchor.analysis.plan import AnalysisPlan
 from peanchor.data import DataInfo
 from peanchor.errors import ConfigError, DataError, PeanchorError
 from peanchor.results import read_analysis
@@ -42,8 +43,9 @@ def test_analyze_is_the_analysis_the_cli_runs(model, data) -> None:
     images, labels = data
     result = peanchor.analyze(model, images, labels, shifts=["jpeg:quality=10"], **STATS, **FAST)
     info = DataInfo(num_classes=4, img_size=16, name="tensors", **STATS)
-    direct = evaluate_model(model, EvalSet(images, labels, info), info, shifts={"jpeg": Shift("jpeg", quality=10)},
-                            **FAST)  # fmt: skip
+    plan = AnalysisPlan({"jpeg": Shift("jpeg", quality=10)}, {"jpeg": "--shift jpeg:quality=10"}, alphas=[1.0, 0.0],
+                        batch_size=8)  # fmt: skip
+    direct = evaluate_model(model, EvalSet(images, labels, info), plan, info=info, progress=False)
     assert result.ssdc == direct.ssdc and result.acc == direct.acc and result.alpha_sweep == direct.alpha_sweep
     assert result.position_probe == direct.position_probe and result.attention_distance == direct.attention_distance
     assert result.shift_sources == {"jpeg": "--shift jpeg:quality=10"} and result.source["kind"] == "python"
@@ -68,8 +70,9 @@ def test_every_form_of_data_gives_the_same_analysis(model, data) -> None:
 
 def test_lenses_choose_what_the_result_reports(model, data) -> None:
     only_ssdc = peanchor.analyze(model, *data, lenses=["ssdc"], shifts=["jpeg:quality=10"], **STATS, **FAST)
-    assert only_ssdc.attention_distance is None and only_ssdc.position_probe is None
-    with pytest.raises(ConfigError, match="unknown lens 'ranks'; valid: ssdc, attention_distance, position_probe"):
+    assert list(only_ssdc.lenses) == ["ssdc"] and only_ssdc.settings.lenses == ["ssdc"]
+    with pytest.raises(ConfigError, match="unknown lens 'ranks'; valid: ssdc, position_probe, attention_distance, "
+                       "effective_rank"):  # fmt: skip
         peanchor.analyze(model, *data, lenses=["ranks"], **STATS, **FAST)
 
 
@@ -149,7 +152,7 @@ def test_plots_draw_from_one_result_or_several(model, data) -> None:
               for legend in fig.legends for t in legend.get_texts()}  # fmt: skip
     assert any(t.startswith("APE, paper") for t in legend)
     assert not any(t.startswith("APE, paper") for legend in sweep.legends for t in (x.get_text() for x in legend.get_texts()))
-    assert len(peanchor.plot_lenses([result]).axes) == 6 and isinstance(peanchor.plot_attention_heads(result), Figure)
+    assert len(peanchor.plot_lenses([result]).axes) == 2 * len(result.lenses) and isinstance(peanchor.plot_attention_heads(result), Figure)
     flat = peanchor.analyze(model, *data, shifts=["jpeg:quality=10"], **STATS, **{**FAST, "alphas": ()})
     with pytest.raises(DataError, match="nothing to plot: no α sweep"):
         peanchor.plot_alpha_sweep(flat)
@@ -187,3 +190,19 @@ def test_a_named_dataset_must_match_the_heads_classes() -> None:
     with pytest.raises(ConfigError) as e:
         peanchor.analyze(T.ViTForImageClassification(config), "scenes", max_images=8, **FAST)
     assert "the model has 5 outputs but the dataset has 10 classes" in _one_line(e) and "config.num_labels" in str(e.value)
+
+
+def test_a_plan_is_the_bottom_layer_and_the_keywords_win(model, data) -> None:
+    first = peanchor.analyze(model, *data, shifts=["jpeg:quality=10"], rpi_draws=2, **STATS, **FAST)
+    plan = peanchor.AnalysisPlan.from_result(first)
+    assert plan.rpi_draws == 2 and plan.batch_size == 8 and list(plan.shifts) == ["jpeg"]
+    again = peanchor.analyze(model, *data, plan=plan, **STATS, progress=False)  # the plan's shifts and settings
+    assert again.ssdc == first.ssdc and again.alpha_sweep == first.alpha_sweep and again.settings == first.settings
+    one_draw = peanchor.analyze(model, *data, plan=plan, rpi_draws=1, **STATS, progress=False)
+    assert one_draw.settings.rpi_draws == 1 and one_draw.shifts == first.shifts
+    with pytest.raises(ConfigError) as e:
+        peanchor.analyze(model, *data, plan=plan, preset="smoke", **STATS, progress=False)
+    assert "give plan= or preset=, not both" in _one_line(e)
+    with pytest.raises(ConfigError) as e:
+        peanchor.analyze(model, *data, lenses=["position_probe"], **STATS, **FAST)
+    assert _one_line(e).startswith("analysis.lenses=['position_probe']: 'ssdc' is always measured")

@@ -298,7 +298,10 @@ CASES = [
     ("analyze-unknown-shift-kind", ["analyze", "{ws}/run_ok", "--shift", "jpg:quality=5", "--out", "{new}"], "jpg"),
     ("analyze-shift-out-of-range", ["analyze", "{ws}/run_ok", "--shift", "jpeg:quality=101"], "1..100"),
     ("analyze-shift-unknown-key", ["analyze", "{ws}/run_ok", "--shift", "blur:radius=3", "--out", "{new}"], "radius"),
-    ("analyze-negative-images", ["analyze", "{ws}/run_ok", "--images", "0", "--out", "{new}"], "--images"),
+    ("analyze-negative-images", ["analyze", "{ws}/run_ok", "--images", "0", "--out", "{new}"], "analysis.max_images=0"),
+    ("analyze-zero-rpi-draws", ["analyze", "{ws}/run_ok", "--rpi-draws", "0", "--out", "{new}"], "analysis.rpi_draws=0"),
+    ("analyze-unknown-plan-key", ["analyze", "{ws}/run_ok", "--set", "analysis.draws=2", "--out", "{new}"],
+     "unknown analysis key 'analysis.draws'"),
     (
         "analyze-empty-dataset",
         ["analyze", "{ws}/run_ok", "--data", "imagefolder", "--data-root", "{ws}/empty_ds", "--out", "{new}"],
@@ -335,6 +338,16 @@ CASES = [
         "reproduce-set-unknown-condition-prefix",
         ["reproduce", *SMOKE, "--conditions", "none", "--set", "rope:optim.lr=1e-3", "--out", "{new}"],
         "rope",
+    ),
+    (
+        "reproduce-set-bad-analysis-value",
+        ["reproduce", *SMOKE, "--conditions", "none", "--set", "analysis.rpi_draws=0", "--out", "{new}"],
+        "analysis.rpi_draws=0: expected an integer >= 1",
+    ),
+    (
+        "reproduce-set-analysis-key-for-one-condition",
+        ["reproduce", *SMOKE, "--conditions", "none", "--set", "none:analysis.rpi_draws=2", "--out", "{new}"],
+        "the analysis plan is the same for every cell",
     ),
     ("reproduce-bad-shard", ["reproduce", *SMOKE, "--conditions", "none", "--shard", "3/2", "--out", "{new}"], "3/2"),
     (

@@ -11,6 +11,7 @@ import torch
 
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model, measured_lenses
+from peanchor.analysis.plan import resolve_plan
 from peanchor.data import DataInfo, normalize
 from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from peanchor.interventions import NO_INTERVENTION
@@ -27,6 +28,11 @@ def numpy_effective_rank(x: np.ndarray) -> float:
     p = sigma / sigma.sum()
     p = p[p > 0]
     return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def plan(**given):
+    """The analysis of these tests: the 16 px resolution rule's shifts, no α sweep, batches of 8."""
+    return resolve_plan(16, given={"alphas": (), "batch_size": 8, **given})
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +81,7 @@ def test_the_lens_averages_over_images_whatever_the_batches(micro):
 
 def test_an_analysis_measures_it_in_order_and_under_rpi(evalset, micro, tmp_path):
     model = micro("ape", num_classes=3)
-    r = evaluate_model(model, evalset, INFO, alphas=(), rpi_draws=2, batch_size=8, device="cpu", progress=False)
+    r = evaluate_model(model, evalset, plan(rpi_draws=2), info=INFO, device="cpu", progress=False)
     record = r.lens("effective_rank")
     assert isinstance(record, EffectiveRankLayers) and record.max_rank == 16  # 4 x 4 patches of width 32
     # In order: numpy's SVD of the tokens of the same batches.
@@ -102,8 +108,7 @@ def test_an_analysis_measures_it_in_order_and_under_rpi(evalset, micro, tmp_path
 def test_without_a_pe_rpi_only_reorders_the_tokens(evalset, micro):
     """A model without a PE is permutation-equivariant: under RPI every image's tokens are its tokens in order,
     permuted, and the singular values of a matrix do not depend on the order of its rows."""
-    r = evaluate_model(micro("none", num_classes=3), evalset, INFO, alphas=(), batch_size=8, device="cpu",
-                       progress=False)  # fmt: skip
+    r = evaluate_model(micro("none", num_classes=3), evalset, plan(), info=INFO, device="cpu", progress=False)
     record = r.lens("effective_rank")
     np.testing.assert_allclose(record.rpi, record.normal, rtol=1e-5)
 
@@ -114,8 +119,7 @@ def test_the_report_shows_it(evalset, micro):
 
     models = []
     for i, pe in enumerate(("none", "ape")):
-        r = evaluate_model(micro(pe, num_classes=3), evalset, INFO, alphas=(), batch_size=8, device="cpu",
-                           progress=False)  # fmt: skip
+        r = evaluate_model(micro(pe, num_classes=3), evalset, plan(), info=INFO, device="cpu", progress=False)
         cell = CellId(name=f"{pe}-s0", condition=pe, pe=pe, rpt=False, seed=0)
         models.append(ModelResult.from_analysis(r, cell, TrainSummary(), f"runs/{pe}-s0"))
     results = Results(models=models, conditions=["none", "ape"], seeds=[0])

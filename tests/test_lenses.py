@@ -15,6 +15,7 @@ import torch
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
 from peanchor.analysis.passes import PassRunner
+from peanchor.analysis.plan import AnalysisPlan, resolve_plan
 from peanchor.data import DataInfo, normalize
 from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from peanchor.interventions import random_permutation
@@ -40,6 +41,12 @@ def scene_images(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         r, c = corners[k].tolist()
         x[k, int(labels[k]), r : r + 6, c : c + 6] = 250
     return x, labels
+
+
+def plan(**settings) -> AnalysisPlan:
+    """The plan for the 16 px scenes: the resolution rule's shifts, ``settings`` over the defaults."""
+    return resolve_plan(16, given=settings)
+
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +129,7 @@ def test_with_a_pe_attention_under_rpi_is_not_the_permuted_attention(pe, trained
 @pytest.mark.parametrize("state", ["init", "trained"])
 def test_sincos_layer_0_is_decodable_with_and_without_rpi(state, trained, evalset, micro):
     model = trained["sincos"] if state == "trained" else micro("sincos", num_classes=2)
-    r = evaluate_model(model, evalset, INFO, alphas=(), batch_size=BATCH, device="cpu", progress=False)
+    r = evaluate_model(model, evalset, plan(alphas=(), batch_size=BATCH), info=INFO, device="cpu", progress=False)
     probe = r.position_probe
     assert probe is not None and (probe.fit_images, probe.heldout_images) == (128, 128)
     for values in (probe.row.normal, probe.col.normal, probe.row.rpi, probe.col.rpi):
@@ -148,7 +155,7 @@ def test_no_pe_probe_is_about_zero_under_rpi_at_every_layer(batch_size, trained,
     """Without a PE, no slot knows where it is: the held-out R² under RPI is 0 ± 0.05 however the images are batched
     (the fit and the held-out images never pass through the same permutation), while the tokens in order give the
     row away (sky and ground are content that carries it)."""
-    r = evaluate_model(trained["none"], evalset, INFO, alphas=(), batch_size=batch_size, device="cpu",
+    r = evaluate_model(trained["none"], evalset, plan(alphas=(), batch_size=batch_size), info=INFO, device="cpu",
                        progress=False)  # fmt: skip
     probe = r.position_probe
     assert probe is not None and r.clean_acc > 0.9  # trained: the blob's colour needs no position
@@ -169,7 +176,7 @@ def test_the_probe_fix_leaves_every_other_number_as_it_was(batch_size, trained, 
     """The probe's own RPI pass changes the probe under RPI only: the in-order probe, SSDC (in order and under RPI),
     the attention distances and the accuracies are those of the passes before issue 18 (computed here by hand)."""
     model = trained["none"]
-    r = evaluate_model(model, evalset, INFO, alphas=(), batch_size=batch_size, device="cpu", progress=False)
+    r = evaluate_model(model, evalset, plan(alphas=(), batch_size=batch_size), info=INFO, device="cpu", progress=False)
     heldout = heldout_mask(len(evalset), DEFAULT_HOLDOUT, seed=0)
     normal, ssdc, correct = PositionProbeAccumulator(model.grid, DEFAULT_RIDGE), SSDCAccumulator(model.grid), 0
     g = torch.Generator().manual_seed(0)
@@ -199,7 +206,7 @@ def test_the_probe_fix_leaves_every_other_number_as_it_was(batch_size, trained, 
 @pytest.mark.parametrize("pe", PE_NAMES)
 def test_suite_lenses_equal_the_accumulators_run_by_hand(pe, evalset, micro):
     model = micro(pe, num_classes=2)
-    r = evaluate_model(model, evalset, INFO, alphas=(), batch_size=64, device="cpu", progress=False, seed=4)
+    r = evaluate_model(model, evalset, plan(alphas=(), batch_size=64, seed=4), info=INFO, device="cpu", progress=False)
     heldout = heldout_mask(len(evalset), DEFAULT_HOLDOUT, seed=4)
     by_hand = []
     for draw in (None, 0):  # the normal pass, then RPI draw 0 (one permutation per batch from seed + draw)
@@ -262,8 +269,8 @@ def test_rpi_draws_average_the_lenses(pe, evalset, micro):
     import numpy as np
 
     model, draws = micro(pe, num_classes=2), 3
-    r = evaluate_model(model, evalset, INFO, alphas=(), rpi_draws=draws, batch_size=64, device="cpu", progress=False,
-                       seed=7)  # fmt: skip
+    r = evaluate_model(model, evalset, plan(alphas=(), rpi_draws=draws, batch_size=64, seed=7), info=INFO,
+                       device="cpu", progress=False)  # fmt: skip
     single = [_single_draw_by_hand(model, evalset, seed=7, draw=k) for k in range(draws)]
     ssdc = np.stack([s["ssdc"] for s in single])  # (K, L)
     np.testing.assert_allclose(r.ssdc.rpi_draws, ssdc, rtol=0, atol=1e-12)
@@ -293,10 +300,10 @@ def test_lenses_need_what_the_model_and_data_allow(evalset, micro):
             assert attention is None  # never handed a sink: it does not say has_attention_weights
             return self.inner.forward_intermediates(x, intervention, layers=layers, head=head)
 
-    r = evaluate_model(NoWeights(), evalset, INFO, alphas=(), batch_size=128, device="cpu", progress=False)
+    r = evaluate_model(NoWeights(), evalset, plan(alphas=(), batch_size=128), info=INFO, device="cpu", progress=False)
     assert r.attention_distance is None and r.position_probe is not None
     single = EvalSet.from_tensors(evalset.images[:1], evalset.labels[:1], INFO)
-    r = evaluate_model(micro("ape", num_classes=2), single, INFO, alphas=(), batch_size=8, device="cpu", progress=False)
+    r = evaluate_model(micro("ape", num_classes=2), single, plan(alphas=(), batch_size=8), info=INFO, device="cpu", progress=False)
     assert r.position_probe is None and r.attention_distance is not None  # one image cannot be split
 
 
@@ -327,14 +334,10 @@ def test_bad_probe_settings_are_user_errors(evalset, micro):
     from peanchor.errors import ConfigError
 
     for kwargs in ({"probe_ridge": 0.0}, {"probe_ridge": float("inf")}, {"probe_holdout": 1.0}, {"probe_holdout": 0}):
-        with pytest.raises(ConfigError):
-            evaluate_model(micro("ape", num_classes=2), evalset, INFO, alphas=(), device="cpu", progress=False,
-                           **kwargs)  # fmt: skip
+        with pytest.raises(ConfigError, match=f"analysis.{next(iter(kwargs))}="):
+            plan(alphas=(), **kwargs)
 
 
-def test_reproduce_compares_against_the_suites_probe_defaults():
-    from peanchor.study.pipeline import AnalysisRequest
-
-    request = AnalysisRequest(digest="", data={}, max_images=None, alphas=[], shifts={}, rpi_draws=1, seed=0,
-                              severities=False, batch_size=1)  # fmt: skip
-    assert (request.probe_ridge, request.probe_holdout) == (DEFAULT_RIDGE, DEFAULT_HOLDOUT)
+def test_the_plans_probe_defaults_are_the_probes_and_are_recorded():
+    settings = plan().settings_record("fingerprint", "cpu")
+    assert (settings.probe_ridge, settings.probe_holdout) == (DEFAULT_RIDGE, DEFAULT_HOLDOUT)

@@ -372,11 +372,14 @@ def test_parallel_jobs_give_the_same_results_as_one_process(smoke, tmp_path, cap
 def test_an_analysis_is_reused_only_for_the_same_weights_data_settings_and_shifts():
     import dataclasses
 
-    from peanchor.study.pipeline import AnalysisRequest, reusable
+    from peanchor.analysis.plan import LEGACY_LENSES, LENS_NAMES, AnalysisPlan
+    from peanchor.analysis.shifts import Shift
+    from peanchor.study.pipeline import reusable
     from peanchor.results import AnalysisResult, AnalysisSettings, ModelInfo, SSDCLayers
 
     shifts = {"jpeg": {"kind": "jpeg", "quality": 58}}
     data = {"name": "scenes", "img_size": 16, "val_size": 200, "train_size": 512, "augment": "auto"}
+    # An analysis.json written before its settings recorded max_images and lenses (its source has max_images).
     stored = AnalysisResult(
         clean_acc=0.5, rpi_acc=0.4, lenses={"ssdc": SSDCLayers(normal=[0.6, 0.5], rpi=[0.1, 0.3], rpi_std=[0.0, 0.0])},
         delta_ssdc=0.2, acc={"jpeg": 0.4}, fragility={"jpeg": 0.2}, shifts=shifts, alpha_sweep=[], num_images=200,
@@ -386,13 +389,20 @@ def test_an_analysis_is_reused_only_for_the_same_weights_data_settings_and_shift
                                   probe_ridge=1e-3, probe_holdout=0.5),
         source={"model_digest": "abc", "data": {**data, "cache_dir": "/somewhere"}, "max_images": None},
     )  # fmt: skip
-    wanted = AnalysisRequest(digest="abc", data={**data, "train_size": 9999}, max_images=None, alphas=[1.0, 0.0],
-                             shifts=shifts, rpi_draws=1, seed=0, severities=False, batch_size=25)  # fmt: skip
-    assert reusable(stored, wanted)  # training-only data fields and caches do not matter
-    for change in ({"digest": "other"}, {"shifts": {"jpeg": {"kind": "jpeg", "quality": 30}}}, {"alphas": [1.0]},
-                   {"batch_size": 50}, {"severities": True}, {"max_images": 100}, {"data": {**data, "val_size": 100}},
-                   {"probe_ridge": 1e-2}, {"probe_holdout": 0.25}):
-        assert not reusable(stored, dataclasses.replace(wanted, **change)), change
+    wanted = AnalysisPlan({"jpeg": Shift("jpeg", quality=58)}, {"jpeg": "--shift jpeg:quality=58"}, alphas=[1.0, 0.0],
+                          batch_size=25, lenses=LEGACY_LENSES)  # fmt: skip
+    subject = ("abc", {**data, "train_size": 9999})
+    assert reusable(stored, wanted, *subject)  # training-only data fields, caches, a shift's source do not matter
+    # ... but today's plan measures a lens the file does not have (the effective rank): it is analysed again
+    assert not reusable(stored, dataclasses.replace(wanted, lenses=LENS_NAMES), *subject)
+    assert not reusable(stored, wanted, "other", subject[1])
+    assert not reusable(stored, wanted, subject[0], {**data, "val_size": 100})
+    for change in ({"shifts": {"jpeg": Shift("jpeg", quality=30)}}, {"alphas": [1.0]}, {"batch_size": 50},
+                   {"severities": True}, {"max_images": 100}, {"probe_ridge": 1e-2}, {"probe_holdout": 0.25},
+                   {"rpi_draws": 2}, {"seed": 1}, {"lenses": ["ssdc"]}, {"metric": "euclidean"}):
+        assert not reusable(stored, dataclasses.replace(wanted, **change), *subject), change
     unscalable = dataclasses.replace(stored, model=dataclasses.replace(stored.model, scalable=False),
                                      settings=dataclasses.replace(stored.settings, alphas=[]))  # fmt: skip
-    assert reusable(unscalable, wanted)  # a PE that α does not scale has no sweep, whatever the plan asks
+    assert reusable(unscalable, wanted, *subject)  # a PE that α does not scale has no sweep, whatever the plan asks
+    damaged = dataclasses.replace(stored, shifts={})
+    assert not reusable(damaged, wanted, *subject)  # a stored plan that does not read is analysed again

@@ -223,3 +223,6 @@ def test_reproduce_analyses_again_when_the_shifts_change_and_reports_every_shift
     assert "analysed" not in capsys.readouterr().err
     manifest = json.loads((out / "reproduce.json").read_text())
     assert manifest["shifts"] == ["jpeg:quality=10", "contrast:factor=0.3"]
+    assert manifest["analysis"]["shifts"] == results["shifts"]  # the grid's plan, its shifts resolved
+    assert manifest["analysis"]["shift_sources"] == results["shift_sources"] == first.get("shift_sources", {}) | {
+        "jpeg": "--shift jpeg:quality=10", "contrast": "--shift contrast:factor=0.3"}  # fmt: skip

@@ -16,6 +16,7 @@ from peanchor import fileio
 from peanchor.analysis.shifts import Shift
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
+from peanchor.analysis.plan import AnalysisPlan
 from peanchor.data import DataInfo
 from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from peanchor.study import write_results_and_report
@@ -54,8 +55,8 @@ def test_a_model_at_zero_accuracy_round_trips_as_null_and_nan(never_right, tmp_p
     labels = torch.arange(24) % 3  # never class 3
     evalset = EvalSet.from_tensors(images, labels, INFO)
     shifts = {"blur": Shift("blur", kernel_size=3, sigma=1.0)}
-    result = evaluate_model(never_right, evalset, INFO, shifts=shifts, alphas=(1.0, 0.5), batch_size=8, device="cpu",
-                            progress=False)  # fmt: skip
+    result = evaluate_model(never_right, evalset, AnalysisPlan(shifts, alphas=(1.0, 0.5), batch_size=8), info=INFO,
+                            device="cpu", progress=False)  # fmt: skip
     assert result.clean_acc == 0.0 and math.isnan(result.fragility["blur"])  # FS = 1 - 0/0: undefined
 
     out = tmp_path / "grid"

@@ -103,7 +103,7 @@ def test_a_cell_killed_with_sigkill_is_one_line_and_the_others_go_on(tmp_path, e
     ("train", "peanchor.training.loop.train",
      "out of GPU memory training at batch size 64 (lower it with --set train.batch_size=32"),
     ("analyze", "peanchor.analysis.evaluate.evaluate_model",
-     "out of GPU memory analysing at batch size 25 (the preset's analysis batch size"),
+     "out of GPU memory analysing at batch size 25 (lower it with --set analysis.batch_size=12"),
 ])  # fmt: skip
 def test_a_cell_out_of_gpu_memory_is_one_line_with_its_batch_size(tmp_path, capsys, monkeypatch, stage, target,
                                                                    expected):  # fmt: skip

@@ -1,44 +1,44 @@
-"""The evaluation suite: geometry (SSDC, ΔSSDC, attention distance, the position probe), robustness (accuracy,
-Fragility Score) and the α sweep.
+"""The evaluation suite: geometry (the lenses, :mod:`peanchor.lenses`: SSDC, ΔSSDC, the position probe, the
+attention distance, the effective rank, ...), robustness (accuracy, Fragility Score) and the α sweep, as an
+:class:`~peanchor.analysis.plan.AnalysisPlan` says.
 
 Everything is measured from as few passes over the evaluation set as possible, and geometry comes
-out of the same passes as accuracy:
+out of the same passes as accuracy (each row is one ``forward_intermediates`` call per batch):
 
-========================== ============================================================ ==========
-pass                       yields                                                       model call
-========================== ============================================================ ==========
-clean, α = 1               clean top-1 and the three lenses per layer (RPI off)         forward_with_tokens
-RPI draw k, α = 1          SSDC and attention distance per layer under RPI, RPI top-1   forward_with_tokens
-RPI draw k, probe          the position probe under RPI (one permutation per image)     forward_with_tokens
-shift s, α = 1             top-1 under each shift (and each severity, on request)       forward
-clean / shift s, α ≠ 1     the α sweep's accuracies (RPI off)                           forward
-RPI draw k, α ≠ 1          ΔSSDC at α: only probes 0 and 1 are needed                   spatial_tokens(num_layers=2)
-========================== ============================================================ ==========
+========================== ============================================================ =========================
+pass                       yields                                                       forward_intermediates
+========================== ============================================================ =========================
+clean, α = 1               clean top-1 and every lens per layer (RPI off)               every layer, the head
+RPI draw k, α = 1          the lenses per layer under RPI, RPI top-1                    every layer, the head
+RPI draw k, per image      the lenses that ask for one permutation per image (probe)    every layer, no head
+shift s, α = 1             top-1 under each shift (and each severity, on request)       ``layers=0``, the head
+clean / shift s, α ≠ 1     the α sweep's accuracies (RPI off)                           ``layers=0``, the head
+RPI draw k, α ≠ 1          ΔSSDC at α: only layers 0 and 1 are needed                   ``layers=2``, no head
+========================== ============================================================ =========================
 
 ``forward_passes`` in the result counts these model calls over the whole set (a truncated
-``num_layers=2`` pass counts as one too; ``passes`` in the result itemises them). Passes that
+``layers=2`` pass counts as one too; ``passes`` in the result itemises them). Passes that
 would repeat an identical computation (a severity equal to a main shift, α = 1 in the sweep) are
 reused, not rerun.
 
-The three lenses (docs/lenses.md) come from the same full passes: SSDC, the mean attention distance per layer
-and head (where the model hands out its attention weights) and the position-decoding probe, fitted on a split
-of the evaluation images drawn with ``seed`` (the same split in every pass) and scored on the rest. Under RPI the
-probe has a pass of its own, with one permutation per image (continuing the draw's generator after the draw's
-own pass): a permutation shared by fit and held-out images would let the probe learn it from the content.
+The lenses (docs/lenses.md) are the plan's ``lenses`` (SSDC always) that apply to the model and the data (the
+attention distance where the model hands out its attention weights, the probe with two images or more): each is fed
+from the same full passes, and records the normal pass and the mean over RPI draws. The position probe is fitted on
+a split of the evaluation images drawn with ``seed`` (the same split in every pass) and scored on the rest; under RPI
+it has a pass of its own, with one permutation per image (continuing the draw's generator after the draw's own pass):
+a permutation shared by fit and held-out images would let the probe learn it from the content.
 
 RPI draws one permutation of the patch tokens per forward call (i.e. per batch), shared by the
 batch, from a ``torch.Generator`` seeded with ``seed + draw``. The same stream is used at every α,
 so the sweep compares α values on identical permutations. Because a permutation is drawn per
 batch, SSDC under RPI depends (slightly) on ``batch_size``; it is recorded in ``settings``.
 
-Models only need the probe interface of :class:`peanchor.models.VisionTransformer`: ``grid``,
-``depth``, ``forward(x, token_perm, pe_scale)``, ``forward_with_tokens(...)`` and
-``spatial_tokens(..., num_layers=)``, plus ``pe.scalable`` (or a ``pe_scalable`` attribute) to
-say whether α means anything. An adapter around a foreign model (e.g. a timm ViT) can therefore be
-evaluated unchanged. The result is an :class:`peanchor.results.AnalysisResult` (written as analysis.json by
-:func:`peanchor.results.write_analysis`).
+Models only need the analysis interface (:class:`~peanchor.models.interface.AnalysisInterface`: ``grid``, ``depth``
+and ``forward_intermediates``), plus ``pe.scalable`` (or a ``pe_scalable`` attribute) to say whether α means
+anything. An adapter around a foreign model (a timm or transformers ViT) is therefore evaluated unchanged. The result
+is an :class:`peanchor.results.AnalysisResult` (written as analysis.json by :func:`peanchor.results.write_analysis`).
 
-Imports: :mod:`peanchor.analysis` (shifts, evalset, passes), :mod:`peanchor.lenses`, :mod:`peanchor.metrics`,
+Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes), :mod:`peanchor.lenses`, :mod:`peanchor.metrics`,
 :mod:`peanchor.results`.
 """
 
@@ -48,7 +48,7 @@ import json
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,20 +56,17 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from peanchor.analysis.corrupted_sets import CorruptedCache
-from peanchor.analysis.shifts import Shift, paper_shifts, severity_table, table_name
+from peanchor.analysis.plan import DEFAULT_ALPHAS, AnalysisPlan, resolve_plan
+from peanchor.analysis.shifts import Shift, severity_table, table_name
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.passes import PassRunner, PassSpec, is_scalable
 from peanchor.errors import ConfigError, DataError
 from peanchor.lenses import LENSES, Lens, LensContext
 from peanchor.lenses.ssdc import mean_and_std
 from peanchor.metrics import fragility_score
-from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
-from peanchor.results import AnalysisResult, AnalysisSettings, ModelInfo, SweepPoint
+from peanchor.results import AnalysisResult, ModelInfo, SweepPoint
 
-__all__ = ["DEFAULT_ALPHAS", "evaluate_model"]
-
-# The paper's grid (1.0, 0.9, ..., 0.1) plus α = 0 (no positional information at all).
-DEFAULT_ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))
+__all__ = ["DEFAULT_ALPHAS", "evaluate_model"]  # DEFAULT_ALPHAS: the plan's (peanchor.analysis.plan)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -98,16 +95,6 @@ def measured_lenses(model: nn.Module, num_images: int, settings: Mapping[str, An
             if (lens.required or chosen is None or name in chosen) and lens.applies(context)}  # fmt: skip
 
 
-def _check_alphas(alphas: Sequence[float] | None) -> list[float]:
-    out = []
-    for a in DEFAULT_ALPHAS if alphas is None else alphas:
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a) or a < 0:
-            raise ConfigError(f"alpha {a!r}: expected a finite number >= 0 (1 = the PE as trained, 0 = none)")
-        if float(a) not in out:
-            out.append(float(a))
-    return out
-
-
 def _resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None or str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -117,69 +104,49 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
 def evaluate_model(
     model: nn.Module,
     evalset: EvalSet,
-    info: Any = None,
+    plan: AnalysisPlan | None = None,
     *,
-    shifts: Mapping[str, Shift] | None = None,
-    alphas: Sequence[float] | None = DEFAULT_ALPHAS,
-    rpi_draws: int = 1,
-    seed: int = 0,
-    ssdc_mode: Literal["mean_similarity", "per_image"] = "mean_similarity",
-    metric: Literal["manhattan", "euclidean"] = "manhattan",
-    bootstrap: int = 0,
-    severities: bool = False,
-    batch_size: int = 256,
+    info: Any = None,
     device: str | torch.device | None = None,
     progress: bool | None = None,
     cache: CorruptedCache | None = None,
-    probe_ridge: float = DEFAULT_RIDGE,
-    probe_holdout: float = DEFAULT_HOLDOUT,
 ) -> AnalysisResult:
-    """Geometry, robustness and (for scalable PEs) the α sweep of ``model`` on ``evalset``.
+    """Geometry, robustness and (for scalable PEs) the α sweep of ``model`` on ``evalset``, as ``plan`` says.
 
     Args:
         model: a ViT with the probe interface (see the module docstring); it is moved to ``device``
             and put in eval mode (its train/eval state is restored afterwards).
-        evalset: the images, loaded once.
+        evalset: the images, loaded once (``plan.max_images`` of them: the caller draws the subset).
+        plan: the :class:`~peanchor.analysis.plan.AnalysisPlan`: the shifts (resolved for the images' size), the
+            α sweep (skipped for PEs that are not ``scalable``), the RPI draws (SSDC under RPI is their mean ± std;
+            draw ``k`` is seeded ``seed + k``, as are the bootstrap and the probe's split), the batch size, the
+            severity sweeps (every measured kind, from the table for the images' resolution,
+            :func:`~peanchor.analysis.shifts.severity_table`), the SSDC variant, the bootstrap, the position
+            probe's ridge and held-out fraction, and the lenses to report. None: the defaults, with the
+            resolution rule's shifts for the images' size.
         info: the dataset's ``DataInfo`` (mean/std for normalisation); default ``evalset.info``.
-        shifts: name → :class:`Shift`; default ``paper_shifts(img_size)`` (``"jpeg"``, ``"blur"``).
-        alphas: the PE scales of the sweep (default 1.0, 0.9, ..., 0.0); empty or None-like ``()``
-            skips it. Ignored (empty sweep) for PEs that are not ``scalable``.
-        rpi_draws: independent RPI permutation streams; SSDC under RPI is their mean (± std).
-        seed: draw ``k`` uses a generator seeded with ``seed + k``; also seeds the bootstrap.
-        ssdc_mode, metric: passed to :class:`SSDCAccumulator` (paper defaults).
-        bootstrap: replicates for per-layer confidence intervals over images (0: none).
-        severities: also measure the severity 1–5 sweeps (α = 1) of every kind in ``shifts``, from the table for
-            the images' resolution (:func:`~peanchor.analysis.shifts.severity_table`).
         cache: where corrupted sets are memoised; share one across models to corrupt only once.
-        probe_ridge: the position probe's ridge λ, relative to the mean feature variance.
-        probe_holdout: the fraction of the evaluation images the probe is scored on (the rest fit it).
 
     Returns:
-        An :class:`~peanchor.results.AnalysisResult`. ``fragility`` is exactly ``1 - acc / clean_acc``
-        and ``delta_ssdc`` exactly ``rpi[1] - rpi[0]``.
+        An :class:`~peanchor.results.AnalysisResult` whose ``settings`` record the plan as applied to this model.
+        ``fragility`` is exactly ``1 - acc / clean_acc`` and ``delta_ssdc`` exactly ``rpi[1] - rpi[0]``.
     """
     t0 = time.perf_counter()
     info = info if info is not None else evalset.info
     if info is None:
         raise ConfigError("evaluate_model needs the dataset info (mean/std): pass info= or build the EvalSet with one")
-    if rpi_draws < 1:
-        raise ConfigError(f"rpi_draws={rpi_draws}: expected >= 1")
-    if batch_size < 1:
-        raise ConfigError(f"batch_size={batch_size}: expected >= 1")
-    if bootstrap < 0:
-        raise ConfigError(f"bootstrap={bootstrap}: expected >= 0")
-    if not (isinstance(probe_ridge, (int, float)) and math.isfinite(probe_ridge) and probe_ridge > 0):
-        raise ConfigError(f"probe_ridge={probe_ridge!r}: expected a finite number > 0")
-    if not (isinstance(probe_holdout, (int, float)) and 0 < probe_holdout < 1):
-        raise ConfigError(f"probe_holdout={probe_holdout!r}: expected a fraction strictly between 0 and 1")
+    if plan is None:
+        plan = resolve_plan(evalset.img_size)
+    if not isinstance(plan, AnalysisPlan):
+        raise ConfigError(f"evaluate_model(model, evalset, plan, *, info=...): plan must be an AnalysisPlan, got a "
+                          f"{type(plan).__name__}")  # fmt: skip
     grid = tuple(int(g) for g in model.grid)
     if evalset.img_size != getattr(info, "img_size", evalset.img_size):
         raise DataError(f"evaluation images are {evalset.img_size} px but the dataset info says {info.img_size} px")
     scalable = is_scalable(model)
-    alpha_list = _check_alphas(alphas) if scalable else []
-    shifts = dict(paper_shifts(evalset.img_size) if shifts is None else shifts)
-    if not shifts:
-        raise ConfigError("evaluate_model needs at least one shift")
+    applied = plan.for_model(scalable)
+    alpha_list, shifts = list(applied.alphas), dict(applied.shifts)
+    rpi_draws, seed, batch_size, severities = applied.rpi_draws, applied.seed, applied.batch_size, applied.severities
     # The severity sweeps: every measured kind, from the table for this resolution (each kind has one).
     kinds = list(dict.fromkeys(s.kind for s in shifts.values()))
     severity_shifts = severity_table(evalset.img_size, kinds) if severities else {}
@@ -213,15 +180,13 @@ def evaluate_model(
         )
         for a in sweep_alphas
     }
-    plan: list[PassSpec] = [clean, *rpi, *shifted.values(), *(p for g in severity_passes.values() for p in g)]
+    passes: list[PassSpec] = [clean, *rpi, *shifted.values(), *(p for g in severity_passes.values() for p in g)]
     for a in sweep_alphas:
         c, s, r = sweep_passes[a]
-        plan += [c, *s.values(), *r]
-    plan = list(dict.fromkeys(plan))  # unique, in order
+        passes += [c, *s.values(), *r]
+    passes = list(dict.fromkeys(passes))  # unique, in order
     batches_per_pass = math.ceil(len(evalset) / batch_size)
-    settings = {"seed": seed, "ssdc_mode": ssdc_mode, "metric": metric, "bootstrap": bootstrap,
-                "probe_ridge": probe_ridge, "probe_holdout": probe_holdout}  # fmt: skip
-    lenses = measured_lenses(model, len(evalset), settings)
+    lenses = measured_lenses(model, len(evalset), applied.settings(), chosen=applied.lenses)
     # a lens fed one permutation per image under RPI has a pass of its own under each RPI draw
     own_passes = rpi_draws if any(lens.rpi == "per_image" for lens in lenses.values()) else 0
 
@@ -229,13 +194,13 @@ def evaluate_model(
     model.to(dev).eval()
     t_passes = time.perf_counter()
     try:
-        with tqdm(total=(len(plan) + own_passes) * batches_per_pass, desc="evaluate", unit="batch", disable=None if progress is None else not progress,
+        with tqdm(total=(len(passes) + own_passes) * batches_per_pass, desc="evaluate", unit="batch", disable=None if progress is None else not progress,
                   leave=False) as bar:  # fmt: skip
             runner = PassRunner(
                 model, evalset, info.mean, info.std, sets=sets, batch_size=batch_size, device=dev, seed=seed,
                 lenses=lenses, bar=bar,
             )  # fmt: skip
-            for spec in plan:
+            for spec in passes:
                 bar.set_postfix_str(spec.label, refresh=False)
                 runner.run(spec)
     finally:
@@ -267,7 +232,7 @@ def evaluate_model(
         sweep.append(SweepPoint(alpha=a, delta_ssdc=_delta(first2), ssdc_rpi=first2, clean_acc=ca, acc=sa,
                                 fragility={name: fragility_score(ca, v) for name, v in sa.items()}))  # fmt: skip
 
-    full = sum(1 for p in plan if p.probes != "first2") + own_passes
+    full = sum(1 for p in passes if p.probes != "first2") + own_passes
     return AnalysisResult(
         clean_acc=clean_acc,
         rpi_acc=float(np.mean([runner.accuracy(p) for p in rpi])),
@@ -281,17 +246,14 @@ def evaluate_model(
         severity_shifts={k: [s.describe() for s in group] for k, group in severity_shifts.items()} if severities else None,
         severity_table=table_name(evalset.img_size) if severities else None,
         shifts={name: s.describe() for name, s in shifts.items()},
+        shift_sources=dict(applied.shift_sources) or None,
         alpha_sweep=sweep,
         num_images=len(evalset),
-        forward_passes=len(plan) + own_passes,
-        passes={"full": full, "truncated": len(plan) + own_passes - full, "truncated_layers": 2,
+        forward_passes=len(passes) + own_passes,
+        passes={"full": full, "truncated": len(passes) + own_passes - full, "truncated_layers": 2,
                 "probe_rpi": own_passes},
         seconds=time.perf_counter() - t0,
         timing={"corrupt": t_corrupt, "passes": t_passes},
         model=ModelInfo(pe=getattr(model, "pe_name", None), depth=int(model.depth), grid=list(grid), scalable=scalable),
-        settings=AnalysisSettings(
-            alphas=alpha_list, rpi_draws=rpi_draws, seed=seed, ssdc_mode=ssdc_mode, metric=metric,
-            bootstrap=bootstrap, severities=severities, batch_size=batch_size, evalset=evalset.fingerprint,
-            device=str(dev), probe_ridge=float(probe_ridge), probe_holdout=float(probe_holdout),
-        ),
+        settings=applied.settings_record(evalset.fingerprint, str(dev)),
     )  # fmt: skip

@@ -40,7 +40,7 @@ from peanchor.analysis.shifts import (
 from peanchor.analysis.shifts.registry import KINDS, kinds_line
 from peanchor.errors import ConfigError
 
-__all__ = ["ShiftSpec", "measured_shifts", "parse_shift_spec", "parse_shift_specs"]
+__all__ = ["ShiftSpec", "measured_shifts", "parse_shift_spec", "parse_shift_specs", "with_shift_specs"]
 
 SEVERITIES = range(1, 6)
 
@@ -169,10 +169,23 @@ def measured_shifts(
         origin = f"preset {name}"
     else:
         base, origin = paper_shifts(img_size), f"resolution rule ({paper_shifts_source(img_size)})"
-    measured = {name: (shift.resolved(img_size), origin) for name, shift in base.items()}
+    return with_shift_specs(img_size, base, dict.fromkeys(base, origin), specs)
+
+
+def with_shift_specs(
+    img_size: int, shifts: Mapping[str, Shift], sources: Mapping[str, str], specs: Sequence[ShiftSpec] = ()
+) -> tuple[dict[str, Shift], dict[str, str]]:
+    """``shifts`` (with their ``sources``, where known) resolved for ``img_size`` px, then each of ``specs``
+    replacing the shift(s) of its kind, in the place of the first one and under the kind's name, or, for a kind
+    not measured yet, added last.
+
+    >>> jpeg = {"jpeg": Shift("jpeg", quality=10)}
+    >>> shifts, sources = with_shift_specs(32, jpeg, {}, parse_shift_specs(["blur:sigma=1", "jpeg:quality=30"]))
+    >>> [s.name for s in shifts.values()], sources["jpeg"], "blur" in sources
+    (['jpeg_q30', 'blur_k9_s1'], '--shift jpeg:quality=30', True)
+    """
+    measured = {name: (shift.resolved(img_size), sources.get(name)) for name, shift in shifts.items()}
     for spec in specs:
-        # The shift(s) of this kind give way to the spec, which takes the place of the first one, under the
-        # kind's name; a kind not measured yet comes last.
         own = [name for name, (shift, _) in measured.items() if shift.kind == spec.kind] or [None]
         entry = (spec.shift(img_size), spec.source(img_size))
         rebuilt = {}
@@ -182,4 +195,5 @@ def measured_shifts(
             elif name not in own:
                 rebuilt[name] = value
         measured = rebuilt if own[0] is not None else {**measured, spec.kind: entry}
-    return {name: shift for name, (shift, _) in measured.items()}, {name: src for name, (_, src) in measured.items()}
+    return ({name: shift for name, (shift, _) in measured.items()},
+            {name: src for name, (_, src) in measured.items() if src is not None})  # fmt: skip

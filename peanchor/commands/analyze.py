@@ -6,13 +6,14 @@ without one: the resolution rule of ``paper_shifts``; ``--shift`` replaces or ad
 The model and its data come from a *subject*: a run directory (``peanchor train`` or ``peanchor import``), a timm
 model (``--timm NAME [--weights FILE]``) or a transformers ``save_pretrained`` folder (``--hf DIR``), both through
 :mod:`peanchor.adapters`. :func:`resolve_subject` is the one place that turns arguments into a model plus a
-:class:`~peanchor.data.DataSpec`; the analysis itself is :func:`peanchor.api.run_analysis`, the function that
-``peanchor.analyze`` runs too.
+:class:`~peanchor.data.DataSpec`; :func:`plan_for` resolves the analysis plan (the run's preset's shifts, the
+evaluation flags, ``--set analysis.KEY=VALUE``); the analysis itself is :func:`peanchor.api.run_analysis`, the
+function that ``peanchor.analyze`` runs too.
 
 Imports: at parse time :mod:`peanchor.commands` (shared: the ``--shift`` help, from the shift registry, which loads
-no torch); when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`, :mod:`peanchor.training` (a run's config),
-:mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`, :mod:`peanchor.data`, :mod:`peanchor.metrics`, :mod:`peanchor.lenses`,
-:mod:`peanchor.tracking` (``--tensorboard``).
+no torch); when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`, :mod:`peanchor.presets` (the run's preset's
+shifts), :mod:`peanchor.training` (a run's config), :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`,
+:mod:`peanchor.data`, :mod:`peanchor.lenses` (the summary), :mod:`peanchor.tracking` (``--tensorboard``).
 """
 
 from __future__ import annotations
@@ -56,14 +57,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     data.add_argument("--class-list", metavar="FILE", help="class subset, one WordNet id / class name per line")
     data.add_argument("--images", type=int, metavar="N", help="a deterministic random subset of N evaluation images")
     data.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                      help="any other dataset key, e.g. --set data.image_column=img --set data.val_size=500 "
-                      "(repeatable; typed like train --set)")  # fmt: skip
+                      help="any other dataset key, e.g. --set data.image_column=img --set data.val_size=500, or an "
+                      "analysis setting, e.g. --set analysis.rpi_draws=2 (over the flags below; repeatable; typed "
+                      "like train --set)")  # fmt: skip
     ev = p.add_argument_group("evaluation")
-    ev.add_argument("--rpi-draws", type=int, default=1, metavar="K", help="independent RPI permutation streams (mean ± std)")
+    ev.add_argument("--rpi-draws", type=int, metavar="K", help="independent RPI permutation streams (mean ± std; "
+                    "default: 1)")  # fmt: skip
     ev.add_argument("--per-image", action="store_true", help="SSDC as the mean of per-image SSDCs (default: the paper's "
                     "SSDC of the mean similarity matrix)")  # fmt: skip
     ev.add_argument("--euclidean", action="store_true", help="Euclidean grid distance (default: Manhattan, the paper's)")
-    ev.add_argument("--bootstrap", type=int, default=0, metavar="R", help="bootstrap replicates for per-layer SSDC "
+    ev.add_argument("--bootstrap", type=int, metavar="R", help="bootstrap replicates for per-layer SSDC "
                     "confidence intervals over images (default: 0, none)")  # fmt: skip
     ev.add_argument("--shift", action="append", default=[], metavar="KIND:K=V[,K=V]", help=SHIFT_HELP)
     ev.add_argument("--severities", action="store_true", help="also the severity 1-5 sweep of every measured kind "
@@ -76,7 +79,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     ev.add_argument("--no-alpha", action="store_true", help="skip the α sweep")
     ev.add_argument("--batch-size", type=int, metavar="N", help="evaluation batch size (default: the run's eval batch size)")
     ev.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N")
-    ev.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the RPI permutations and the bootstrap")
+    ev.add_argument("--seed", type=int, metavar="N", help="seed of the RPI permutations, the bootstrap and the "
+                    "probe's split (default: 0)")  # fmt: skip
     ev.add_argument("--no-progress", action="store_true", help="no progress bars")
     ev.add_argument("--tensorboard", action="store_true", help="also log the analysis scalars (accuracy, FS per shift, "
                     "SSDC per layer, ΔSSDC, the α sweep) to TensorBoard event files in OUT/tensorboard "
@@ -86,7 +90,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def parse_alphas(text: str) -> list[float]:
-    """``"1,0.5,0"`` → ``[1.0, 0.5, 0.0]``.
+    """``"1,0.5,0"`` → ``[1.0, 0.5, 0.0]`` (the values are checked by the analysis plan).
 
     >>> parse_alphas("1, .5,0")
     [1.0, 0.5, 0.0]
@@ -95,8 +99,9 @@ def parse_alphas(text: str) -> list[float]:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise ConfigError(f"--alphas {text!r}: expected comma-separated numbers, e.g. 1,0.5,0") from None
-    if not values or any(not math.isfinite(v) or v < 0 for v in values):
-        raise ConfigError(f"--alphas {text!r}: expected numbers >= 0, e.g. 1,0.5,0")
+    if not values:
+        raise ConfigError(f"--alphas {text!r}: expected comma-separated numbers, e.g. 1,0.5,0 (--no-alpha skips the "
+                          "sweep)")  # fmt: skip
     return values
 
 
@@ -208,42 +213,49 @@ def data_spec_for(subject: Subject, args: argparse.Namespace) -> Any:
     section (:meth:`~peanchor.data.spec.DataSpec.for_dataset`, as ``train`` and ``reproduce`` do), and only
     ``--set data.val_size=N`` subsamples it.
     """
+    from peanchor.analysis.plan import split_plan_items
     from peanchor.data import DataSpec
 
+    data_items, _ = split_plan_items(args.set)  # the analysis.* items are the plan's
     spec = subject.spec if subject.spec is not None else DataSpec(name=args.data or DataSpec().name)
     if args.data:
         spec = spec.for_dataset(args.data)
     img_size = (getattr(subject.model, "model_args", None) or {}).get("img_size")
     if isinstance(getattr(subject.model, "img_size", None), tuple):  # timm adapter: (rows, cols) in pixels
         img_size = subject.model.img_size[0]
-    for item in args.set:
+    for item in data_items:
         if item.partition("=")[0].strip().removeprefix("data.") == "img_size":
             raise ConfigError(f"--set {item!r}: analyze evaluates at the model's resolution ({img_size} px)")
     flags = {"root": args.data_root, "class_list": args.class_list, "img_size": int(img_size) if img_size else None}
-    return with_data_items(spec, flags, list(args.set))
+    return with_data_items(spec, flags, data_items)
+
+
+def plan_for(subject: Subject, args: argparse.Namespace, img_size: int, shift_specs: list[Any]) -> Any:
+    """The :class:`~peanchor.analysis.plan.AnalysisPlan`: the plan's defaults (the paper's α grid, one RPI draw, ...)
+    with the run's eval batch size and its preset's shifts, then the evaluation flags (``shift_specs``: the parsed
+    ``--shift``), then ``--set analysis.KEY=VALUE``."""
+    from peanchor.analysis.plan import resolve_plan, split_plan_items
+    from peanchor.presets import preset_shifts
+
+    given = {
+        "alphas": () if args.no_alpha else (parse_alphas(args.alphas) if args.alphas else None),
+        "rpi_draws": args.rpi_draws, "seed": args.seed, "batch_size": args.batch_size, "max_images": args.images,
+        "severities": True if args.severities else None, "ssdc_mode": "per_image" if args.per_image else None,
+        "metric": "euclidean" if args.euclidean else None, "bootstrap": args.bootstrap,
+        "probe_ridge": args.probe_ridge, "probe_holdout": args.probe_holdout,
+    }  # fmt: skip
+    return resolve_plan(
+        img_size, defaults={"batch_size": subject.eval_batch_size}, preset_shifts=preset_shifts(subject.preset, img_size),
+        shift_specs=shift_specs, given=given, set_items=split_plan_items(args.set)[1],
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     from peanchor.analysis.evalset import EvalSet
-    from peanchor.analysis.evaluate import DEFAULT_ALPHAS
     from peanchor.analysis.shift_specs import parse_shift_specs
     from peanchor.api import match_classes, run_analysis
-    from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
 
-    if args.rpi_draws < 1:
-        raise ConfigError(f"--rpi-draws {args.rpi_draws}: expected >= 1")
-    if args.bootstrap < 0:
-        raise ConfigError(f"--bootstrap {args.bootstrap}: expected >= 0")
-    if args.images is not None and args.images < 1:
-        raise ConfigError(f"--images {args.images}: expected >= 1")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise ConfigError(f"--batch-size {args.batch_size}: expected >= 1")
-    if args.probe_ridge is not None and not (math.isfinite(args.probe_ridge) and args.probe_ridge > 0):
-        raise ConfigError(f"--probe-ridge {args.probe_ridge}: expected a number > 0")
-    if args.probe_holdout is not None and not 0 < args.probe_holdout < 1:
-        raise ConfigError(f"--probe-holdout {args.probe_holdout}: expected a fraction strictly between 0 and 1")
-    alphas = [] if args.no_alpha else (parse_alphas(args.alphas) if args.alphas else list(DEFAULT_ALPHAS))
-    shift_specs = parse_shift_specs(args.shift)
+    shift_specs = parse_shift_specs(args.shift)  # a bad --shift fails before the model is read
     if args.tensorboard:
         from peanchor.tracking import require_tensorboard
 
@@ -253,21 +265,15 @@ def run(args: argparse.Namespace) -> int:
     if out is None:
         raise ConfigError("say where to write the analysis with --out DIR")
     spec = data_spec_for(subject, args)
+    plan = plan_for(subject, args, spec.img_size, shift_specs)
     progress = None if not args.no_progress else False
-    evalset = EvalSet.from_spec(spec, args.images, progress=progress)
+    evalset = EvalSet.from_spec(spec, plan.max_images, progress=progress)
     info = evalset.info
     if subject.normalization is not None:
         info = dataclasses.replace(info, mean=tuple(subject.normalization[0]), std=tuple(subject.normalization[1]))
         match_classes(subject.model, list(info.classes))  # an ImageNet-1k head on an ImageNet subset, or refuse
-    result = run_analysis(
-        subject.model, evalset, info, preset=subject.preset, shift_specs=shift_specs,
-        source={**subject.source, "data": spec.to_dict()}, alphas=alphas, rpi_draws=args.rpi_draws, seed=args.seed,
-        ssdc_mode="per_image" if args.per_image else "mean_similarity",
-        metric="euclidean" if args.euclidean else "manhattan", bootstrap=args.bootstrap, severities=args.severities,
-        batch_size=args.batch_size or subject.eval_batch_size or 256, device=args.device, progress=progress,
-        probe_ridge=DEFAULT_RIDGE if args.probe_ridge is None else args.probe_ridge,
-        probe_holdout=DEFAULT_HOLDOUT if args.probe_holdout is None else args.probe_holdout,
-    )  # fmt: skip
+    result = run_analysis(subject.model, evalset, info, plan, source={**subject.source, "data": spec.to_dict()},
+                          device=args.device, progress=progress)  # fmt: skip
     path = result.save(out)
     print(summary_text(result, subject.name))
     print(f"wrote {path} and {path.with_suffix('.csv')}")

@@ -51,10 +51,13 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help=SHIFT_HELP + "; changing the shifts analyses every cell again (trained runs are reused)")
     p.add_argument("--severities", action=argparse.BooleanOptionalAction, default=None,
                    help="measure (or not) the severity 1-5 sweep of every measured kind (the ImageNet-C-style table for "
-                   "the preset's resolution; default: the preset's analysis plan, on for cpu)")  # fmt: skip
+                   "the preset's resolution; default: the preset's analysis defaults, on for cpu; "
+                   "--set analysis.severities=... wins)")  # fmt: skip
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config key for every cell (e.g. optim.lr=3e-4), or for one condition "
-                   "with a prefix (e.g. ape:optim.pe_lr_mult=10); repeatable")
+                   "with a prefix (e.g. ape:optim.pe_lr_mult=10), or an analysis setting for every cell (e.g. "
+                   "analysis.rpi_draws=2, analysis.alphas=[1,0.5,0]: analyses again, trained runs are reused); "
+                   "repeatable")
     p.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N: for training and analysis")
     p.add_argument("--jobs", default="auto", metavar="N",
                    help="cells trained and analysed at once, each in its own supervised process: on CPU "

@@ -6,7 +6,8 @@ with an analysis is a model; one whose last attempt failed is listed under ``fai
 ``missing``.
 
 Imports: :mod:`peanchor.results`, :mod:`peanchor.study.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.analysis`
-and :mod:`peanchor.presets` (the planned shifts).
+(the manifest's plan) and :mod:`peanchor.presets` (the planned shifts of a manifest written before it recorded its
+plan).
 """
 
 from __future__ import annotations
@@ -91,13 +92,21 @@ def _cells_from_manifest(out: Path, manifest: dict[str, Any] | None) -> tuple[li
     return cells, inferred
 
 
-def _planned_shifts(preset: str | None, img_size: int, specs: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+def _planned_shifts(meta: dict[str, Any], img_size: int) -> tuple[dict[str, Any], dict[str, str]]:
     """The shifts an analysis of this grid would use, and their sources (for a results.json written before any
-    analysis)."""
+    analysis): the manifest's plan's, or, for a manifest written before it recorded its plan, the preset's with
+    the manifest's ``--shift`` specs."""
+    from peanchor.analysis.plan import AnalysisPlan
+
+    recorded = meta.get("analysis")
+    if isinstance(recorded, dict) and "shifts" in recorded:
+        plan = AnalysisPlan.from_dict(recorded)
+        return {k: s.describe() for k, s in plan.shifts.items()}, dict(plan.shift_sources)
     from peanchor.analysis.shift_specs import measured_shifts, parse_shift_specs
     from peanchor.presets import preset_shifts
 
-    shifts, sources = measured_shifts(img_size, parse_shift_specs(specs), preset_shifts(preset, img_size))
+    specs = parse_shift_specs(list(meta.get("shifts") or []))
+    shifts, sources = measured_shifts(img_size, specs, preset_shifts(meta.get("preset"), img_size))
     return {k: s.describe() for k, s in shifts.items()}, sources
 
 
@@ -139,11 +148,10 @@ def assemble_results(out: str | Path, wall_seconds: float | None = None) -> Resu
     data = meta.get("data") or {}
     results.dataset, results.img_size = data.get("name"), data.get("img_size")
     if not results.shifts and isinstance(results.img_size, int):  # no analysis yet: the shifts it would use
-        results.shifts, results.shift_sources = _planned_shifts(results.preset, results.img_size,
-                                                                list(meta.get("shifts") or []))  # fmt: skip
+        results.shifts, results.shift_sources = _planned_shifts(meta, results.img_size)
     results.compute_seconds = compute
     results.versions = _versions()
-    results.analysis = meta.get("analysis") or None
+    results.analysis = meta.get("analysis") or None  # the grid's plan (AnalysisPlan.to_dict)
     return results
 
 

@@ -201,7 +201,7 @@ class _Supervisor:
 
         self.ctx = multiprocessing.get_context("spawn")  # no fork of a process that already runs torch threads
         # One worker keeps the progress bars (nothing interleaves with them); several print one line per cell.
-        self.options = dataclasses.replace(options, progress=options.progress and workers == 1, debug=False)
+        self.options = options.with_runtime(progress=options.progress and workers == 1, debug=False)
         self.pending = deque(cells)
         self.gpus = gpus
         self.cpus = max(1, usable_cpus() // workers)

@@ -1,29 +1,47 @@
 """What a ``peanchor reproduce`` invocation asks for: :class:`ReproduceOptions` (preset, grid, data, ``--set``,
-``--shift``, shard, device, jobs), each cell's training config, and ``--list`` (the ``peanchor train`` command of
-every cell).
+``--shift``, shard, device, jobs), each cell's training config and analysis plan (each resolved once), and
+``--list`` (the ``peanchor train`` command of every cell).
+
+A cell's :class:`~peanchor.analysis.plan.AnalysisPlan` is the preset's analysis defaults (with the cell's
+``train.eval_batch_size`` as the batch size where the preset names none, and the preset's shifts at the cell's
+resolution), then the command line (``--severities``, ``--shift``), then ``--set analysis.KEY=VALUE``; the
+``analysis.*`` items are split off the ``--set`` items before the training config sees them, and are the same for
+every cell (a condition prefix on one is refused).
 
 Imports: :mod:`peanchor.study.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.presets`, :mod:`peanchor.analysis`
-(``--shift``, when checked), :mod:`peanchor.tracking` (``--tensorboard`` needs TensorBoard).
+(``--shift`` and the plan, when resolved), :mod:`peanchor.tracking` (``--tensorboard`` needs TensorBoard).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from peanchor.conditions import DEFAULT_CONDITIONS, Condition, parse_conditions
 from peanchor.errors import ConfigError
-from peanchor.presets import AnalysisPlan, get_preset, resolve_config
+from peanchor.presets import get_preset, preset_shifts, resolve_config
 from peanchor.study.cells import Cell, grid_cells
+
+if TYPE_CHECKING:  # pragma: no cover
+    from peanchor.analysis.plan import AnalysisPlan
 
 __all__ = ["ReproduceOptions", "list_commands", "split_set_items"]
 
+# --set analysis.KEY=VALUE goes to the analysis plan (peanchor.analysis.plan.SET_PREFIX; spelled here too so that
+# --list and the option checks import no torch).
+ANALYSIS_KEYS = "analysis."
+# The options that neither a cell's config nor its plan depends on: a copy that changes only these keeps what was
+# resolved (ReproduceOptions.with_runtime).
+RUNTIME = frozenset({"jobs", "jobs_auto", "progress", "debug"})
+
 
 def split_set_items(items: Sequence[str], conditions: Sequence[Condition]) -> tuple[list[str], dict[str, list[str]]]:
-    """``--set`` items for every cell, and those prefixed ``<condition>:`` for one condition only.
+    """``--set`` items for every cell, and those prefixed ``<condition>:`` for one condition only. An analysis
+    setting is the same for every cell, so it takes no prefix.
 
     >>> split_set_items(["optim.lr=3e-4", "ape:optim.pe_lr_mult=10"], parse_conditions("none,ape"))
     (['optim.lr=3e-4'], {'ape': ['optim.pe_lr_mult=10']})
@@ -40,6 +58,9 @@ def split_set_items(items: Sequence[str], conditions: Sequence[Condition]) -> tu
                 raise ConfigError(
                     f"--set {item!r}: {cond!r} is not a condition of this grid ({', '.join(sorted(names))})"
                 )
+            if rest.strip().startswith(ANALYSIS_KEYS):
+                raise ConfigError(f"--set {item!r}: the analysis plan is the same for every cell; drop the "
+                                  f"'{prefix}:' prefix")  # fmt: skip
             per.setdefault(cond, []).append(rest)
         else:
             common.append(item)
@@ -55,9 +76,9 @@ class ReproduceOptions:
     data: str | None = None
     data_root: str | None = None
     class_list: str | None = None
-    set_items: list[str] = field(default_factory=list)
+    set_items: list[str] = field(default_factory=list)  # training config keys, and analysis.KEY for the plan
     shifts: list[str] = field(default_factory=list)  # --shift specs (peanchor.analysis.shift_specs)
-    severities: bool | None = None  # None: the preset's analysis plan decides
+    severities: bool | None = None  # None: the preset's analysis defaults decide (then --set analysis.severities)
     shard: tuple[int, int] = (1, 1)
     device: str | None = None
     progress: bool = True
@@ -65,6 +86,11 @@ class ReproduceOptions:
     debug: bool = False  # re-raise a cell's error instead of recording it
     jobs: int = 1  # cells run at once, each in its own single-threaded process (CPU)
     jobs_auto: bool = False  # --jobs auto: ``jobs`` is the CPUs/GPUs bound; fewer run at once if memory is short
+    # Resolved once per invocation (a copy made by with_runtime shares them; one by dataclasses.replace starts
+    # empty): the parsed --shift specs, each cell's training config and each cell's analysis plan, by cell name.
+    _specs: list[Any] | None = field(default=None, init=False, repr=False, compare=False)
+    _configs: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _plans: dict[str, AnalysisPlan] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.seeds is None:
@@ -74,27 +100,42 @@ class ReproduceOptions:
         if self.jobs < 1:
             raise ConfigError(f"--jobs {self.jobs}: expected >= 1")
         self.out = Path(self.out) if self.out is not None else Path("runs") / f"reproduce-{self.preset}"
-        if self.severities is None:
-            self.severities = self.plan.severities
         self.shift_specs()  # a bad --shift fails here, before anything is trained
+        self.train_and_plan_items()  # and a condition prefix on an analysis key
         if self.tensorboard:
             from peanchor.tracking import require_tensorboard
 
             require_tensorboard()
 
-    def shift_specs(self) -> list[Any]:  # -> list[ShiftSpec]
-        from peanchor.analysis.shift_specs import parse_shift_specs
+    def with_runtime(self, **changes: Any) -> ReproduceOptions:
+        """A copy with other :data:`RUNTIME` options (``jobs``, ``progress``, ...), sharing the resolved configs and
+        plans, which do not depend on them."""
+        if not set(changes) <= RUNTIME:
+            raise ValueError(f"with_runtime changes only {', '.join(sorted(RUNTIME))}, not {', '.join(changes)}")
+        copy = dataclasses.replace(self, **changes)
+        copy._specs, copy._configs, copy._plans = self._specs, self._configs, self._plans
+        return copy
 
-        return parse_shift_specs(self.shifts)
+    def shift_specs(self) -> list[Any]:  # -> list[ShiftSpec]
+        if self._specs is None:
+            from peanchor.analysis.shift_specs import parse_shift_specs
+
+            self._specs = parse_shift_specs(self.shifts)
+        return self._specs
+
+    def train_and_plan_items(self) -> tuple[list[str], list[str]]:
+        """The ``--set`` items: (the training config's, the analysis plan's ``analysis.*``)."""
+        split_set_items(self.set_items, self.conditions)  # a condition prefix on an analysis key is refused
+        train: list[str] = []
+        plan: list[str] = []
+        for item in self.set_items:
+            (plan if item.partition("=")[0].strip().startswith(ANALYSIS_KEYS) else train).append(item)
+        return train, plan
 
     @property
     def out_dir(self) -> Path:
         assert self.out is not None
         return self.out
-
-    @property
-    def plan(self) -> AnalysisPlan:
-        return get_preset(self.preset).analysis
 
     def cells(self) -> list[Cell]:
         assert self.seeds is not None
@@ -115,11 +156,37 @@ class ReproduceOptions:
         }
 
     def cell_set_items(self, cell: Cell) -> list[str]:
-        common, per = split_set_items(self.set_items, self.conditions)
+        """The training config's ``--set`` items for ``cell`` (the common ones, then its condition's)."""
+        common, per = split_set_items(self.train_and_plan_items()[0], self.conditions)
         return common + per.get(cell.condition.name, [])
 
     def cell_config(self, cell: Cell) -> Any:  # -> TrainConfig
-        return resolve_config(self.preset, self.cli_overrides(cell), self.cell_set_items(cell))
+        """``cell``'s training config, resolved once (the caller must not change it)."""
+        if cell.name not in self._configs:
+            self._configs[cell.name] = resolve_config(self.preset, self.cli_overrides(cell), self.cell_set_items(cell))
+        return self._configs[cell.name]
+
+    def grid_plan(self, cell: Cell) -> AnalysisPlan:
+        """The analysis plan of the grid at ``cell``'s config, resolved once: the preset's analysis defaults, then
+        ``--severities`` and ``--shift``, then ``--set analysis.KEY=VALUE``."""
+        if cell.name not in self._plans:
+            from peanchor.analysis.plan import resolve_plan
+
+            config = self.cell_config(cell)
+            size = config.data.img_size
+            defaults = {"batch_size": config.train.eval_batch_size, **get_preset(self.preset).analysis}
+            self._plans[cell.name] = resolve_plan(
+                size, defaults=defaults, preset_shifts=preset_shifts(config.preset, size),
+                shift_specs=self.shift_specs(), given={"severities": self.severities},
+                set_items=self.train_and_plan_items()[1],
+            )  # fmt: skip
+        return self._plans[cell.name]
+
+    def plan_for(self, cell: Cell) -> AnalysisPlan:
+        """The plan ``cell`` is analysed with: :meth:`grid_plan`, without the α sweep for a model trained with RPT
+        (the sweep is for models trained with a PE)."""
+        plan = self.grid_plan(cell)
+        return dataclasses.replace(plan, alphas=()) if cell.condition.rpt else plan
 
 
 def list_commands(options: ReproduceOptions, argv_tail: Sequence[str] = ()) -> list[str]:

@@ -1,12 +1,12 @@
 """One cell, start to finish: train it (or reuse the finished run), then analyse it (or reuse its analysis).
 
 Whether a stored analysis can be reused is decided here and nowhere else (:func:`reusable`): it must be of this
-schema, made from the same weights, on the same evaluation data, with the same settings, α grid and shifts (a
-``--shift`` that changes one, adds one or is dropped again means analysing again).
+schema, made from the same weights, on the same evaluation data, with an equal analysis plan (settings, α grid,
+shifts, lenses: a ``--shift`` or ``--set analysis.*`` that changes one, adds one or is dropped again means
+analysing again; where a shift came from does not count).
 
 Imports: :mod:`peanchor.training`, :mod:`peanchor.checkpoint`, :mod:`peanchor.analysis`, :mod:`peanchor.results`,
-:mod:`peanchor.interrupts`, :mod:`peanchor.study.options`, :mod:`peanchor.tracking` (``--tensorboard``),
-:mod:`peanchor.presets` (a preset's shifts); torch-heavy
+:mod:`peanchor.interrupts`, :mod:`peanchor.study.options`, :mod:`peanchor.tracking` (``--tensorboard``); torch-heavy
 ones inside the functions that use them.
 """
 
@@ -17,9 +17,8 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from peanchor import interrupts
 from peanchor.errors import PeanchorError, SchemaError
@@ -28,9 +27,11 @@ from peanchor.results import ANALYSIS_JSON, AnalysisResult, read_analysis
 from peanchor.study.cells import Cell
 from peanchor.study.options import ReproduceOptions
 
+if TYPE_CHECKING:  # pragma: no cover
+    from peanchor.analysis.plan import AnalysisPlan
+
 __all__ = [
-    "AnalysisRequest", "Evaluation", "attempt", "eval_data_key", "out_of_memory_message", "peak_rss_mb", "reusable",
-    "stderr_log",
+    "Evaluation", "attempt", "eval_data_key", "out_of_memory_message", "peak_rss_mb", "reusable", "stderr_log",
 ]  # fmt: skip
 
 
@@ -64,42 +65,21 @@ class Evaluation:
         return self.evalsets[key]
 
 
-@dataclass(frozen=True)
-class AnalysisRequest:
-    """The analysis a cell asks for: everything a stored one must agree with to be reused."""
+def reusable(stored: AnalysisResult, plan: AnalysisPlan, digest: str, data: dict[str, Any]) -> bool:
+    """Whether ``stored`` answers ``plan`` for the model with weights ``digest`` evaluated on ``data`` (a data
+    spec): the same weights, the same evaluation split (:func:`eval_data_key`) and an equal plan as applied to the
+    stored model (no α sweep for a PE that α does not scale). Device, timings, the evaluation fingerprint and where
+    a shift came from may differ; a stored plan that no longer reads (:meth:`AnalysisPlan.from_result`) is not
+    reused."""
+    from peanchor.analysis.plan import AnalysisPlan
 
-    digest: str  # of the weights
-    data: dict[str, Any]  # the evaluation data spec (eval_data_key of it)
-    max_images: int | None
-    alphas: list[float]  # [] for a model trained with RPT (the sweep is for models trained with a PE)
-    shifts: dict[str, dict[str, Any]]  # name → description: the preset's or the resolution rule's, with --shift
-    rpi_draws: int
-    seed: int
-    severities: bool
-    batch_size: int
-    ssdc_mode: str = "mean_similarity"
-    metric: str = "manhattan"
-    bootstrap: int = 0
-    probe_ridge: float = 1e-3  # evaluate_model's defaults (peanchor.metrics.position_probe)
-    probe_holdout: float = 0.5
-
-
-def reusable(stored: AnalysisResult, wanted: AnalysisRequest) -> bool:
-    """Whether ``stored`` answers ``wanted`` (device, timings and the evaluation fingerprint may differ)."""
-    s, src = stored.settings, stored.source
-    same_settings = (s.rpi_draws, s.seed, s.ssdc_mode, s.metric, s.bootstrap, s.severities, s.batch_size,
-                     s.probe_ridge, s.probe_holdout) == (
-        wanted.rpi_draws, wanted.seed, wanted.ssdc_mode, wanted.metric, wanted.bootstrap, wanted.severities,
-        wanted.batch_size, wanted.probe_ridge, wanted.probe_holdout,
-    )  # fmt: skip
-    same_alphas = s.alphas == (wanted.alphas if stored.model.scalable else [])
-    same_shifts = stored.shifts == wanted.shifts
-    return (
-        same_settings and same_alphas and same_shifts
-        and src.get("model_digest") == wanted.digest
-        and eval_data_key(src.get("data", {})) == eval_data_key(wanted.data)
-        and src.get("max_images") == wanted.max_images
-    )  # fmt: skip
+    src = stored.source
+    if src.get("model_digest") != digest or eval_data_key(src.get("data", {})) != eval_data_key(data):
+        return False
+    try:
+        return AnalysisPlan.from_result(stored) == plan.for_model(stored.model.scalable)
+    except PeanchorError:
+        return False
 
 
 def _stored_analysis(path: Path, log: Callable[[str], None], cell: Cell) -> AnalysisResult | None:
@@ -118,9 +98,7 @@ def _run_cell(
     """Train (or reuse) and analyse (or reuse) one cell, filling ``status`` as it goes (its ``stage``
     says where an exception came from)."""
     from peanchor.analysis.evaluate import evaluate_model
-    from peanchor.analysis.shift_specs import measured_shifts
     from peanchor.checkpoint import load_model, model_digest
-    from peanchor.presets import preset_shifts
     from peanchor.results import write_analysis
     from peanchor.training.loop import train
 
@@ -149,33 +127,22 @@ def _run_cell(
         log(f"{cell.name}: trained, val acc {summary.get('val_acc', math.nan):.4f} ({summary.get('seconds', 0):.0f} s)")
 
     status["stage"] = "analyze"
-    plan = options.plan
-    img_size = config.data.img_size
-    shifts, shift_sources = measured_shifts(img_size, options.shift_specs(), preset_shifts(config.preset, img_size))
-    wanted = AnalysisRequest(
-        digest=model_digest(run_dir), data=config.data.to_dict(), max_images=plan.max_images,
-        alphas=list(plan.alphas) if not cell.condition.rpt else [],
-        shifts={name: shift.describe() for name, shift in shifts.items()}, rpi_draws=plan.rpi_draws, seed=plan.seed,
-        severities=options.severities, batch_size=plan.batch_size or config.train.eval_batch_size,
-    )  # fmt: skip
+    plan = options.plan_for(cell)
+    digest = model_digest(run_dir)
     stored = _stored_analysis(run_dir / "analysis", log, cell)
-    if stored is not None and reusable(stored, wanted):
+    if stored is not None and reusable(stored, plan, digest, config.data.to_dict()):
         status["analyzed"] = False
         result = stored
     else:
         evalset = evaluation.evalset(config.data, plan.max_images)
         model = load_model(run_dir)
-        result = evaluate_model(
-            model, evalset, evalset.info, shifts=shifts,
-            alphas=wanted.alphas, rpi_draws=wanted.rpi_draws, seed=wanted.seed, severities=wanted.severities,
-            batch_size=wanted.batch_size, device=options.device, progress=None if options.progress else False,
-            cache=evaluation.cache, probe_ridge=wanted.probe_ridge, probe_holdout=wanted.probe_holdout,
-        )  # fmt: skip
+        result = evaluate_model(model, evalset, plan, info=evalset.info, device=options.device,
+                                progress=None if options.progress else False, cache=evaluation.cache)  # fmt: skip
         result.source = {
-            "kind": "run_dir", "run_dir": str(run_dir), "model_digest": wanted.digest, "model_args": model.model_args,
-            "condition": cell.condition.name, "seed": cell.seed, "data": wanted.data, "max_images": plan.max_images,
+            "kind": "run_dir", "run_dir": str(run_dir), "model_digest": digest, "model_args": model.model_args,
+            "condition": cell.condition.name, "seed": cell.seed, "data": config.data.to_dict(),
+            "max_images": plan.max_images,
         }  # fmt: skip
-        result.shift_sources = shift_sources
         write_analysis(result, run_dir / "analysis")
         status["analyzed"] = True
         log(f"{cell.name}: analysed, {result.forward_passes} passes in {result.seconds:.1f} s "
@@ -241,15 +208,13 @@ def out_of_memory_message(options: ReproduceOptions, cell: Cell, stage: str | No
     gpu = isinstance(error, torch.OutOfMemoryError)
     if not gpu and not (isinstance(error, RuntimeError) and "can't allocate memory" in text):
         return None
-    config = options.cell_config(cell)
     where = "GPU" if gpu else "CPU"
     if stage == "analyze":
-        batch = options.plan.batch_size or config.train.eval_batch_size
-        hint = ("the preset's analysis batch size; run fewer cells at once (--jobs)" if options.plan.batch_size
-                else f"lower it with --set train.eval_batch_size={max(1, batch // 2)}")  # fmt: skip
-        what = f"analysing at batch size {batch} ({hint})"
+        batch = options.plan_for(cell).batch_size
+        what = (f"analysing at batch size {batch} (lower it with --set analysis.batch_size={max(1, batch // 2)}, or "
+                "run fewer cells at once with --jobs)")  # fmt: skip
     else:
-        batch = config.train.batch_size
+        batch = options.cell_config(cell).train.batch_size
         what = (f"training at batch size {batch} (lower it with --set train.batch_size={max(1, batch // 2)}, in "
                 "another --out as it changes the run, or run fewer cells at once with --jobs)")  # fmt: skip
     return f"out of {where} memory {what}: {text[:200]}"

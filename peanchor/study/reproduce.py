@@ -18,13 +18,12 @@ non-zero exit at the end.
 
 Imports: the rest of :mod:`peanchor.study`, :mod:`peanchor.interrupts`, :mod:`peanchor.fileio`, :mod:`peanchor.results`,
 :mod:`peanchor.report` (its public ``write_report``), :mod:`peanchor.training` and :mod:`peanchor.data` (preflight
-checks), :mod:`peanchor.analysis` and :mod:`peanchor.presets` (the shifts), :mod:`peanchor.tracking` (``--tensorboard``).
+checks), :mod:`peanchor.tracking` (``--tensorboard``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import time
@@ -79,18 +78,17 @@ def write_results_and_report(
 
 
 def _manifest(options: ReproduceOptions) -> dict[str, Any]:
-    first = options.cell_config(options.cells()[0])
-    plan = options.plan
+    first = options.cells()[0]
     return {
         "preset": options.preset,
         "conditions": [c.name for c in options.conditions],
         "seeds": list(range(options.seeds or 1)),
-        "data": first.data.to_dict(),
+        "data": options.cell_config(first).data.to_dict(),
         "set": list(options.set_items),
         "shifts": list(options.shifts),
-        "analysis": {"alphas": list(plan.alphas), "max_images": plan.max_images, "rpi_draws": plan.rpi_draws,
-                     "seed": plan.seed, "batch_size": plan.batch_size or first.train.eval_batch_size,
-                     "severities": options.severities},
+        # The grid's analysis plan, at the first cell's config: its α grid as planned, also where that cell is an
+        # RPT model (analysed without the sweep, ReproduceOptions.plan_for) or its PE is not scalable.
+        "analysis": options.grid_plan(first).to_dict(),
     }  # fmt: skip
 
 
@@ -99,9 +97,7 @@ def _preflight(options: ReproduceOptions, cells: Sequence[Cell]) -> tuple[int, i
     a run directory that holds a different config (e.g. a rerun with another ``--set``), or data that
     cannot be read (a missing ``--data-root``), a ``--shift`` that does not fit the images. Per-cell failures (a
     diverging run) are recorded instead. Returns the most evaluation images and classes (for the memory estimate)."""
-    from peanchor.analysis.shift_specs import measured_shifts
     from peanchor.data import build_eval_dataset
-    from peanchor.presets import preset_shifts
     from peanchor.training.run_dir import check_run_dir
 
     checked: set[str] = set()
@@ -109,8 +105,7 @@ def _preflight(options: ReproduceOptions, cells: Sequence[Cell]) -> tuple[int, i
     for cell in cells:
         config = options.cell_config(cell)
         check_run_dir(config, options.cell_dir(cell))  # read-only; RunDirError names the differing keys
-        size = config.data.img_size
-        measured_shifts(size, options.shift_specs(), preset_shifts(config.preset, size))  # e.g. a blur kernel too large
+        options.plan_for(cell)  # e.g. a blur kernel too large for the images, a bad --set analysis.KEY
         key = json.dumps(eval_data_key(config.data.to_dict()), sort_keys=True)
         if key not in checked:
             checked.add(key)
@@ -121,8 +116,6 @@ def _preflight(options: ReproduceOptions, cells: Sequence[Cell]) -> tuple[int, i
 
 def _job_plan(options: ReproduceOptions, cells: Sequence[Cell], eval_images: int, classes: int) -> JobPlan:
     """How many of ``cells`` run at once (``--jobs``, bounded by memory under ``auto``) and the line saying why."""
-    from peanchor.analysis.shift_specs import measured_shifts
-    from peanchor.presets import preset_shifts
     from peanchor.study.executor import cells_on_gpus
     from peanchor.study.resources import usable_cpus, visible_gpus
 
@@ -133,12 +126,10 @@ def _job_plan(options: ReproduceOptions, cells: Sequence[Cell], eval_images: int
         bound = "one at a time for this preset or device"
     per_cell = 0.0
     for cell in cells[:1] + [c for c in cells[1:] if options.cell_set_items(c) != options.cell_set_items(cells[0])]:
-        config = options.cell_config(cell)
-        size = config.data.img_size
-        shifts, _ = measured_shifts(size, options.shift_specs(), preset_shifts(config.preset, size))
-        images = min(eval_images, options.plan.max_images or eval_images)
+        config, plan = options.cell_config(cell), options.plan_for(cell)
+        images = min(eval_images, plan.max_images or eval_images)
         per_cell = max(per_cell, cell_peak_bytes(
-            config, eval_images=images, shifts=len(shifts), severities=bool(options.severities), on_gpu=on_gpu,
+            config, eval_images=images, shifts=len(plan.shifts), severities=plan.severities, on_gpu=on_gpu,
             cpus=cpus, num_classes=classes or 1000, image_files=config.data.name not in ARRAY_DATASETS,
         ))  # fmt: skip
     return plan_jobs(len(cells), options.jobs, options.jobs_auto, bound, per_cell, memory_available())
@@ -181,8 +172,8 @@ def _reproduce(options: ReproduceOptions, log: Callable[[str], None]) -> Reprodu
     index, count = options.shard
     cells = options.cells()
     mine = shard_cells(cells, index, count)
-    for cell in cells:  # every config resolves (a bad --set fails here, before any training)
-        options.cell_config(cell)
+    for cell in cells:  # every config and plan resolves (a bad --set fails here, before any training)
+        options.plan_for(cell)
     eval_images, classes = _preflight(options, mine)
     jobs = _job_plan(options, mine, eval_images, classes) if mine else None
     lock_dir = out if count == 1 else out / "shards" / f"{index}-of-{count}"
@@ -193,7 +184,7 @@ def _reproduce(options: ReproduceOptions, log: Callable[[str], None]) -> Reprodu
             log(jobs.line)
             if jobs.warning:
                 log(f"warning: {jobs.warning}")
-            options = dataclasses.replace(options, jobs=jobs.jobs)
+            options = options.with_runtime(jobs=jobs.jobs)
         manifest = _manifest(options)
         if read_json(out / MANIFEST) != manifest:
             fileio.write_json(out / MANIFEST, manifest)

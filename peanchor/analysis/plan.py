@@ -1,0 +1,299 @@
+"""The analysis plan: every setting of one model's analysis in one typed, checked value.
+
+An :class:`AnalysisPlan` says what :func:`peanchor.analysis.evaluate.evaluate_model` measures and how: the shifts
+(already :class:`Shift` values resolved for the model's resolution, with where each came from), the α grid, the RPI
+draws, the seed, the batch size, the image subset, the severity sweeps, the SSDC variant, the bootstrap, the
+position probe's settings and the lenses. It is resolved once, by :func:`resolve_plan`, in three layers, the later
+one winning::
+
+    defaults (a preset's analysis defaults, or a base plan)  ←  given (command-line flags, Python kwargs)
+        ←  --set analysis.KEY=VALUE
+
+and then handed down: nothing under it looks a preset up. Its checks live in :meth:`AnalysisPlan.__post_init__`
+and nowhere else, each failure one :class:`ConfigError` line naming the plan key. Two plans are equal when they
+measure the same thing (``shift_sources`` is a record, not a setting), which is the whole of ``reproduce``'s reuse
+test (:func:`peanchor.study.pipeline.reusable`). ``analysis.json`` records the plan's settings
+(:meth:`AnalysisPlan.settings_record`, :class:`peanchor.results.AnalysisSettings`) beside its ``shifts`` and
+``shift_sources``, and :meth:`AnalysisPlan.from_result` reads it back; ``OUT/reproduce.json`` records
+:meth:`AnalysisPlan.to_dict`.
+
+Imports: :mod:`peanchor.analysis` (shifts, shift_specs), :mod:`peanchor.lenses` (their names),
+:mod:`peanchor.metrics` (the probe's defaults),
+:mod:`peanchor.results` (the file record), :mod:`peanchor.training` (``--set`` item parsing, lazily).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from peanchor.analysis.shift_specs import ShiftSpec, measured_shifts, parse_shift_specs, with_shift_specs
+from peanchor.analysis.shifts import Shift
+from peanchor.errors import ConfigError
+from peanchor.lenses import lens_names
+from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
+from peanchor.results import AnalysisResult, AnalysisSettings
+
+__all__ = [
+    "DEFAULT_ALPHAS", "LENS_NAMES", "SETTINGS_KEYS", "AnalysisPlan", "parse_plan_items", "resolve_plan",
+    "split_plan_items",
+]  # fmt: skip
+
+# The paper's grid (1.0, 0.9, ..., 0.1) plus α = 0 (no positional information at all).
+DEFAULT_ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))
+#: The lenses an analysis can report: every registered one (:mod:`peanchor.lenses`); SSDC is always measured (ΔSSDC
+#: and the α sweep are made of it).
+LENS_NAMES: tuple[str, ...] = lens_names()
+#: The lenses of an analysis.json written before the plan recorded its lenses: the three there were then.
+LEGACY_LENSES: tuple[str, ...] = ("ssdc", "position_probe", "attention_distance")
+SSDCMode = Literal["mean_similarity", "per_image"]
+Metric = Literal["manhattan", "euclidean"]
+SET_PREFIX = "analysis."
+
+
+def _fail(key: str, value: Any, expected: str) -> ConfigError:
+    shown = list(value) if isinstance(value, tuple) else value
+    return ConfigError(f"{SET_PREFIX}{key}={shown!r}: {expected}")
+
+
+def _is_int(value: Any) -> bool:  # numpy's integers too; a bool is not a number
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class AnalysisPlan:
+    """How one model is analysed. Build one with :func:`resolve_plan` (the layers), or directly for a script;
+    either way the values are checked here.
+
+    >>> from peanchor.analysis.shifts import Shift
+    >>> plan = AnalysisPlan({"jpeg": Shift("jpeg", quality=10)}, alphas=[1, 0.5, 1], rpi_draws=2)
+    >>> plan.alphas, plan.for_model(scalable=False).alphas, AnalysisPlan.from_dict(plan.to_dict()) == plan
+    ((1.0, 0.5), (), True)
+    >>> AnalysisPlan({"jpeg": Shift("jpeg", quality=10)}, rpi_draws=0)
+    Traceback (most recent call last):
+    peanchor.errors.ConfigError: analysis.rpi_draws=0: expected an integer >= 1
+    """
+
+    shifts: Mapping[str, Shift]  # name → the resolved shift, in measuring order
+    shift_sources: Mapping[str, str] = field(default_factory=dict, compare=False)  # name → "preset cpu", "--shift ..."
+    alphas: tuple[float, ...] = DEFAULT_ALPHAS  # the α sweep; () skips it
+    rpi_draws: int = 1  # independent RPI permutation streams
+    seed: int = 0  # draw k is seeded seed + k; also the bootstrap and the probe's split
+    batch_size: int = 256  # RPI draws a permutation per batch, so SSDC under RPI depends on it
+    max_images: int | None = None  # the evaluation set is a deterministic subset of this many (None: all)
+    severities: bool = False  # also the severity 1-5 sweep of every measured kind
+    ssdc_mode: SSDCMode = "mean_similarity"
+    metric: Metric = "manhattan"
+    bootstrap: int = 0  # replicates for per-layer confidence intervals (0: none)
+    probe_ridge: float = DEFAULT_RIDGE  # the position probe's λ relative to the mean feature variance
+    probe_holdout: float = DEFAULT_HOLDOUT  # the fraction of the images the probe is scored on
+    lenses: tuple[str, ...] = LENS_NAMES  # which lenses the result reports ("ssdc" always)
+
+    def __post_init__(self) -> None:
+        def store(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        if not isinstance(self.shifts, Mapping) or not self.shifts:
+            raise _fail("shifts", self.shifts, "expected at least one shift (accuracy under a shift is part of every "
+                        "analysis)")  # fmt: skip
+        for name, shift in self.shifts.items():
+            if not isinstance(name, str) or not isinstance(shift, Shift):
+                raise _fail("shifts", {name: shift}, "expected a name and a Shift for every shift")
+        store("shifts", dict(self.shifts))
+        if not isinstance(self.shift_sources, Mapping) or not set(self.shift_sources) <= set(self.shifts):
+            raise _fail("shift_sources", self.shift_sources, f"expected a source for some of {', '.join(self.shifts)}")
+        store("shift_sources", {str(k): str(v) for k, v in self.shift_sources.items()})
+        store("alphas", self._alphas(self.alphas))
+        for key, low in (("rpi_draws", 1), ("seed", None), ("batch_size", 1), ("bootstrap", 0)):
+            value = getattr(self, key)
+            if not _is_int(value) or (low is not None and value < low):
+                raise _fail(key, value, "expected an integer" + (f" >= {low}" if low is not None else ""))
+            store(key, int(value))
+        if self.max_images is not None:
+            if not (_is_int(self.max_images) and self.max_images >= 1):
+                raise _fail("max_images", self.max_images, "expected an integer >= 1, or null for every image")
+            store("max_images", int(self.max_images))
+        if not isinstance(self.severities, bool):
+            raise _fail("severities", self.severities, "expected true or false")
+        for key, kind in (("ssdc_mode", SSDCMode), ("metric", Metric)):
+            if getattr(self, key) not in get_args(kind):
+                raise _fail(key, getattr(self, key), f"expected one of {', '.join(get_args(kind))}")
+        if not (_is_number(self.probe_ridge) and self.probe_ridge > 0):
+            raise _fail("probe_ridge", self.probe_ridge, "expected a finite number > 0")
+        if not (_is_number(self.probe_holdout) and 0 < self.probe_holdout < 1):
+            raise _fail("probe_holdout", self.probe_holdout, "expected a fraction strictly between 0 and 1")
+        store("probe_ridge", float(self.probe_ridge))
+        store("probe_holdout", float(self.probe_holdout))
+        store("lenses", self._lenses(self.lenses))
+
+    @staticmethod
+    def _alphas(alphas: Any) -> tuple[float, ...]:
+        """Finite numbers >= 0, as floats, each once, in the given order (a single number is a one-point grid)."""
+        values = [alphas] if _is_number(alphas) else alphas
+        if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+            raise _fail("alphas", alphas, "expected a list of numbers >= 0, e.g. [1, 0.5, 0]")
+        values = list(values)
+        if not all(_is_number(a) and a >= 0 for a in values):
+            raise _fail("alphas", alphas, "expected finite numbers >= 0 (1 = the PE as trained, 0 = none)")
+        return tuple(dict.fromkeys(float(a) for a in values))
+
+    @staticmethod
+    def _lenses(lenses: Any) -> tuple[str, ...]:
+        """Known lens names, "ssdc" among them, each once, in :data:`LENS_NAMES` order."""
+        if isinstance(lenses, (str, bytes, Mapping)) or not isinstance(lenses, Iterable):
+            raise _fail("lenses", lenses, f"expected a list of lens names ({', '.join(LENS_NAMES)})")
+        chosen = list(lenses)
+        unknown = [name for name in chosen if name not in LENS_NAMES]
+        if unknown:
+            raise _fail("lenses", chosen, f"unknown lens {unknown[0]!r}; valid: {', '.join(LENS_NAMES)}")
+        if "ssdc" not in chosen:
+            raise _fail("lenses", chosen, "'ssdc' is always measured (ΔSSDC and the α sweep are made of it); "
+                        "list it too")  # fmt: skip
+        return tuple(name for name in LENS_NAMES if name in chosen)
+
+    def __hash__(self) -> int:
+        return hash((frozenset(self.shifts.items()), *(getattr(self, key) for key in SETTINGS_KEYS)))
+
+    # ---- the plan for one model ------------------------------------------------------------------
+    def for_model(self, scalable: bool) -> AnalysisPlan:
+        """The plan as applied to a model: no α sweep when α means nothing for its PE (``scalable`` False)."""
+        return self if scalable or not self.alphas else dataclasses.replace(self, alphas=())
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting but the shifts, by plan key (the values :func:`resolve_plan` takes as ``defaults``)."""
+        return {key: getattr(self, key) for key in SETTINGS_KEYS}
+
+    # ---- records ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``OUT/reproduce.json``'s ``"analysis"``): shifts as their descriptions, tuples as lists;
+        :meth:`from_dict` reads it back exactly."""
+        values = {key: list(v) if isinstance(v, tuple) else v for key, v in self.settings().items()}
+        return {"shifts": {name: shift.describe() for name, shift in self.shifts.items()},
+                "shift_sources": dict(self.shift_sources), **values}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> AnalysisPlan:
+        """The plan :meth:`to_dict` wrote; an unknown key or a bad value is one :class:`ConfigError` line."""
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("shifts"), Mapping):
+            raise ConfigError(f"an analysis plan needs its 'shifts' (name → description), got {doc!r}")
+        unknown = sorted(set(doc) - {"shifts", "shift_sources", *SETTINGS_KEYS})
+        if unknown:
+            raise ConfigError(f"unknown analysis plan key {unknown[0]!r}; valid: shifts, shift_sources, "
+                              f"{', '.join(SETTINGS_KEYS)}")  # fmt: skip
+        shifts = {name: Shift.from_dict(dict(spec)) for name, spec in doc["shifts"].items()}
+        settings = {key: value for key, value in doc.items() if key in SETTINGS_KEYS}
+        return cls(shifts, dict(doc.get("shift_sources") or {}), **settings)
+
+    def settings_record(self, evalset: str, device: str) -> AnalysisSettings:
+        """What ``analysis.json`` records of the plan (its shifts go to the result's ``shifts`` and
+        ``shift_sources``), with the evaluation set's fingerprint and the device it ran on."""
+        values = {key: list(v) if isinstance(v, tuple) else v for key, v in self.settings().items()}
+        return AnalysisSettings(**values, evalset=evalset, device=device)
+
+    @classmethod
+    def from_result(cls, result: AnalysisResult) -> AnalysisPlan:
+        """The plan an ``analysis.json`` was made with (its ``settings``, ``shifts`` and ``shift_sources``). A file
+        written before the plan recorded them has no ``lenses`` (then: the three of that time) and keeps ``max_images`` in its
+        ``source`` (reproduce's)."""
+        s = result.settings
+        settings = {key: getattr(s, key) for key in SETTINGS_KEYS}
+        if s.lenses is None:
+            settings["lenses"] = LEGACY_LENSES
+        if s.max_images is None:
+            settings["max_images"] = result.source.get("max_images")
+        shifts = {name: Shift.from_dict(dict(spec)) for name, spec in result.shifts.items()}
+        return cls(shifts, dict(result.shift_sources or {}), **settings)
+
+
+#: The plan's settings: every field but the shifts (``AnalysisSettings`` records these).
+SETTINGS_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AnalysisPlan))[2:]
+
+
+def split_plan_items(items: Iterable[str]) -> tuple[list[str], list[str]]:
+    """``--set`` items → (the others, the ``analysis.*`` ones), each in the given order.
+
+    >>> split_plan_items(["data.val_size=50", "analysis.rpi_draws=2"])
+    (['data.val_size=50'], ['analysis.rpi_draws=2'])
+    """
+    others: list[str] = []
+    plan: list[str] = []
+    for item in items:
+        (plan if item.partition("=")[0].strip().startswith(SET_PREFIX) else others).append(item)
+    return others, plan
+
+
+def parse_plan_items(items: Iterable[str]) -> dict[str, Any]:
+    """``--set analysis.KEY=VALUE`` items → plan key → value (read as YAML, like ``train --set``; the checks are
+    :class:`AnalysisPlan`'s). The shifts are ``--shift``'s.
+
+    >>> parse_plan_items(["analysis.rpi_draws=2", "analysis.alphas=[1, 0.5]", "analysis.max_images=null"])
+    {'rpi_draws': 2, 'alphas': [1, 0.5], 'max_images': None}
+    """
+    from peanchor.training.config import parse_set_item
+
+    values: dict[str, Any] = {}
+    for item in items:
+        key, value, _ = parse_set_item(item)
+        name = key.removeprefix(SET_PREFIX)
+        if key == name or name not in SETTINGS_KEYS:
+            if name in ("shifts", "shift_sources"):
+                raise ConfigError(f"--set {item!r}: the shifts are chosen with --shift KIND:key=value, not --set")
+            valid = ", ".join(SET_PREFIX + k for k in SETTINGS_KEYS)
+            raise ConfigError(f"--set {item!r}: unknown analysis key {key!r}; valid keys: {valid}")
+        values[name] = value
+    return values
+
+
+def resolve_plan(
+    img_size: int,
+    *,
+    defaults: Mapping[str, Any] | AnalysisPlan | None = None,
+    preset_shifts: tuple[str, Mapping[str, Mapping[str, Any]]] | None = None,
+    shift_specs: Sequence[ShiftSpec | str] = (),
+    given: Mapping[str, Any] | None = None,
+    set_items: Iterable[str] = (),
+    only_given_shifts: bool = False,
+) -> AnalysisPlan:
+    """The plan for a model at ``img_size`` px: ``defaults`` (plan key → value, e.g. a preset's analysis defaults;
+    or a whole plan, whose shifts are then the base too), then ``given`` (flags or keyword arguments; None means
+    not given), then the ``--set analysis.*`` ``set_items``. The shifts: the base plan's, or ``preset_shifts``
+    (:func:`peanchor.presets.preset_shifts`, looked up by the caller) or the resolution rule, with each
+    ``--shift`` spec replacing the shift of its kind or adding one (:func:`measured_shifts`); with
+    ``only_given_shifts``, just the specs' shifts (the API's ``shifts=[...]``: the whole list).
+
+    >>> plan = resolve_plan(32, defaults={"rpi_draws": 2, "batch_size": 100}, given={"rpi_draws": 3, "seed": None},
+    ...                     shift_specs=["jpeg:quality=10"], set_items=["analysis.batch_size=50"])
+    >>> plan.rpi_draws, plan.batch_size, plan.seed, plan.shift_sources["jpeg"], list(plan.shifts)
+    (3, 50, 0, '--shift jpeg:quality=10', ['jpeg', 'blur'])
+    """
+    specs = [s if isinstance(s, ShiftSpec) else None for s in shift_specs]
+    if None in specs:  # text to parse (once, here): the one-per-kind rule spans the whole list
+        specs = parse_shift_specs(s.text if isinstance(s, ShiftSpec) else s for s in shift_specs)
+    if only_given_shifts and not specs:
+        raise ConfigError("shifts=[]: give at least one shift (accuracy under a shift is part of every analysis)")
+    base = defaults if isinstance(defaults, AnalysisPlan) else None
+    values: dict[str, Any] = {}
+    for layer in (base.settings() if base is not None else defaults or {}, given or {}):
+        for key, value in layer.items():
+            if key not in SETTINGS_KEYS:
+                raise ConfigError(f"unknown analysis setting {key!r}; valid: {', '.join(SETTINGS_KEYS)}")
+            if value is not None:
+                values[key] = value
+    values.update(parse_plan_items(set_items))
+    if base is not None:
+        shifts, sources = with_shift_specs(img_size, base.shifts, base.shift_sources, specs)
+    else:
+        shifts, sources = measured_shifts(img_size, specs, preset_shifts)
+    if only_given_shifts:
+        kinds = {spec.kind for spec in specs}
+        shifts = {name: s for name, s in shifts.items() if name in kinds}
+        sources = {name: s for name, s in sources.items() if name in kinds}
+    return AnalysisPlan(shifts, sources, **values)
