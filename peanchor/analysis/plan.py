@@ -45,8 +45,8 @@ __all__ = [
 
 # The paper's grid (1.0, 0.9, ..., 0.1) plus α = 0 (no positional information at all).
 DEFAULT_ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))
-#: The lenses an analysis can report: every registered one (:mod:`peanchor.lenses`); SSDC is always measured (ΔSSDC
-#: and the α sweep are made of it).
+#: The built-in lenses (:mod:`peanchor.lenses`); a plan measures every registered lens unless told otherwise, and
+#: SSDC always (ΔSSDC and the α sweep are made of it).
 LENS_NAMES: tuple[str, ...] = lens_names()
 #: The lenses of an analysis.json written before the plan recorded its lenses: the three there were then.
 LEGACY_LENSES: tuple[str, ...] = ("ssdc", "position_probe", "attention_distance")
@@ -95,7 +95,7 @@ class AnalysisPlan:
     bootstrap: int = 0  # replicates for per-layer confidence intervals (0: none)
     probe_ridge: float = DEFAULT_RIDGE  # the position probe's λ relative to the mean feature variance
     probe_holdout: float = DEFAULT_HOLDOUT  # the fraction of the images the probe is scored on
-    lenses: tuple[str, ...] = LENS_NAMES  # which lenses the result reports ("ssdc" always)
+    lenses: tuple[str, ...] | None = None  # which lenses are measured ("ssdc" always); None: every registered one
 
     def __post_init__(self) -> None:
         def store(name: str, value: Any) -> None:
@@ -147,17 +147,21 @@ class AnalysisPlan:
 
     @staticmethod
     def _lenses(lenses: Any) -> tuple[str, ...]:
-        """Known lens names, "ssdc" among them, each once, in :data:`LENS_NAMES` order."""
+        """Registered lens names (None: all of them, including lenses registered after this module was imported),
+        "ssdc" among them, each once, in the registry's order."""
+        registered = lens_names()
+        if lenses is None:
+            return registered
         if isinstance(lenses, (str, bytes, Mapping)) or not isinstance(lenses, Iterable):
-            raise _fail("lenses", lenses, f"expected a list of lens names ({', '.join(LENS_NAMES)})")
+            raise _fail("lenses", lenses, f"expected a list of lens names ({', '.join(registered)})")
         chosen = list(lenses)
-        unknown = [name for name in chosen if name not in LENS_NAMES]
+        unknown = [name for name in chosen if name not in registered]
         if unknown:
-            raise _fail("lenses", chosen, f"unknown lens {unknown[0]!r}; valid: {', '.join(LENS_NAMES)}")
+            raise _fail("lenses", chosen, f"unknown lens {unknown[0]!r}; valid: {', '.join(registered)}")
         if "ssdc" not in chosen:
             raise _fail("lenses", chosen, "'ssdc' is always measured (ΔSSDC and the α sweep are made of it); "
                         "list it too")  # fmt: skip
-        return tuple(name for name in LENS_NAMES if name in chosen)
+        return tuple(name for name in registered if name in chosen)
 
     def __hash__(self) -> int:
         return hash((frozenset(self.shifts.items()), *(getattr(self, key) for key in SETTINGS_KEYS)))
