@@ -34,7 +34,7 @@ from typing import Any, Literal, get_args
 from peanchor.analysis.shift_specs import ShiftSpec, measured_shifts, parse_shift_specs, with_shift_specs
 from peanchor.analysis.shifts import Shift
 from peanchor.errors import ConfigError
-from peanchor.lenses import lens_names
+from peanchor.lenses import get_lens, lens_names
 from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
 from peanchor.results import AnalysisResult, AnalysisSettings
 
@@ -158,9 +158,10 @@ class AnalysisPlan:
         unknown = [name for name in chosen if name not in registered]
         if unknown:
             raise _fail("lenses", chosen, f"unknown lens {unknown[0]!r}; valid: {', '.join(registered)}")
-        if "ssdc" not in chosen:
-            raise _fail("lenses", chosen, "'ssdc' is always measured (ΔSSDC and the α sweep are made of it); "
-                        "list it too")  # fmt: skip
+        missing = [name for name in registered if get_lens(name).required and name not in chosen]
+        if missing:
+            raise _fail("lenses", chosen, f"{missing[0]!r} is always measured (ΔSSDC and the α sweep are made of "
+                        "it); list it too")  # fmt: skip
         return tuple(name for name in registered if name in chosen)
 
     def __hash__(self) -> int:
