@@ -71,9 +71,9 @@ def _shown(groups: dict[str, list[ModelResult]]) -> list[type[Lens]]:
 def lens_intro(results: Results) -> str:
     """The section's first paragraph: what each lens shown measures."""
     shown = _shown(_lens_groups(results))
-    return (f"{len(shown)} lenses on the same passes, each normally and under RPI (positions are always the slots): "
-            + "; ".join(lens.description for lens in shown) + ". Structure anchored to the slots survives RPI in every "
-            "lens; structure carried by content does not.")  # fmt: skip
+    return ("Each lens is read from the same passes, normally and under RPI (positions are always the slots). "
+            + " ".join(f"{lens.description[0].upper()}{lens.description[1:]}." for lens in shown)
+            + " Structure anchored to the slots survives RPI in every lens; structure carried by content does not.")
 
 
 def lens_table(results: Results) -> Table | None:
