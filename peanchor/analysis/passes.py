@@ -25,8 +25,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from peanchor.analysis.shifts import Shift
 from peanchor.analysis.evalset import EvalSet
+from peanchor.analysis.shifts import Shift
 from peanchor.interventions import Intervention, random_permutation
 from peanchor.lenses import Lens, LensBatch
 
@@ -129,13 +129,18 @@ class PassRunner:
         model = self.model
         images = self._images(spec.images)
         generator = torch.Generator().manual_seed(self.seed + spec.rpi_draw) if spec.rpi_draw is not None else None
-        measured = self.lenses if spec.probes == "all" else {"ssdc": self.lenses["ssdc"]} if spec.probes == "first2" else {}
+        # every lens in a full pass, SSDC alone in a truncated one (ΔSSDC), none in a pass for accuracy only
+        measured = {"all": self.lenses, "first2": {"ssdc": self.lenses["ssdc"]}, "none": {}}[spec.probes]
         states = {name: lens.accumulator() for name, lens in measured.items()}
         # Under RPI a lens that asks for one permutation per image is fed from a pass of its own (see below).
         own_pass = [n for n, lens in measured.items() if lens.rpi == "per_image"] if generator is not None else []
         fed = [(lens, states[n]) for n, lens in measured.items() if n not in own_pass]
         readers = [(lens, state) for lens, state in fed if lens.reads_attention]
-        sink = (lambda block, weights: [lens.attend(state, block, weights) for lens, state in readers]) if readers else None
+
+        def sink(block: int, weights: Tensor) -> None:  # one block's attention weights, to the lenses that read them
+            for lens, state in readers:
+                lens.attend(state, block, weights)
+
         layers = {"all": None, "first2": self.first_layers, "none": 0}[spec.probes]
         autocast = (
             torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else contextlib.nullcontext()
@@ -149,7 +154,8 @@ class PassRunner:
                 # Accuracy and the lenses from the same pass; attention weights are reduced block by block as the model
                 # hands them out; ΔSSDC needs layers 0 and 1 only ("first2": the pass stops after block 1's norm).
                 out = model.forward_intermediates(x, Intervention(perm, spec.alpha), layers=layers,
-                                                  head=spec.probes != "first2", attention=sink)  # fmt: skip
+                                                  head=spec.probes != "first2",
+                                                  attention=sink if readers else None)  # fmt: skip
                 if out.tokens is not None:  # (B, L, N, D)
                     batch = LensBatch(out.tokens, start, perm)
                     for lens, state in fed:

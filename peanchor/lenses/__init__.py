@@ -13,7 +13,15 @@ Imports: its own modules.
 import importlib
 import pkgutil
 
-from peanchor.lenses.base import MODES, HeadLayers, LayerPair, Lens, LensBatch, LensContext, Row
+from peanchor.lenses.base import (
+    MODES,
+    HeadLayers,
+    LayerPair,
+    Lens,
+    LensBatch,
+    LensContext,
+    Row,
+)
 from peanchor.lenses.registry import LENSES, get_lens, lens_names, register_lens
 
 for _module in pkgutil.iter_modules(__path__):  # sorted by name; the registry orders by each lens's `order`

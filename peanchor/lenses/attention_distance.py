@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from peanchor.fileio import Number
-from peanchor.lenses.base import MODES, HeadLayers, Lens, LensBatch, LensContext, Row, mean_over_draws
+from peanchor.lenses.base import (
+    MODES,
+    HeadLayers,
+    Lens,
+    LensBatch,
+    LensContext,
+    Row,
+    mean_over_draws,
+)
 from peanchor.lenses.registry import register_lens
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,7 +80,10 @@ class AttentionDistanceLens(Lens):
         state.update(block, weights)
 
     def record(self, normal: Any, rpi: Sequence[Any]) -> AttentionDistanceLayers:
-        from peanchor.metrics.attention_distance import METRICS, uniform_attention_distance
+        from peanchor.metrics.attention_distance import (
+            METRICS,
+            uniform_attention_distance,
+        )
 
         n, r = normal.compute(), [a.compute() for a in rpi]
 
@@ -117,5 +128,5 @@ class AttentionDistanceLens(Lens):
         if len(distance) < 2 or uniform is None:
             return []
         (low, low_value), (high, high_value) = distance[0], distance[-1]
-        return [f"Under RPI, the mean attention distance ranges from {fmt(low_value, 2)} (`{low}`) to "
-                f"{fmt(high_value, 2)} (`{high}`); attention spread evenly over the patches has {fmt(uniform, 2)}."]
+        return [(f"Under RPI, the mean attention distance ranges from {fmt(low_value, 2)} (`{low}`) to "
+                 f"{fmt(high_value, 2)} (`{high}`); attention spread evenly over the patches has {fmt(uniform, 2)}.")]

@@ -40,10 +40,11 @@ from peanchor.fileio import Number
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
 
-__all__ = ["MODES", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext", "Row", "mean_over_draws"]
+__all__ = ["MODES", "MODE_LABELS", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext", "Row",
+           "layer_value", "mean_over_draws"]  # fmt: skip
 
 MODES: tuple[str, str] = ("normal", "rpi")  # tokens in order, and under RPI
-_MODE_LABEL = {"normal": "normal", "rpi": "RPI   "}
+MODE_LABELS = {"normal": "normal", "rpi": "RPI   "}  # as the summary lines print them, aligned
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,8 @@ def mean_over_draws(values: Sequence[Tensor]) -> list[Any]:
     return torch.stack(list(values)).mean(dim=0).tolist()
 
 
-def _number(v: Any, digits: int = 2) -> str:
+def layer_value(v: Any, digits: int = 2) -> str:
+    """A per-layer value as the summary lines print it (``n/a`` when not finite)."""
     return f"{v:.{digits}f}" if isinstance(v, (int, float)) and math.isfinite(v) else "n/a"
 
 
@@ -181,7 +183,7 @@ class Lens(ABC):
     @classmethod
     def summary_lines(cls, record: Any) -> list[str]:
         """Its lines in ``peanchor analyze``'s summary: by default the per-layer values, normal and under RPI."""
-        return [f"  {cls.title} {_MODE_LABEL[mode]} " + " ".join(_number(v) for v in cls.layers(record, mode))
+        return [f"  {cls.title} {MODE_LABELS[mode]} " + " ".join(layer_value(v) for v in cls.layers(record, mode))
                 for mode in MODES]  # fmt: skip
 
     @classmethod

@@ -107,5 +107,5 @@ class EffectiveRankLens(Lens):
         rpi = sorted(means.get(cls.name, {}).get("rpi", {}).items(), key=lambda p: p[1])
         if len(rpi) < 2:
             return []
-        return [f"Under RPI, the mean effective rank over layers ranges from {fmt(rpi[0][1], 1)} (`{rpi[0][0]}`) to "
-                f"{fmt(rpi[-1][1], 1)} (`{rpi[-1][0]}`)."]
+        return [(f"Under RPI, the mean effective rank over layers ranges from {fmt(rpi[0][1], 1)} (`{rpi[0][0]}`) to "
+                 f"{fmt(rpi[-1][1], 1)} (`{rpi[-1][0]}`).")]

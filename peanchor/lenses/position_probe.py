@@ -18,7 +18,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from peanchor.lenses.base import MODES, LayerPair, Lens, LensBatch, LensContext, Row, mean_over_draws
+from peanchor.lenses.base import (
+    MODE_LABELS,
+    MODES,
+    LayerPair,
+    Lens,
+    LensBatch,
+    LensContext,
+    Row,
+    layer_value,
+    mean_over_draws,
+)
 from peanchor.lenses.registry import register_lens
 
 __all__ = ["PositionProbeLayers", "PositionProbeLens"]
@@ -104,14 +114,10 @@ class PositionProbeLens(Lens):
 
     @classmethod
     def summary_lines(cls, record: PositionProbeLayers) -> list[str]:
-        def number(v: float) -> str:
-            return "n/a" if v != v else f"{v:.2f}"
-
         total = record.fit_images + record.heldout_images
-        return [f"  probe R² {label} " + " ".join(f"{number(a)}/{number(b)}" for a, b in
-                                                  zip(getattr(record.row, mode), getattr(record.col, mode)))
-                + f"  (row/col, held out: {record.heldout_images} of {total} images)"
-                for mode, label in (("normal", "normal"), ("rpi", "RPI   "))]  # fmt: skip
+        return [f"  probe R² {MODE_LABELS[mode]} " + " ".join(f"{layer_value(a)}/{layer_value(b)}" for a, b in
+                                                             zip(getattr(record.row, mode), getattr(record.col, mode)))
+                + f"  (row/col, held out: {record.heldout_images} of {total} images)" for mode in MODES]  # fmt: skip
 
     @classmethod
     def sentences(cls, means: Mapping[str, Mapping[str, Mapping[str, float]]], reference: float | None,

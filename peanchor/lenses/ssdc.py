@@ -12,6 +12,7 @@ measuring.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +41,7 @@ class SSDCLayers:
 
     def max_rpi(self) -> float | None:
         """The highest finite SSDC over layers under RPI."""
-        values = [v for v in self.rpi if v == v and abs(v) != float("inf")]
+        values = [v for v in self.rpi if math.isfinite(v)]
         return max(values) if values else None
 
 
