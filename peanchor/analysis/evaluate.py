@@ -292,8 +292,9 @@ def measure_lenses(
     """
     info = info if info is not None else evalset.info
     applied = plan.for_model(is_scalable(model))
-    lenses = {n: lens for n, lens in measured_lenses(model, len(evalset), applied.settings(), chosen=names).items()
-              if n in names}  # fmt: skip
+    every = measured_lenses(model, len(evalset), applied.settings(), chosen=applied.lenses)
+    lenses = {n: lens for n, lens in every.items() if n in names}
+    eager = any(lens.reads_attention for lens in every.values())  # the full analysis's passes read attention
     clean = PassSpec("clean", 1.0, "all", None)
     rpi = [PassSpec("clean", 1.0, "all", k) for k in range(applied.rpi_draws)]
     own = applied.rpi_draws if any(lens.rpi == "per_image" for lens in lenses.values()) else 0
@@ -304,7 +305,8 @@ def measure_lenses(
         with tqdm(total=(1 + len(rpi) + own) * math.ceil(len(evalset) / applied.batch_size), desc="lenses",
                   unit="batch", disable=None if progress is None else not progress, leave=False) as bar:  # fmt: skip
             runner = PassRunner(model, evalset, info.mean, info.std, sets={"clean": evalset.images},
-                                batch_size=applied.batch_size, device=dev, seed=applied.seed, lenses=lenses, bar=bar)
+                                batch_size=applied.batch_size, device=dev, seed=applied.seed, lenses=lenses, bar=bar,
+                                eager_attention=eager)  # fmt: skip
             for spec in (clean, *rpi):
                 runner.run(spec)
     finally:

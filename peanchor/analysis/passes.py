@@ -88,6 +88,7 @@ class PassRunner:
         seed: int,
         lenses: Mapping[str, Lens],
         bar: Any,
+        eager_attention: bool = False,
     ) -> None:
         from peanchor.data import normalize
 
@@ -98,6 +99,9 @@ class PassRunner:
         self.batch_size, self.device, self.seed = batch_size, device, seed
         self.lenses = dict(lenses)  # measured in every full pass; "ssdc" also in the "first2" passes
         self.bar = bar
+        # The attention weights are handed out by the model's eager path, whose float rounding differs from the
+        # fused one's: passes measured apart from an analysis whose lenses read them take that path too, to match.
+        self.eager_attention = eager_attention
         self.done: dict[PassSpec, PassResult] = {}
         self.failed: dict[str, LensFailure] = {}  # lens name → how it failed (it is fed no more)
         self.labels = evalset.labels.to(device)
@@ -159,7 +163,8 @@ class PassRunner:
                 # hands them out; ΔSSDC needs layers 0 and 1 only ("first2": the pass stops after block 1's norm).
                 out = model.forward_intermediates(x, Intervention(perm, spec.alpha), layers=layers,
                                                   head=spec.probes != "first2",
-                                                  attention=sink if readers else None)  # fmt: skip
+                                                  attention=sink if readers or (self.eager_attention and
+                                                                                spec.probes == "all") else None)  # fmt: skip
                 if out.tokens is not None:  # (B, L, N, D)
                     batch = LensBatch(out.tokens, start, perm)
                     for n, lens, state in fed:
