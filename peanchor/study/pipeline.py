@@ -162,8 +162,9 @@ def _run_cell(
         status["analyzed"] = True
         log(f"{cell.name}: analysed, {result.forward_passes} passes in {result.seconds:.1f} s "
             f"(clean {result.clean_acc:.3f}, ΔSSDC {result.delta_ssdc:.3f})" + _failures_said(result))  # fmt: skip
-    for note in result.notes or () if status["analyzed"] else ():
-        log(f"{cell.name}: note: {note}")
+    if status["analyzed"]:
+        for note in result.notes or ():
+            log(f"{cell.name}: note: {note}")
     if result.lens_failures:
         status["failed_lenses"] = dict(result.lens_failures)
     if options.tensorboard:
