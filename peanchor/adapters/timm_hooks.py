@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from peanchor.interventions import BLOCK_SITES, EditPass, Plane, RopeTables
+from peanchor.interventions import BLOCK_SITES, EditPass, Plane, RopeTables, axial_planes
 
 __all__ = ["block_sites", "rope_planes", "site_hooks", "split_rope", "join_rope"]
 
@@ -94,17 +94,7 @@ def rope_planes(rope: nn.Module, emb: Tensor, grid: tuple[int, int], mixed: bool
     pairs = [(b, b + hd // 2) if half else (2 * b, 2 * b + 1) for b in range(hd // 2)]
     if mixed:
         return tuple(Plane(None, b, pair) for b, pair in enumerate(pairs))
-    angles = torch.atan2(sin[0, 0], cos[0, 0]).view(grid[0], grid[1], hd)  # (rows, cols, hd)
-    axes = []
-    for c, _ in pairs:
-        along_rows = (angles[:, :, c] - angles[:, :1, c]).abs().max()  # changes across columns: an x plane
-        axes.append("x" if along_rows > 0 else "y")
-    speed = _plane_speeds(rope, len(pairs))
-    planes = []
-    for axis in ("x", "y"):
-        mine = sorted((b for b in range(len(pairs)) if axes[b] == axis), key=lambda b: -speed[b])
-        planes += [Plane(axis, rank, pairs[b]) for rank, b in enumerate(mine)]
-    return tuple(planes)
+    return axial_planes(cos[0, 0], sin[0, 0], grid, pairs, _plane_speeds(rope, len(pairs)))
 
 
 def _plane_speeds(rope: nn.Module, count: int) -> list[float]:

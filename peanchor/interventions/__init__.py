@@ -8,7 +8,16 @@ are plug-ins, one module each in ``kinds/``, registered by :func:`register_inter
 Imports: its own modules.
 """
 
-from peanchor.interventions.edit import BLOCK_SITES, Edit, EditPass, HookPoints, PETable, Plane, RopeTables
+from peanchor.interventions.edit import (
+    BLOCK_SITES,
+    Edit,
+    EditPass,
+    HookPoints,
+    PETable,
+    Plane,
+    RopeTables,
+    axial_planes,
+)
 from peanchor.interventions.permutation import (
     identity_permutation,
     inverse_permutation,
@@ -29,6 +38,6 @@ from peanchor.interventions.record import Record
 __all__ = [
     "BLOCK_SITES", "INTERVENTIONS", "NO_INTERVENTION", "Edit", "EditPass", "HeadAblate", "HookPoints", "Intervention",
     "PETable", "PEResample", "PEShuffle", "PEZero", "Patch", "Plane", "Record", "RopePlanes", "RopeTables",
-    "edit_from_spec", "identity_permutation", "inverse_permutation", "names", "permute_tokens", "random_permutation",
+    "axial_planes", "edit_from_spec", "identity_permutation", "inverse_permutation", "names", "permute_tokens", "random_permutation",
     "register_intervention", "resample_rows",
 ]  # fmt: skip

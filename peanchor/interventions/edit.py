@@ -39,7 +39,7 @@ from torch import Tensor
 from peanchor.errors import ConfigError
 from peanchor.interventions.spec import IndexSet, show_index_set
 
-__all__ = ["BLOCK_SITES", "Edit", "EditPass", "HookPoints", "PETable", "Plane", "RopeTables", "check_indices"]
+__all__ = ["BLOCK_SITES", "Edit", "EditPass", "HookPoints", "PETable", "Plane", "RopeTables", "axial_planes", "check_indices"]
 
 #: The hook points inside each block, as ``blocks.{k}.<site>`` names them.
 BLOCK_SITES = ("attn.heads", "attn", "mlp", "residual")
@@ -105,6 +105,21 @@ class RopeTables:
     cos: Tensor
     sin: Tensor
     planes: tuple[Plane, ...]
+
+
+def axial_planes(
+    cos: Tensor, sin: Tensor, grid: tuple[int, int], pairs: list[tuple[int, int]], speeds: list[float]
+) -> tuple[Plane, ...]:
+    """The planes of an axial rotary table ``cos``, ``sin`` ``(N, C)`` whose channel ``pairs`` rotate together at
+    ``speeds`` (one per pair, any common unit): each plane's axis is read off the table (an ``x`` plane's angle does
+    not change down a column), and its frequency index ranks it among its axis's planes, fastest first."""
+    angles = torch.atan2(sin, cos).reshape(grid[0], grid[1], -1)  # (rows, cols, C)
+    axes = ["x" if (angles[:, :, a] - angles[:, :1, a]).abs().max() > 0 else "y" for a, _ in pairs]
+    planes: list[Plane] = []
+    for axis in ("x", "y"):
+        mine = sorted((i for i in range(len(pairs)) if axes[i] == axis), key=lambda i: -speeds[i])
+        planes += [Plane(axis, rank, pairs[i]) for rank, i in enumerate(mine)]
+    return tuple(planes)
 
 
 def check_indices(kind: str, key: str, value: IndexSet, size: int, what: str) -> None:
