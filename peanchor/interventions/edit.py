@@ -30,7 +30,7 @@ Imports: torch; :mod:`peanchor.interventions` (spec).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import torch
@@ -241,10 +241,3 @@ class EditPass:
                 x = e.on_block(site, layer, x, self)
         return x
 
-    def without(self, kinds: tuple[type, ...]) -> tuple[Edit, ...]:
-        return tuple(e for e in self.edits if not isinstance(e, kinds))
-
-
-def with_params(edit: Edit, **changes: Any) -> Edit:
-    """A copy of ``edit`` with some parameters changed (a dataclass ``replace``)."""
-    return replace(edit, **changes)  # type: ignore[type-var]

@@ -9,7 +9,6 @@ Imports: :mod:`peanchor.interventions` (edit, spec).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import fields
 from typing import TypeVar
 
@@ -65,6 +64,3 @@ def edit_from_spec(text: str) -> Edit:
     except ValueError as e:  # checks across parameters, in the kind's __post_init__
         raise ConfigError(f"{text}: {e}") from None
 
-
-def reader_of(cls: type[Edit]) -> Callable[[str], Edit]:  # pragma: no cover (convenience)
-    return lambda text: edit_from_spec(f"{cls.kind}:{text}" if text else cls.kind)
