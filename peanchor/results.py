@@ -147,6 +147,7 @@ class AnalysisSettings:
     probe_holdout: float  # the fraction of the images the probe is scored on (drawn with ``seed``)
     max_images: int | None = _optional()  # the evaluation subset's size (None: every image)
     lenses: list[str] | None = _optional()  # the lenses measured (absent in files written before: the three of then)
+    interventions: list[str] | None = _optional()  # the edits every pass ran under (absent in files before: none)
 
 
 @dataclass(kw_only=True)

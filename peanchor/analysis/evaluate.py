@@ -39,7 +39,7 @@ anything. An adapter around a foreign model (a timm or transformers ViT) is ther
 is an :class:`peanchor.results.AnalysisResult` (written as analysis.json by :func:`peanchor.results.write_analysis`).
 
 Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes), :mod:`peanchor.lenses`, :mod:`peanchor.metrics`,
-:mod:`peanchor.results`.
+:mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits).
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from peanchor.analysis.shifts import Shift, severity_table, table_name
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.passes import PassRunner, PassSpec, is_scalable
 from peanchor.errors import ConfigError, DataError
+from peanchor.interventions import Intervention
 from peanchor.lenses import LENSES, Lens, LensContext
 from peanchor.lenses.ssdc import mean_and_std
 from peanchor.metrics import fragility_score
@@ -198,7 +199,7 @@ def evaluate_model(
                   leave=False) as bar:  # fmt: skip
             runner = PassRunner(
                 model, evalset, info.mean, info.std, sets=sets, batch_size=batch_size, device=dev, seed=seed,
-                lenses=lenses, bar=bar,
+                lenses=lenses, bar=bar, edits=Intervention.parse(applied.interventions).edits,
             )  # fmt: skip
             for spec in passes:
                 bar.set_postfix_str(spec.label, refresh=False)

@@ -16,7 +16,7 @@ from peanchor.interventions.kinds.patch import donor_activations
 from peanchor.interventions.registry import edit_from_spec
 from peanchor.interventions.spec import split_edits
 
-__all__ = ["NO_INTERVENTION", "Intervention"]
+__all__ = ["NO_INTERVENTION", "Intervention", "fitted_edits"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,3 +74,19 @@ class Intervention:
 
 #: Tokens in order, the PE as trained.
 NO_INTERVENTION = Intervention()
+
+
+def fitted_edits(edits: Iterable[Edit], model: Any, batches: Callable[[], Iterable[Tensor]]) -> tuple[Edit, ...]:
+    """``edits`` made ready for an analysis of ``model`` and checked against its hook points: a mean ablation
+    (``head_ablate:value=mean``) gets its means over ``batches()`` (normalised images) under the plain pass."""
+    from peanchor.interventions.kinds.head_ablate import HeadAblate
+
+    ready = tuple(
+        e.fit_means(model, batches()) if isinstance(e, HeadAblate) and e.value == "mean" and e.means is None else e
+        for e in edits
+    )
+    if ready:
+        hooks = model.hook_points
+        for edit in ready:
+            edit.check(hooks)
+    return ready
