@@ -63,7 +63,8 @@ def test_a_spec_reads_back_from_its_own_text() -> None:
     assert iv.edits[1].layers == (0, 2, 3) and iv.edits[2].freqs == (0, 1, 2, 3) and iv.edits[3].grid == (6, 8)
     again = Intervention.parse(iv.spec)
     assert again.spec == iv.spec and [e == f for e, f in zip(again.edits, iv.edits)] == [True] * 5
-    assert Intervention.parse(["pe_zero", "patch:layer=1"]).spec == "pe_zero:prefix=zero+patch:site=residual,layer=1,donor=clean,seed=0"
+    listed = Intervention.parse(["pe_zero", "patch:layer=1"])
+    assert listed.spec == "pe_zero:prefix=zero+patch:site=residual,layer=1,donor=clean,seed=0"
 
 
 @pytest.mark.parametrize(

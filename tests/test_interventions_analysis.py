@@ -111,7 +111,8 @@ def test_the_cli_measures_under_repeated_interventions(tmp_path, capsys) -> None
     run.mkdir()
     (run / "config.yaml").write_text(resolve_config("smoke", {"model.pe": "ape"}).to_yaml())
     torch.manual_seed(0)
-    save_model(peanchor.create_model("vit_micro", pe="ape", num_classes=10, img_size=16).eval(), run / "model.safetensors")
+    model = peanchor.create_model("vit_micro", pe="ape", num_classes=10, img_size=16).eval()
+    save_model(model, run / "model.safetensors")
     out = tmp_path / "out"
     base = ["analyze", str(run), "--images", "12", "--no-alpha", "--device", "cpu", "--no-progress", "--out", str(out)]
     assert main(base + ["--intervention", "pe_zero", "--intervention", "patch:site=residual,layer=1"]) == 0

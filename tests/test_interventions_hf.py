@@ -56,7 +56,8 @@ def test_identity_edits_are_bit_identical_to_the_plain_pass(family: str) -> None
     points = model.hook_points.points
     perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(0))
     plain, plain_rpi = out(model, x), out(model, x, perm=perm)
-    specs = ["head_ablate:heads=none", "patch:site=residual,layer=1", "patch:site=attn,layer=0", "patch:site=mlp,layer=1"]
+    specs = ["head_ablate:heads=none", "patch:site=residual,layer=1", "patch:site=attn,layer=0",
+             "patch:site=mlp,layer=1"]  # fmt: skip
     if "rope.tables" in points:
         specs += ["rope_planes:freqs=none", "rope_planes:layers=none"]
     if "input.grid" in points:

@@ -81,7 +81,8 @@ def edited_rope(rope: nn.Module, layers: nn.ModuleList, run: EditPass) -> Iterat
 
     with ExitStack() as stack:
         handles = [rope.register_forward_hook(after_rope)]
-        handles += [layer.register_forward_pre_hook(before_layer(k), with_kwargs=True) for k, layer in enumerate(layers)]
+        handles += [layer.register_forward_pre_hook(before_layer(k), with_kwargs=True)
+                    for k, layer in enumerate(layers)]  # fmt: skip
         for h in handles:
             stack.callback(h.remove)
         yield

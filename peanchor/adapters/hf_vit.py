@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
 from peanchor.adapters.hf_hooks import edited_rope, edited_table, rope_planes, site_hooks, table_of
 from peanchor.interventions import BLOCK_SITES, NO_INTERVENTION, HookPoints, Intervention, permute_tokens
+from peanchor.interventions.edit import check_grid
 from peanchor.models.interface import AnalysisInterface, AttentionSink, Intermediates
 
 __all__ = ["HFViT", "SUPPORTED_CLASSES", "is_transformers_model", "load_hf_model"]
@@ -348,11 +349,8 @@ class HFViT(AnalysisInterface, nn.Module):
                 f"images are {images.shape[-2]}x{images.shape[-1]} px but this wrapper analyses "
                 f"{self._img_size[0]}x{self._img_size[1]} px (HFViT(model, img_size=...) sets it)"
             )
-        size = (run.grid[0] * self._patch[0], run.grid[1] * self._patch[1]) if run is not None else self._img_size
-        if tuple(images.shape[-2:]) != size:
-            have = (images.shape[-2] // self._patch[0], images.shape[-1] // self._patch[1])
-            raise ConfigError(f"images of {images.shape[-2]}x{images.shape[-1]} px give a {have[0]}x{have[1]} patch "
-                              f"grid; this pass expects {run.grid[0]}x{run.grid[1]} ({size[0]}x{size[1]} px)")  # fmt: skip
+        if run is not None:
+            check_grid(images, run.grid, self._patch)
         probes: list[Tensor] = []
         kwargs = {"interpolate_pos_encoding": True} if self._interpolate and self.family.interpolate_kwarg else {}
         table = run is not None and run.acts_at("pe.table")

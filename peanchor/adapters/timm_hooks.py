@@ -105,3 +105,4 @@ def _plane_speeds(rope: nn.Module, count: int) -> list[float]:
     else:
         per_axis = (1.0 / rope.periods.double()).tolist()
     return [per_axis[b % len(per_axis)] for b in range(count)]
+

@@ -55,7 +55,9 @@ from peanchor.adapters.timm_attention import attention_modules, capture_attentio
 from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
 from peanchor.adapters.timm_hooks import block_sites, join_rope, rope_planes, site_hooks, split_rope
-from peanchor.interventions import NO_INTERVENTION, EditPass, HookPoints, Intervention, PETable, RopeTables, permute_tokens
+from peanchor.interventions import NO_INTERVENTION, EditPass, HookPoints, Intervention, PETable, RopeTables
+from peanchor.interventions.edit import check_grid
+from peanchor.interventions import permute_tokens
 from peanchor.models.interface import AttentionSink, Intermediates, AnalysisInterface
 from peanchor.weights import load_strict, read_state_dict as read_weights_file
 
@@ -241,7 +243,7 @@ class TimmViT(AnalysisInterface, nn.Module):
         grid = grid or self.grid
         embed = self.model.patch_embed
         if grid != self.grid:  # pe_resample: timm's patch embedding takes the other size for this pass
-            _check_grid(images, grid, embed.patch_size)
+            check_grid(images, grid, embed.patch_size)
             strict, embed.strict_img_size = embed.strict_img_size, False
             try:
                 x = embed(images)
@@ -392,14 +394,6 @@ class TimmViT(AnalysisInterface, nn.Module):
         if logits is not None and self.logit_subset is not None:
             logits = logits[:, self.logit_subset.to(logits.device)]  # (B, C_subset)
         return Intermediates(logits, tokens)
-
-
-def _check_grid(images: Tensor, grid: tuple[int, int], patch: Any) -> None:
-    ph, pw = (int(patch[0]), int(patch[1])) if isinstance(patch, (tuple, list)) else (int(patch), int(patch))
-    have = (images.shape[-2] // ph, images.shape[-1] // pw)
-    if have != tuple(grid) or images.shape[-2] % ph or images.shape[-1] % pw:
-        raise ConfigError(f"images of {images.shape[-2]}x{images.shape[-1]} px give a {have[0]}x{have[1]} patch grid; "
-                          f"this pass expects {grid[0]}x{grid[1]} ({grid[0] * ph}x{grid[1] * pw} px)")  # fmt: skip
 
 
 def _jsonable(value: Any) -> Any:

@@ -38,6 +38,7 @@ from peanchor.interventions.record import Record
 __all__ = [
     "BLOCK_SITES", "INTERVENTIONS", "NO_INTERVENTION", "Edit", "EditPass", "HeadAblate", "HookPoints", "Intervention",
     "PETable", "PEResample", "PEShuffle", "PEZero", "Patch", "Plane", "Record", "RopePlanes", "RopeTables",
-    "axial_planes", "edit_from_spec", "identity_permutation", "inverse_permutation", "names", "permute_tokens", "random_permutation",
+    "axial_planes", "edit_from_spec", "identity_permutation", "inverse_permutation", "names", "permute_tokens",
+    "random_permutation",
     "fitted_edits", "register_intervention", "resample_rows",
 ]  # fmt: skip

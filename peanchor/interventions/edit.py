@@ -39,7 +39,10 @@ from torch import Tensor
 from peanchor.errors import ConfigError
 from peanchor.interventions.spec import IndexSet, show_index_set
 
-__all__ = ["BLOCK_SITES", "Edit", "EditPass", "HookPoints", "PETable", "Plane", "RopeTables", "axial_planes", "check_indices"]
+__all__ = [
+    "BLOCK_SITES", "Edit", "EditPass", "HookPoints", "PETable", "Plane", "RopeTables", "axial_planes", "check_grid",
+    "check_indices",
+]  # fmt: skip
 
 #: The hook points inside each block, as ``blocks.{k}.<site>`` names them.
 BLOCK_SITES = ("attn.heads", "attn", "mlp", "residual")
@@ -120,6 +123,15 @@ def axial_planes(
         mine = sorted((i for i in range(len(pairs)) if axes[i] == axis), key=lambda i: -speeds[i])
         planes += [Plane(axis, rank, pairs[i]) for rank, i in enumerate(mine)]
     return tuple(planes)
+
+
+def check_grid(images: Tensor, grid: tuple[int, int], patch: int | tuple[int, int]) -> None:
+    """One line when ``images (B, 3, H, W)`` do not give the patch ``grid`` a pass expects (``patch`` px patches)."""
+    ph, pw = (int(patch[0]), int(patch[1])) if isinstance(patch, (tuple, list)) else (int(patch), int(patch))
+    have = (images.shape[-2] // ph, images.shape[-1] // pw)
+    if have != tuple(grid) or images.shape[-2] % ph or images.shape[-1] % pw:
+        raise ConfigError(f"images of {images.shape[-2]}x{images.shape[-1]} px give a {have[0]}x{have[1]} patch grid; "
+                          f"this pass expects {grid[0]}x{grid[1]} ({grid[0] * ph}x{grid[1] * pw} px)")  # fmt: skip
 
 
 def check_indices(kind: str, key: str, value: IndexSet, size: int, what: str) -> None:

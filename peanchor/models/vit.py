@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.ops import StochasticDepth
 
-from peanchor.errors import ConfigError
 from peanchor.interventions import (
     BLOCK_SITES,
     NO_INTERVENTION,
@@ -34,6 +33,7 @@ from peanchor.interventions import (
     RopeTables,
     permute_tokens,
 )
+from peanchor.interventions.edit import check_grid
 from peanchor.models.args import ViTArgs
 from peanchor.models.interface import AttentionSink, Intermediates, AnalysisInterface
 from peanchor.pe import PEContext, RotaryTables, create_pe
@@ -267,7 +267,7 @@ class VisionTransformer(AnalysisInterface, nn.Module):
         run = self._bind(images, intervention)  # None: the plain pass
         x = self.patch_embed(images)  # (B, N, D)
         if run is not None:
-            self._check_grid(images, run.grid)
+            check_grid(images, run.grid, self.patch_embed.proj.kernel_size)
         if intervention.token_perm is not None:
             x = permute_tokens(x, intervention.token_perm)  # content moves, slots (and their PE) stay
         x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)  # (B, 1 + N, D)
@@ -312,15 +312,6 @@ class VisionTransformer(AnalysisInterface, nn.Module):
         planes = _rope_planes(self.pe.rotary(1.0), head_dim) if self.pe.has_rotary else ()
         return HookPoints(f"peanchor:{self.pe_name}", frozenset(points), self.depth, heads, self.grid, self.num_prefix,
                           planes)  # fmt: skip
-
-    def _check_grid(self, images: Tensor, grid: tuple[int, int]) -> None:
-        patch = self.patch_embed.proj.kernel_size[0]
-        have = (images.shape[-2] // patch, images.shape[-1] // patch)
-        if have != tuple(grid) or images.shape[-2] % patch or images.shape[-1] % patch:
-            raise ConfigError(
-                f"images of {images.shape[-2]}x{images.shape[-1]} px give a {have[0]}x{have[1]} patch grid; this pass "
-                f"expects {grid[0]}x{grid[1]} ({grid[0] * patch}x{grid[1] * patch} px)"
-            )
 
     def _edited_table(self, run: EditPass, alpha: float) -> PETable:
         rows = self.pe.table_rows(alpha)

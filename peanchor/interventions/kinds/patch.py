@@ -70,7 +70,11 @@ class Patch(Edit):
 
 
 def donor_activations(
-    edits: tuple[Edit, ...], receiving: Tensor | None, n: int, device: torch.device, run: Callable[[Any, tuple[Edit, ...]], None]
+    edits: tuple[Edit, ...],
+    receiving: Tensor | None,
+    n: int,
+    device: torch.device,
+    run: Callable[[Any, tuple[Edit, ...]], None],
 ) -> dict[Any, Tensor]:
     """Every activation the ``patch`` edits among ``edits`` read: one donor pass per donor, ``run(perm, edits)``
     with the other edits and a :class:`Record` of the patched sites; keyed ``(donor, seed, site, layer)``."""
@@ -80,6 +84,7 @@ def donor_activations(
     for key in dict.fromkeys(p.donor_key() for p in patches):
         group = [p for p in patches if p.donor_key() == key]
         store: dict[tuple[str, int], Tensor] = {}
-        run(group[0].donor_perm(receiving, n, device), rest + (Record(frozenset((p.site, p.layer) for p in group), store),))
+        record = Record(frozenset((p.site, p.layer) for p in group), store)
+        run(group[0].donor_perm(receiving, n, device), rest + (record,))
         donors.update({(key[0], key[1], site, layer): t for (site, layer), t in store.items()})
     return donors
