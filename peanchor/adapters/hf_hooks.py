@@ -91,32 +91,15 @@ def edited_rope(rope: nn.Module, layers: nn.ModuleList, run: EditPass) -> Iterat
 @contextmanager
 def site_hooks(layers: nn.ModuleList, attention: str, out_proj: str, run: EditPass, num_heads: int) -> Iterator[None]:
     """Forward hooks for the block sites ``run`` acts at."""
-
-    def heads_hook(layer: int):  # type: ignore[no-untyped-def]
-        def hook(_m: nn.Module, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-            b, t, d = args[0].shape
-            heads = run.block("attn.heads", layer, args[0].reshape(b, t, num_heads, d // num_heads))  # (B, T, H, hd)
-            return (heads.reshape(b, t, d), *args[1:])
-
-        return hook
-
-    def out_hook(site: str, layer: int):  # type: ignore[no-untyped-def]
-        def hook(_m: nn.Module, _i: Any, out: Any) -> Any:
-            if isinstance(out, tuple):  # attention modules return (output, weights)
-                return (run.block(site, layer, out[0]), *out[1:])
-            return run.block(site, layer, out)
-
-        return hook
-
     handles = []
     try:
         for k, layer in enumerate(layers):
             attn = getattr(layer, attention)
             if run.acts_on_block("attn.heads", k):
-                handles.append(getattr(attn, out_proj).register_forward_pre_hook(heads_hook(k)))
+                handles.append(getattr(attn, out_proj).register_forward_pre_hook(run.heads_pre_hook(k, num_heads)))
             for site, module in (("attn", attn), ("mlp", layer.mlp), ("residual", layer)):
                 if run.acts_on_block(site, k):
-                    handles.append(module.register_forward_hook(out_hook(site, k)))
+                    handles.append(module.register_forward_hook(run.output_hook(site, k)))
         yield
     finally:
         for h in handles:

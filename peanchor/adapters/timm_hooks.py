@@ -44,29 +44,17 @@ def _heads_module(attn: nn.Module) -> nn.Module:
 
 
 @contextmanager
-def site_hooks(blocks: nn.ModuleList, run: EditPass | None, num_heads: int) -> Iterator[None]:
-    """Forward hooks on the blocks' modules for the inner sites ``run`` acts at (none without a run)."""
+def site_hooks(blocks: nn.ModuleList, run: EditPass, num_heads: int) -> Iterator[None]:
+    """Forward hooks on the blocks' modules for the inner sites ``run`` acts at."""
     handles: list[Any] = []
-
-    def heads_hook(layer: int):  # type: ignore[no-untyped-def]
-        def hook(_m: nn.Module, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-            b, t, d = args[0].shape
-            heads = run.block("attn.heads", layer, args[0].view(b, t, num_heads, d // num_heads))  # (B, T, H, hd)
-            return (heads.reshape(b, t, d), *args[1:])
-
-        return hook
-
-    def out_hook(site: str, layer: int):  # type: ignore[no-untyped-def]
-        return lambda _m, _i, out: run.block(site, layer, out)
-
     try:
-        for layer, block in enumerate(blocks if run is not None else []):
-            assert run is not None
+        for layer, block in enumerate(blocks):
             if run.acts_on_block("attn.heads", layer):
-                handles.append(_heads_module(block.attn).register_forward_pre_hook(heads_hook(layer)))
+                heads = _heads_module(block.attn)
+                handles.append(heads.register_forward_pre_hook(run.heads_pre_hook(layer, num_heads)))
             for site in ("attn", "mlp"):
                 if run.acts_on_block(site, layer):
-                    handles.append(getattr(block, site).register_forward_hook(out_hook(site, layer)))
+                    handles.append(getattr(block, site).register_forward_hook(run.output_hook(site, layer)))
         yield
     finally:
         for h in handles:

@@ -37,10 +37,10 @@ import torch
 from torch import Tensor
 
 from peanchor.errors import ConfigError
-from peanchor.interventions.spec import IndexSet, show_index_set
+from peanchor.interventions.spec import INDEX_RULE, IndexSet, index_set, param, show_index_set
 
 __all__ = [
-    "BLOCK_SITES", "Edit", "EditPass", "HookPoints", "PETable", "Plane", "RopeTables", "axial_planes", "check_grid",
+    "BLOCK_SITES", "Edit", "EditPass", "HookPoints", "LayersAndHeads", "PETable", "Plane", "RopeTables", "axial_planes", "check_grid",
     "check_indices",
 ]  # fmt: skip
 
@@ -199,6 +199,19 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+@dataclass(frozen=True)
+class LayersAndHeads(Edit):
+    """The base of a kind that acts in chosen blocks and heads: its ``layers=`` and ``heads=`` and their checks."""
+
+    layers: IndexSet = param(index_set, f"the blocks ({INDEX_RULE})", None)
+    heads: IndexSet = param(index_set, f"the heads ({INDEX_RULE})", None)
+
+    def check(self, hooks: HookPoints) -> None:
+        super().check(hooks)
+        check_indices(self.kind, "layers", self.layers, hooks.depth, "blocks")
+        check_indices(self.kind, "heads", self.heads, hooks.num_heads, "heads")
+
+
 class EditPass:
     """The edits of one pass, bound to the model's hook points and to the donor activations ``patch`` reads.
 
@@ -228,6 +241,27 @@ class EditPass:
         if not any(s == layer for _, sites in self._sites for name, s in sites if name != "residual"):
             return None
         return lambda name, x: self.block(name, layer, x)
+
+    def heads_pre_hook(self, layer: int, num_heads: int) -> Callable[[Any, tuple[Tensor, ...]], tuple[Tensor, ...]]:
+        """A forward pre-hook for the module that receives block ``layer``'s merged heads ``(B, T, D)`` (an output
+        projection): ``blocks.{layer}.attn.heads`` acts on them viewed ``(B, T, H, hd)``."""
+
+        def hook(_module: Any, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+            b, t, d = args[0].shape
+            heads = self.block("attn.heads", layer, args[0].reshape(b, t, num_heads, d // num_heads))  # (B, T, H, hd)
+            return (heads.reshape(b, t, d), *args[1:])
+
+        return hook
+
+    def output_hook(self, site: str, layer: int) -> Callable[[Any, Any, Any], Any]:
+        """A forward hook for the module whose output is ``blocks.{layer}.{site}`` (of a tuple: its first item)."""
+
+        def hook(_module: Any, _inputs: Any, out: Any) -> Any:
+            if isinstance(out, tuple):  # e.g. transformers' attention modules: (output, weights)
+                return (self.block(site, layer, out[0]), *out[1:])
+            return self.block(site, layer, out)
+
+        return hook
 
     def positions(self) -> tuple[Tensor, Tensor] | None:
         """The (row, column) coordinates ``(N,)`` each at which a rotary table is built (None: the model's own)."""

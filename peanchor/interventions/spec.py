@@ -20,10 +20,12 @@ from typing import Any
 
 from peanchor.errors import ConfigError
 
-__all__ = ["IndexSet", "choice", "flag", "grid_size", "index_set", "integer", "param", "split_edits", "split_spec"]
+__all__ = ["INDEX_RULE", "IndexSet", "choice", "flag", "grid_size", "index_set", "integer", "param", "split_edits", "split_spec"]
 
 #: A set of indices in increasing order; None means every index there is.
 IndexSet = tuple[int, ...] | None
+#: How an index set is written, for the parameters' rules.
+INDEX_RULE = "indices and ranges like 0-3,7, 'all' or 'none'"
 
 
 def param(reader: Callable[[str], Any], rule: str, default: Any) -> Any:

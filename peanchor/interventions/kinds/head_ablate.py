@@ -21,33 +21,27 @@ import torch
 from torch import Tensor
 
 from peanchor.errors import ConfigError
-from peanchor.interventions.edit import Edit, EditPass, HookPoints, check_indices
+from peanchor.interventions.edit import EditPass, HookPoints, LayersAndHeads
 from peanchor.interventions.record import Record
 from peanchor.interventions.registry import register_intervention
-from peanchor.interventions.spec import IndexSet, choice, index_set, param
-
-_SET = "indices and ranges like 0-3,7, 'all' or 'none'"
+from peanchor.interventions.spec import choice, param
 
 
 @register_intervention
 @dataclass(frozen=True)
-class HeadAblate(Edit):
+class HeadAblate(LayersAndHeads):
     """Heads ``heads`` of blocks ``layers`` replaced by zero or by their mean (see the module docstring)."""
 
     kind = "head_ablate"
     summary = "chosen heads' outputs set to zero or to their mean over the evaluation set"
     points = ("blocks.{k}.attn.heads",)
 
-    layers: IndexSet = param(index_set, f"the blocks ({_SET})", None)
-    heads: IndexSet = param(index_set, f"the heads ({_SET})", None)
     value: str = param(choice("zero", "mean"), "zero or mean (over the evaluation set; needs fit_means)", "zero")
     #: block → mean head output (T, H, hd), from :meth:`fit_means`
     means: Mapping[int, Tensor] | None = field(default=None, compare=False, repr=False)
 
     def check(self, hooks: HookPoints) -> None:
         super().check(hooks)
-        check_indices(self.kind, "layers", self.layers, hooks.depth, "blocks")
-        check_indices(self.kind, "heads", self.heads, hooks.num_heads, "heads")
         if self.value == "mean" and self.means is None:
             raise ConfigError("head_ablate:value=mean needs the heads' means: fit them first (HeadAblate.fit_means)")
 

@@ -15,31 +15,25 @@ from dataclasses import dataclass
 import torch
 
 from peanchor.errors import ConfigError
-from peanchor.interventions.edit import Edit, HookPoints, RopeTables, check_indices
+from peanchor.interventions.edit import HookPoints, LayersAndHeads, RopeTables, check_indices
 from peanchor.interventions.registry import register_intervention
-from peanchor.interventions.spec import IndexSet, choice, index_set, param
-
-_SET = "indices and ranges like 0-3,7, 'all' or 'none'"
+from peanchor.interventions.spec import INDEX_RULE, IndexSet, choice, index_set, param
 
 
 @register_intervention
 @dataclass(frozen=True)
-class RopePlanes(Edit):
+class RopePlanes(LayersAndHeads):
     """Sine 0 and cosine 1 on the chosen planes' channels, in the chosen layers and heads, at every slot."""
 
     kind = "rope_planes"
     summary = "chosen RoPE rotation planes made the identity (sin 0, cos 1)"
     points = ("rope.tables",)
 
-    layers: IndexSet = param(index_set, f"the blocks ({_SET})", None)
-    heads: IndexSet = param(index_set, f"the heads ({_SET})", None)
     axis: str = param(choice("x", "y", "both"), "x (columns), y (rows) or both", "both")
-    freqs: IndexSet = param(index_set, f"the frequencies per axis, 0 = fastest ({_SET})", None)
+    freqs: IndexSet = param(index_set, f"the frequencies per axis, 0 = fastest ({INDEX_RULE})", None)
 
     def check(self, hooks: HookPoints) -> None:
         super().check(hooks)
-        check_indices(self.kind, "layers", self.layers, hooks.depth, "blocks")
-        check_indices(self.kind, "heads", self.heads, hooks.num_heads, "heads")
         if self.axis != "both" and any(p.axis is None for p in hooks.planes):
             raise ConfigError(f"rope_planes:axis={self.axis}: the planes of {hooks.model} mix both axes; use axis=both")
         axes = {p.axis for p in hooks.planes if self.axis in ("both", p.axis)}
