@@ -125,3 +125,31 @@ def test_the_cli_measures_under_repeated_interventions(tmp_path, capsys) -> None
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("rope_planes acts at rope.tables, which peanchor:ape does not have; it has: pe.table, "
                             "input.grid, blocks.{k}.attn.heads, blocks.{k}.attn, blocks.{k}.mlp, blocks.{k}.residual")
+
+
+@pytest.mark.parametrize("backend", ["timm", "transformers"])
+def test_the_adapters_are_analysed_under_edits_too(data, backend) -> None:
+    """pe_zero on an adapter's model equals the analysis of the same model with its table zeroed by hand."""
+    if backend == "timm":
+        pytest.importorskip("timm")
+        from peanchor.adapters import load_timm_model
+
+        torch.manual_seed(0)
+        model = load_timm_model("vit_small_patch16_224", img_size=16, patch_size=4, depth=2, embed_dim=32,
+                                num_heads=2, num_classes=4)  # fmt: skip
+        table = model.model.pos_embed
+    else:
+        transformers = pytest.importorskip("transformers")
+        from peanchor.adapters.hf_vit import HFViT
+
+        torch.manual_seed(0)
+        config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                        intermediate_size=64, image_size=16, patch_size=4, num_labels=4)  # fmt: skip
+        model = HFViT(transformers.ViTForImageClassification(config).eval())
+        table = model.model.vit.embeddings.position_embeddings
+    with torch.no_grad():
+        torch.nn.init.normal_(table)
+    edited = peanchor.analyze(model, *data, interventions=["pe_zero"], **STATS, **FAST)
+    with torch.no_grad():
+        table.zero_()
+    assert measures(edited) == measures(peanchor.analyze(model, *data, **STATS, **FAST))
