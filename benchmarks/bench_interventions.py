@@ -86,22 +86,8 @@ def run(model_name: str, img_size: int, batch: int, reps: int) -> dict[str, Any]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = bc.parser(__doc__.splitlines()[0])
-    p.add_argument("--model", default="vit_tiny")
-    p.add_argument("--img-size", type=int, default=32)
-    p.add_argument("--batch", type=int, default=None)
-    p.add_argument("--reps", type=int, default=None)
-    args = p.parse_args(argv)
-    bc.apply_threads(args.threads)
-    machine = bc.machine_info()
-    batch = args.batch or (8 if args.quick else 64)
-    reps = args.reps or (2 if args.quick else 7)
-    record = run(args.model, args.img_size, batch, reps)
-    record.update(goal=f"edit / plain <= {GOAL}; patch / plain <= {PATCH_GOAL}", quick=args.quick,
-                  machine=bc.finish_machine_info(machine))  # fmt: skip
-    if not args.no_write:
-        bc.write_record(NAME + ("_quick" if args.quick else ""), record, args.out)
-    return record
+    return bc.model_size_main(NAME, __doc__, run, model="vit_tiny", img_size=32, batch=(8, 64), reps=(2, 7),
+                              goal=f"edit / plain <= {GOAL}; patch / plain <= {PATCH_GOAL}", argv=argv)  # fmt: skip
 
 
 if __name__ == "__main__":
