@@ -45,7 +45,7 @@ _FIGURE = re.compile(r"!\[Figure \d+: (?P<title>[^\]]*)\]\(figures/(?P<stem>[^)/
 
 
 class UpdateError(Exception):
-    """A problem the user can fix (a README without markers, a run without results): one line."""
+    """A problem the user can fix (a page without markers, a run without results): one line."""
 
 
 def _duration(seconds: float | None) -> str:
