@@ -29,8 +29,8 @@ class Intervention:
 
     >>> Intervention().pe_scale, Intervention(pe_scale=0.5).token_perm is None, Intervention().edits
     (1.0, True, ())
-    >>> [e.spec for e in Intervention.parse("pe_zero+pe_shuffle:seed=3").edits]
-    ['pe_zero:prefix=zero', 'pe_shuffle:seed=3']
+    >>> " + ".join(e.spec for e in Intervention.parse("pe_zero+pe_shuffle:seed=3").edits)
+    'pe_zero:prefix=zero + pe_shuffle:seed=3'
     """
 
     token_perm: Tensor | None = None
