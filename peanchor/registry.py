@@ -40,7 +40,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from peanchor.errors import ConfigError, PeanchorError
 
-__all__ = ["GROUPS", "PLUGINS_ENV", "DerivedView", "NamesView", "Registry", "RegistryError", "load_plugins", "loaded_plugins",
+__all__ = ["GROUPS", "PLUGINS_ENV", "DerivedView", "NamesView", "Registry", "RegistryError", "entry_point_names", "load_plugins", "loaded_plugins",
            "plugins_from_env", "plugins_in_environment"]  # fmt: skip
 
 T = TypeVar("T")
@@ -104,6 +104,14 @@ def plugins_in_environment() -> Iterator[None]:
             os.environ.pop(PLUGINS_ENV, None)
         else:
             os.environ[PLUGINS_ENV] = previous
+
+
+def entry_point_names(group: str) -> tuple[str, ...]:
+    """The names the installed distributions declare in ``group``, read from their metadata without importing
+    anything (for help texts that must not load a plug-in's torch)."""
+    from importlib.metadata import entry_points
+
+    return tuple(dict.fromkeys(point.name for point in entry_points(group=group)))
 
 
 def _name_of(obj: Any) -> Any:
