@@ -218,6 +218,8 @@ class AnalysisPlan:
         """The JSON form (``OUT/reproduce.json``'s ``"analysis"``): shifts as their descriptions, tuples as lists;
         :meth:`from_dict` reads it back exactly."""
         values = {key: list(v) if isinstance(v, tuple) else v for key, v in self.settings().items()}
+        if not values["lens_options"]:
+            del values["lens_options"]  # as analysis.json: absent when no lens has options of its own
         return {"shifts": {name: shift.describe() for name, shift in self.shifts.items()},
                 "shift_sources": dict(self.shift_sources), **values}  # fmt: skip
 

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from peanchor.commands.shared import SHIFT_HELP
+from peanchor.commands.shared import shift_help
 from peanchor.conditions import DEFAULT_CONDITIONS
 from peanchor.presets import PRESET_NAMES, PRESETS, preset_help
 
@@ -48,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "so a 0- or 1-based array runs every cell once); the report is written by `peanchor report OUT` "
                    "once every shard is done")
     p.add_argument("--shift", action="append", default=[], metavar="KIND:K=V[,K=V]",
-                   help=SHIFT_HELP + "; changing the shifts analyses every cell again (trained runs are reused)")
+                   help=shift_help() + "; changing the shifts analyses every cell again (trained runs are reused)")
     p.add_argument("--severities", action=argparse.BooleanOptionalAction, default=None,
                    help="measure (or not) the severity 1-5 sweep of every measured kind (the ImageNet-C-style table for "
                    "the preset's resolution; default: the preset's analysis defaults, on for cpu; "

@@ -1,4 +1,4 @@
-"""What more than one sub-command uses: the ``--shift`` help text and dataset keys set from flags and ``--set``.
+"""What more than one sub-command uses: the ``--shift`` help text (:func:`shift_help`) and dataset keys set from flags and ``--set``.
 
 Imports: :mod:`peanchor.analysis` (the shift registry, light: no torch); :mod:`peanchor.training` (the typed
 ``--set``) when a command runs.
@@ -10,10 +10,8 @@ from typing import Any
 
 from peanchor.analysis.shifts.registry import shift_help
 
-__all__ = ["SHIFT_HELP", "with_data_items"]
-
-# The --shift help of analyze and reproduce, generated from the shift registry (which loads no torch).
-SHIFT_HELP = shift_help()
+__all__ = ["shift_help", "with_data_items"]  # shift_help(): the --shift help, from the registry (no torch), when a
+# parser is built, so that the kinds of plug-ins loaded by then are in it
 
 
 def with_data_items(spec: Any, flags: dict[str, Any], set_items: list[str]) -> Any:  # DataSpec -> DataSpec
