@@ -114,6 +114,12 @@ def entry_point_names(group: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(point.name for point in entry_points(group=group)))
 
 
+def _label(obj: Any) -> str:
+    """``module.Class`` for a class or a function, else the object's repr."""
+    qualname = getattr(obj, "__qualname__", None)
+    return f"{obj.__module__}.{qualname}" if isinstance(qualname, str) else repr(obj)
+
+
 def _name_of(obj: Any) -> Any:
     return getattr(obj, "name", None)
 
@@ -146,6 +152,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
         self._check = check
         self._order = order
         self._items: dict[str, T] = {}
+        self._registered: dict[str, Any] = {}  # name → what was decorated (before ``make``)
         self._discovered = False
 
     # ---- registering -------------------------------------------------------------------------------------------
@@ -168,30 +175,30 @@ class Registry(MutableMapping[str, T], Generic[T]):
             return decorate
         key = _name_of(obj)
         if not isinstance(key, str) or not key.isidentifier():
-            raise RegistryError(f"{key!r} cannot name a {self.what} ({obj!r}): the name is not an identifier")
+            raise RegistryError(f"{key!r} cannot name a {self.what} ({_label(obj)}): the name is not an identifier")
         if key in self.reserved:
             raise RegistryError(f"{key!r} cannot name a {self.what}: the result files use it "
                                 f"(reserved: {', '.join(sorted(self.reserved))})")  # fmt: skip
-        if key in self._items and self._original(key) is not obj:
-            raise RegistryError(f"a {self.what} named {key!r} is already registered ({self._items[key]!r}); "
+        taken = self._registered.get(key, self._items.get(key))
+        if key in self._items and taken is not obj:
+            raise RegistryError(f"a {self.what} named {key!r} is already registered ({_label(taken)}); "
                                 "registered twice")  # fmt: skip
         if self._check is not None:
             self._check(obj)
         self[key] = self._make(obj) if self._make is not None else obj
+        self._registered[key] = obj
         return obj
-
-    def _original(self, key: str) -> Any:
-        value = self._items[key]
-        return type(value) if self._make is not None and not isinstance(value, type) else value
 
     def __setitem__(self, key: str, value: T) -> None:
         self._items[key] = value
+        self._registered.pop(key, None)
         if self._order is not None:
             ordered = sorted(self._items.items(), key=lambda item: self._order(item[1]))  # type: ignore[misc]
             self._items = dict(ordered)
 
     def __delitem__(self, key: str) -> None:
         del self._items[key]
+        self._registered.pop(key, None)
 
     # ---- reading (each read first loads the installed plug-ins, once) --------------------------------------
     def discover(self) -> None:
@@ -199,6 +206,13 @@ class Registry(MutableMapping[str, T], Generic[T]):
         if self._discovered:
             return
         self._discovered = True  # before loading: a plug-in that reads the registry while it loads sees no loop
+        try:
+            self._load_group()
+        except BaseException:
+            self._discovered = False  # a broken plug-in stays an error at every read, never a silent absence
+            raise
+
+    def _load_group(self) -> None:
         load_plugins(plugins_from_env(), origin=PLUGINS_ENV)
         from importlib.metadata import entry_points
 

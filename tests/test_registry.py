@@ -152,6 +152,8 @@ def test_a_broken_plug_in_is_one_line_naming_it(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"^plug-in broken_plugin entry point bad = broken_module "
                        r"\(peanchor.test-broken\) failed to load: RuntimeError: no GPU here$"):  # fmt: skip
         broken.names()
+    with pytest.raises(ConfigError, match="failed to load"):
+        broken.names()  # at every read: a broken plug-in is never a silent absence
     with pytest.raises(ConfigError, match=r"^plug-in 'no_such_module' \(--plugin\) failed to load: ModuleNotFound"):
         R.load_plugins(["no_such_module"])
     with pytest.raises(ConfigError, match="expected a module name"):
