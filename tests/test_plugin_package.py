@@ -187,6 +187,7 @@ def test_installed_it_trains_analyses_and_logs(env, tmp_path):
 
     help_text = peanchor(env, "analyze", "--help").stdout + peanchor(env, "train", "--help").stdout
     assert "brightness:c=C" in help_text and "rowcol" in help_text
+    assert "analysis.lenses.attention_entropy.{queries}" in " ".join(help_text.split())  # --set's help
     run = tmp_path / "run"
     peanchor(env, "train", "--preset", "smoke", "--pe", "rowcol", "--epochs", "1", "--out", str(run), "--no-progress")
     assert json.loads((run / "summary.json").read_text())["pe"] == "rowcol"

@@ -199,6 +199,7 @@ def test_the_command_line_loads_plug_ins_first_and_stays_light(tmp_path, capsys)
     help_run = subprocess.run([sys.executable, "-c", code, str(tmp_path), "help"], capture_output=True, text=True,
                               timeout=120)  # fmt: skip
     assert "test_fade:amount=AMOUNT" in help_run.stdout and "--plugin MODULE" in help_run.stdout
+    assert "analysis.lenses.ssdc.{mode,metric,bootstrap}" in " ".join(help_run.stdout.split())  # --set's help
     bad = subprocess.run([sys.executable, "-c", code + "; sys.exit(rc)", str(tmp_path), "bad"], capture_output=True,
                          text=True, timeout=120)  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [

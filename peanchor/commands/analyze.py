@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from peanchor.commands.shared import shift_help, with_data_items
+from peanchor.commands.shared import lens_options_help, shift_help, with_data_items
 from peanchor.errors import ConfigError
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -59,7 +59,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     data.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="any other dataset key, e.g. --set data.image_column=img --set data.val_size=500, or an "
                       "analysis setting, e.g. --set analysis.rpi_draws=2 (over the flags below; repeatable; typed "
-                      "like train --set)")  # fmt: skip
+                      f"like train --set), or a lens's option: {lens_options_help()}")  # fmt: skip
     ev = p.add_argument_group("evaluation")
     ev.add_argument("--rpi-draws", type=int, metavar="K", help="independent RPI permutation streams (mean ± std; "
                     "default: 1)")  # fmt: skip
