@@ -40,8 +40,8 @@ from typing import Any, Generic, TypeVar, overload
 
 from peanchor.errors import ConfigError, PeanchorError
 
-__all__ = ["GROUPS", "PLUGINS_ENV", "DerivedView", "NamesView", "Registry", "RegistryError", "entry_point_names", "load_plugins", "loaded_plugins",
-           "plugins_from_env", "plugins_in_environment"]  # fmt: skip
+__all__ = ["GROUPS", "PLUGINS_ENV", "DerivedView", "NamesView", "Registry", "RegistryError", "entry_point_names",
+           "load_plugins", "loaded_plugins", "plugins_from_env", "plugins_in_environment"]  # fmt: skip
 
 T = TypeVar("T")
 O = TypeVar("O")
@@ -143,8 +143,16 @@ class Registry(MutableMapping[str, T], Generic[T]):
     peanchor.registry.RegistryError: unknown shape 'sqare' (did you mean 'square'?); valid: square
     """
 
-    def __init__(self, what: str, group: str, *, reserved: Iterable[str] = (), make: Callable[[Any], T] | None = None,
-                 check: Callable[[Any], None] | None = None, order: Callable[[T], Any] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        what: str,
+        group: str,
+        *,
+        reserved: Iterable[str] = (),
+        make: Callable[[Any], T] | None = None,
+        check: Callable[[Any], None] | None = None,
+        order: Callable[[T], Any] | None = None,
+    ) -> None:
         self.what = what
         self.group = group
         self.reserved = frozenset(reserved)

@@ -201,8 +201,10 @@ def test_installed_it_trains_analyses_and_logs(env, tmp_path):
     assert doc["settings"]["lens_options"] == {"attention_entropy": {"queries": "all"}}
     csv = (run / "analysis" / "analysis.csv").read_text()
     assert "attention_entropy_normal" in csv and "attention_entropy_rpi" in csv
-    assert {"attention_entropy/normal", "attention_entropy/rpi"} <= set(events(run / "analysis" / "tensorboard").Tags()["scalars"])
-    bad = subprocess.run([str(PEANCHOR), "analyze", str(run), "--set", "analysis.lenses.attention_entropy.queries=some"],
+    scalars = set(events(run / "analysis" / "tensorboard").Tags()["scalars"])
+    assert {"attention_entropy/normal", "attention_entropy/rpi"} <= scalars
+    bad = subprocess.run([str(PEANCHOR), "analyze", str(run), "--set",
+                          "analysis.lenses.attention_entropy.queries=some"],
                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "queries='some'" in bad.stderr
 

@@ -42,7 +42,8 @@ def test_one_decorator_live_names_and_one_line_refusals():
     assert names == ("square",) and list(names) == ["square"] and names[0] == "square" and len(names) == 1
     circle = shapes.register(Shape("circle"))  # an object, not a class: the same call
     assert shapes.lookup("circle") is circle and names == ("square", "circle")
-    with pytest.raises(ConfigError, match=r"^unknown shape 'sqaure' \(did you mean 'square'\?\); valid: square, circle$"):
+    did_you_mean = r"^unknown shape 'sqaure' \(did you mean 'square'\?\); valid: square, circle$"
+    with pytest.raises(ConfigError, match=did_you_mean):
         shapes.lookup("sqaure")
     with pytest.raises(ConfigError, match=r"^unknown shape 'zzz'; valid: square, circle$"):
         shapes.lookup("zzz")
@@ -130,7 +131,8 @@ def test_installed_plug_ins_are_found_through_their_entry_points(tmp_path, monke
         octagon = shapes_octagon:OCTAGON
     """, {
         "shapes_hexagon": "from tests.test_registry import SHAPES, Shape\nSHAPES.register(Shape('hexagon'))\n",
-        "shapes_octagon": "from tests.test_registry import Shape\nOCTAGON = Shape('octagon')\n",  # registered by the entry point
+        # not registered by its module: the entry point names the object, and loading it registers it
+        "shapes_octagon": "from tests.test_registry import Shape\nOCTAGON = Shape('octagon')\n",
     })  # fmt: skip
     monkeypatch.syspath_prepend(str(tmp_path))
     global SHAPES

@@ -13,8 +13,9 @@ from typing import Any
 from peanchor.analysis.shifts.registry import shift_help
 from peanchor.lenses import LENSES
 
-__all__ = ["lens_options_help", "shift_help", "with_data_items"]  # shift_help(): the --shift help, from the registry (no torch), when a
-# parser is built, so that the kinds of plug-ins loaded by then are in it
+# shift_help(): the --shift help, from the registry (no torch), called when a parser is built, so that the kinds of
+# the plug-ins loaded by then are in it.
+__all__ = ["lens_options_help", "shift_help", "with_data_items"]
 
 
 def lens_options_help() -> str:
