@@ -147,9 +147,7 @@ class AnalysisSettings:
     probe_holdout: float  # the fraction of the images the probe is scored on (drawn with ``seed``)
     max_images: int | None = _optional()  # the evaluation subset's size (None: every image)
     lenses: list[str] | None = _optional()  # the lenses measured (absent in files written before: the three of then)
-    # lens → option → value, for lenses with options of their own (absent when none has: SSDC's and the probe's are
-    # the fields above)
-    lens_options: dict[str, dict[str, Any]] | None = _optional()
+    lens_options: dict[str, dict[str, Any]] | None = _optional()  # lens → option → value: a lens's own options
 
 
 @dataclass(kw_only=True)

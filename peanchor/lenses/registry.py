@@ -18,10 +18,11 @@ from peanchor.registry import NamesView, Registry
 
 __all__ = ["LENSES", "LENS_NAMES", "RESERVED", "get_lens", "lens_names", "register_lens"]
 
-#: The keys of ``analysis.json`` and of a model in ``results.json`` that are not lens records.
+#: The keys of ``analysis.json`` and of a model in ``results.json`` that are not lens records (``notes``: the
+#: analysis log's lines, which main's lens-failure records add).
 RESERVED: tuple[str, ...] = (
     "acc", "alpha_sweep", "analysis_seconds", "clean_acc", "condition", "delta_ssdc", "forward_passes", "fragility",
-    "lenses", "model", "name", "num_images", "passes", "pe", "rpi_acc", "rpt", "run_dir", "schema",
+    "lenses", "model", "name", "notes", "num_images", "passes", "pe", "rpi_acc", "rpt", "run_dir", "schema",
     "schema_version", "seconds", "seed", "settings", "severities", "severity_fragility", "severity_shifts",
     "severity_table", "shift_sources", "shifts", "source", "timing", "train",
 )  # fmt: skip
