@@ -19,7 +19,7 @@ from peanchor.registry import NamesView, Registry
 __all__ = ["LENSES", "LENS_NAMES", "RESERVED", "get_lens", "lens_names", "register_lens"]
 
 #: The keys of ``analysis.json`` and of a model in ``results.json`` that are not lens records (``notes``: the
-#: analysis log's lines, which main's lens-failure records add).
+#: analysis log's lines, reserved ahead of the field).
 RESERVED: tuple[str, ...] = (
     "acc", "alpha_sweep", "analysis_seconds", "clean_acc", "condition", "delta_ssdc", "forward_passes", "fragility",
     "lenses", "model", "name", "notes", "num_images", "passes", "pe", "rpi_acc", "rpt", "run_dir", "schema",
