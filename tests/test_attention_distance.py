@@ -180,3 +180,22 @@ def test_accumulator_settings_are_checked_to_the_letter():
         AttentionDistanceAccumulator(GRID).update(0, torch.full((2, 13, 13), 1 / 13))
     with pytest.raises(ValueError, match=r"^AttentionDistanceAccumulator\.compute\(\) needs at least one update\(\) first$"):
         AttentionDistanceAccumulator(GRID).compute()
+
+
+def test_merged_shards_measure_as_one_accumulator():
+    """merge (sharded runs): two shards of attention weights give the whole set's distances and prefix mass."""
+    from peanchor.metrics.attention_distance import AttentionDistanceAccumulator
+
+    g = torch.Generator().manual_seed(0)
+    weights = [torch.softmax(torch.randn(6, 2, 10, 10, generator=g), dim=-1) for _ in range(2)]  # 2 layers, 3x3 + CLS
+    whole, first, second = (AttentionDistanceAccumulator((3, 3)) for _ in range(3))
+    for layer, w in enumerate(weights):
+        whole.update(layer, w)
+        first.update(layer, w[:2])
+        second.update(layer, w[2:])
+    first.merge(second)
+    for key, value in whole.compute().items():  # each batch's sums are taken in float32
+        torch.testing.assert_close(first.compute()[key], value, atol=1e-6, rtol=0)
+    first.reset()
+    with pytest.raises(ValueError, match="needs at least one update"):
+        first.compute()

@@ -167,3 +167,23 @@ def test_sums_stay_on_the_tokens_device():
     acc = PositionProbeAccumulator(GRID)
     acc.update(torch.empty(4, 2, 12, 8, device="meta"), torch.tensor([False, True, False, True]))
     assert acc.num_images == (2, 2)
+
+
+def test_merged_shards_score_as_one_accumulator():
+    """merge (sharded runs): two shards of a set, each shifted by its own first image, merge into the accumulator of
+    the whole set, to float rounding."""
+    tokens = structured_tokens(12, 2, 8, seed=3)
+    heldout = torch.tensor([i % 3 == 0 for i in range(12)])
+    whole, first, second = (PositionProbeAccumulator(GRID) for _ in range(3))
+    whole.update(tokens, heldout)
+    first.update(tokens[:5], heldout[:5])
+    second.update(tokens[5:] + 0.0, heldout[5:])
+    first.merge(second)
+    assert first.num_images == whole.num_images
+    np.testing.assert_allclose(first.compute().numpy(), whole.compute().numpy(), rtol=0, atol=1e-9)
+    empty = PositionProbeAccumulator(GRID)
+    empty.merge(whole)
+    np.testing.assert_allclose(empty.compute().numpy(), whole.compute().numpy(), rtol=0, atol=0)
+    whole.reset()
+    with pytest.raises(ValueError, match="needs fit and held-out images"):
+        whole.compute()

@@ -244,3 +244,24 @@ def test_the_smallest_grids_and_constant_similarity():
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         assert torch.isnan(ssdc(torch.ones(2, 12, 12, dtype=torch.float64), (3, 4))).all()
+
+
+@pytest.mark.parametrize(("mode", "bootstrap"), [("mean_similarity", 0), ("mean_similarity", 8), ("per_image", 0),
+                                                 ("per_image", 8)])  # fmt: skip
+def test_merged_shards_measure_as_one_accumulator(mode, bootstrap):
+    """merge (sharded runs): two shards give the whole set's SSDC; with the bootstrap, the merged replicates are the
+    sums of the shards' (a Poisson weight per image), and per image the values of both shards are resampled."""
+    grid = (3, 3)
+    tokens = _tokens(10, 2, grid, dim=6, seed=7)
+    whole, first, second = (SSDCAccumulator(grid, mode=mode, bootstrap=bootstrap, seed=s) for s in (0, 0, 1))
+    whole.update(tokens)
+    first.update(tokens[:4])
+    second.update(tokens[4:])
+    first.merge(second)
+    assert first.num_images == 10
+    torch.testing.assert_close(first.compute(), whole.compute(), atol=1e-12, rtol=0)
+    if bootstrap:
+        low, high = first.confidence_interval()
+        assert low.shape == (2,) and bool((low <= high).all())
+    with pytest.raises(ValueError, match="merge needs accumulators of the same"):
+        first.merge(SSDCAccumulator(grid, mode=mode, bootstrap=bootstrap, metric="euclidean"))

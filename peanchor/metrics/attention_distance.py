@@ -131,8 +131,26 @@ class AttentionDistanceAccumulator:
         if isinstance(num_prefix, bool) or not isinstance(num_prefix, int) or num_prefix < 0:
             raise ValueError(f"num_prefix must be a non-negative int, got {num_prefix!r}")
         self.num_prefix = num_prefix
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every image."""
         self._sums: dict[int, Tensor] = {}  # layer → (M + 1, H) float64: the distances, then the prefix mass
         self._counts: dict[int, int] = {}  # layer → (image, query) pairs seen
+
+    def merge(self, other: AttentionDistanceAccumulator) -> None:
+        """Add the images ``other`` has seen (a shard of the same evaluation set): afterwards :meth:`compute` is
+        that of both shards together."""
+        if (other.grid, other.num_prefix) != (self.grid, self.num_prefix):
+            raise ValueError("merge needs accumulators of the same grid and num_prefix")
+        for layer, sums in other._sums.items():
+            if layer in self._sums:
+                if self._sums[layer].shape != sums.shape:
+                    raise ValueError(f"layer {layer} had {self._sums[layer].shape[1]} heads, the other {sums.shape[1]}")
+                self._sums[layer] += sums.to(self._sums[layer].device)
+            else:
+                self._sums[layer] = sums.clone()
+            self._counts[layer] = self._counts.get(layer, 0) + other._counts[layer]
 
     def __call__(self, layer: int, weights: Tensor) -> None:
         self.update(layer, weights)

@@ -87,6 +87,10 @@ class PositionProbeAccumulator:
         if isinstance(ridge, bool) or not isinstance(ridge, (int, float)) or not ridge > 0:
             raise ValueError(f"ridge must be a number > 0, got {ridge!r}")
         self.grid, self.ridge = (rows, cols), float(ridge)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every image."""
         self._targets = slot_coordinates(self.grid)  # (N, 2)
         self._shift: Tensor | None = None  # (L, D) float64
         self._images = [0, 0]  # fit, held-out
@@ -137,6 +141,37 @@ class PositionProbeAccumulator:
                 self._sxy[split, layer] += (per_slot.T @ targets).to(torch.float64)  # (D, 2)
         for split, index in splits:
             self._images[split] += index.numel()
+
+    def merge(self, other: PositionProbeAccumulator) -> None:
+        """Add the images ``other`` has seen, fit and held-out alike (a shard of the same evaluation set): afterwards
+        :meth:`compute` is that of both shards together. The other's sums are moved onto this one's shift first:
+        with ``d`` the difference of the shifts and ``n`` the other's tokens per split, ``Σ(x - s) = Σ(x - s') + n d``,
+        and likewise for the products."""
+        if (other.grid, other.ridge) != (self.grid, self.ridge):
+            raise ValueError("merge needs accumulators of the same grid and ridge")
+        if other._shift is None:
+            return
+        assert other._sx is not None and other._sxx is not None and other._sxy is not None
+        if self._shift is None:
+            self._shift, self._targets = other._shift.clone(), other._targets.clone()
+            self._sx, self._sxx, self._sxy = other._sx.clone(), other._sxx.clone(), other._sxy.clone()
+            self._images = list(other._images)
+            return
+        assert self._sx is not None and self._sxx is not None and self._sxy is not None
+        if other._shift.shape != self._shift.shape:
+            raise ValueError(f"the other accumulator has (L, D) = {tuple(other._shift.shape)}, this one "
+                             f"{tuple(self._shift.shape)}")  # fmt: skip
+        d = (other._shift.to(self._shift.device) - self._shift)  # (L, D)
+        n_slots = self._targets.shape[0]
+        slot_sum = self._targets.to(torch.float64).sum(dim=0)  # (2,): Σ y over one image's slots
+        for split in (0, 1):
+            n = other._images[split] * n_slots  # tokens
+            sx = other._sx[split].to(self._sx.device)  # (L, D), shifted by the other's shift
+            self._sx[split] += sx + n * d
+            self._sxx[split] += (other._sxx[split].to(self._sxx.device) + sx[:, :, None] * d[:, None, :]
+                                 + d[:, :, None] * sx[:, None, :] + n * d[:, :, None] * d[:, None, :])  # fmt: skip
+            self._sxy[split] += other._sxy[split].to(self._sxy.device) + other._images[split] * d[:, :, None] * slot_sum
+            self._images[split] += other._images[split]
 
     def compute(self) -> Tensor:
         """Held-out R² per layer and target (row, col): float64 CPU ``(L, 2)``.

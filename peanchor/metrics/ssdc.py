@@ -248,6 +248,27 @@ class SSDCAccumulator:
             self._values = grown
         self._values[start:end] = batch_values
 
+    def merge(self, other: SSDCAccumulator) -> None:
+        """Add the images ``other`` has seen (a shard of the same evaluation set, e.g. another GPU's): afterwards
+        :meth:`compute` is that of both shards' images together. Both must have the same grid, metric, mode and
+        bootstrap size; give shards different seeds when bootstrapping, or their replicates share weights."""
+        same = ("grid", "metric", "mode", "bootstrap")
+        if any(getattr(self, k) != getattr(other, k) for k in same):
+            raise ValueError("merge needs accumulators of the same " + ", ".join(same))
+        if other._num_images == 0:
+            return
+        if self._device is None:
+            self._init_state(other._device, other._num_layers)  # type: ignore[arg-type]
+        elif other._num_layers != self._num_layers:
+            raise ValueError(f"the other accumulator has L={other._num_layers} layers, this one {self._num_layers}")
+        for name in ("_sim_sum", "_boot_sum", "_boot_weight", "_value_sum", "_value_count"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine is not None:
+                mine += theirs.to(mine.device)
+        if self._values is not None:
+            self._store_values(other._values[: other._num_images].to(self._values.device))  # type: ignore[index]
+        self._num_images += other._num_images
+
     # ---------------------------------------------------------------- results
     def _require_images(self, what: str) -> None:
         if self._num_images == 0:
