@@ -1,0 +1,71 @@
+"""Audit subjects for the timm and transformers adapters: the claim read off the wrapped model's own config
+(timm: ``num_prefix_tokens``, ``no_embed_class``, its rotary module; transformers: the family and
+``num_register_tokens``), and the model's own rotary code where the adapter reaches it (timm's
+``apply_rot_embed_cat`` with the attention's ``rotate_half`` and prefix count).
+
+Imports: torch; :mod:`peanchor.adapters` (TimmViT, HFViT).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from peanchor.audit.subject import AuditSubject, Claim
+
+__all__ = ["adapter_subject"]
+
+_TIMM_LAYOUTS = {"rope": "axial", "rope_mixed": "mixed", "rope_dinov3": "dinov3"}
+
+
+def adapter_subject(model: Any) -> AuditSubject | None:
+    """The subject of a :class:`~peanchor.adapters.TimmViT` or :class:`~peanchor.adapters.hf_vit.HFViT`; None for
+    anything else."""
+    from peanchor.adapters.hf_vit import HFViT
+    from peanchor.adapters.timm_vit import TimmViT
+
+    if isinstance(model, TimmViT):
+        return _timm_subject(model)
+    if isinstance(model, HFViT):
+        return _hf_subject(model)
+    return None
+
+
+def _timm_subject(model: Any) -> AuditSubject:
+    inner = model.model
+    prefix = int(inner.num_prefix_tokens)
+    table = getattr(inner, "pos_embed", None) is not None
+    rows = (0 if getattr(inner, "no_embed_class", False) else prefix) if table else None
+    rope = model.pe.rope
+    kind = "rotary" if rope else "learned table" if table else "none"
+    claim = Claim(kind, _TIMM_LAYOUTS.get(rope) if rope else None, rows, prefix,
+                  source=f"timm {type(inner).__name__}: pos_embed={'yes' if table else 'none'}, rope={rope or 'none'}, "
+                  f"num_prefix_tokens={prefix}")  # fmt: skip
+    rotate = None
+    if rope:
+        from timm.layers import apply_rot_embed_cat
+
+        def rotate(t: Tensor, layer: int) -> Tensor:
+            emb = model._rope(1.0)  # the table Eva hands its blocks
+            emb = emb[layer] if emb.dim() == 4 else emb  # a mixed rope has one table per block
+            attn = inner.blocks[layer].attn
+            npt, half = int(attn.num_prefix_tokens), bool(getattr(attn, "rotate_half", False))
+            return torch.cat([t[:, :, :npt], apply_rot_embed_cat(t[:, :, npt:], emb, half=half)], dim=2)
+
+    return AuditSubject(model, model.pe_name, "timm", claim, model.img_size[0] // model.grid[0], model.scalable,
+                        rotate, False, lambda images: inner(images))  # fmt: skip
+
+
+def _hf_subject(model: Any) -> AuditSubject:
+    family = model.family
+    registers = int(getattr(model.model.config, "num_register_tokens", 0) or 0)
+    prefix = family.extra_prefix + registers
+    if family.rope is not None:
+        claim = Claim("rotary", "dinov3", None, prefix, source=f"transformers {family.name}: rope, {registers} registers")
+    else:
+        claim = Claim("learned table", None, family.extra_prefix, prefix,
+                      source=f"transformers {family.name}: a learned table, {registers} registers")  # fmt: skip
+    return AuditSubject(model, model.pe_name.replace("hf:", f"hf:{family.name}:"), "transformers", claim,
+                        model.img_size[0] // model.grid[0], model.pe_scalable)  # fmt: skip
