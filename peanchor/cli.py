@@ -23,7 +23,7 @@ from peanchor import __version__
 from peanchor.errors import PeanchorError
 from peanchor.interrupts import Interrupted
 
-COMMANDS = ("train", "analyze", "reproduce", "report", "data", "import_")
+COMMANDS = ("train", "analyze", "reproduce", "report", "data", "import_", "audit")
 
 
 class _Parser(argparse.ArgumentParser):

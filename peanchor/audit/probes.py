@@ -22,9 +22,11 @@ __all__ = ["Capture", "bright_patch_images", "constant_images", "layer0_tokens",
 
 
 def constant_images(count: int, size: tuple[int, int], seed: int = 0) -> Tensor:
-    """``(count, 3, H, W)`` images, each one random colour (in normalised units, about N(0, 1) per channel)."""
+    """``(count, 3, H, W)`` images, each one random colour, every channel in [0.25, 1] (normalised units). The
+    colours share a sign, so that what a stem's zero padding leaks at the borders (proportional to the colour)
+    points the same way in every image and a probe fitted on some images reads it on the others."""
     g = torch.Generator().manual_seed(seed)
-    colours = torch.randn(count, 3, 1, 1, generator=g)
+    colours = 0.25 + 0.75 * torch.rand(count, 3, 1, 1, generator=g)
     return colours.expand(count, 3, *size).contiguous()
 
 

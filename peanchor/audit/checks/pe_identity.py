@@ -74,7 +74,7 @@ def check(subject: AuditSubject) -> CheckResult:
         angles, _ = plane_angles(captured(subject.model, images, "rope.tables"), subject.grid)
         layout, axes, speeds = measured_layout(angles)
         if layout != claim.layout and not (claim.layout == "dinov3" and layout == "axial" and claim.speeds is None):
-            return CheckResult(NAME, "fail", None, f"measured a {layout} rotary table; {said}")
+            return CheckResult(NAME, "fail", None, f"measured {layout} rotary table; {said}")
         if claim.speeds is not None:
             measured = sorted((s for s, a in zip(speeds, axes) if a == "x"), reverse=True)
             want = sorted(claim.speeds, reverse=True)
