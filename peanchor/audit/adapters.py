@@ -1,13 +1,15 @@
 """Audit subjects for the timm and transformers adapters: the claim read off the wrapped model's own config
 (timm: ``num_prefix_tokens``, ``no_embed_class``, its rotary module; transformers: the family and
-``num_register_tokens``), and the model's own rotary code where the adapter reaches it (timm's
-``apply_rot_embed_cat`` with the attention's ``rotate_half`` and prefix count).
+``num_register_tokens``), the model's own rotary code (timm's ``apply_rot_embed_cat`` with the attention's
+``rotate_half`` and prefix count; DINOv3's ``apply_rotary_pos_emb`` from its attention's module) and its own
+forward.
 
 Imports: torch; :mod:`peanchor.adapters` (TimmViT, HFViT).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -67,5 +69,20 @@ def _hf_subject(model: Any) -> AuditSubject:
     else:
         claim = Claim("learned table", None, family.extra_prefix, prefix,
                       source=f"transformers {family.name}: a learned table, {registers} registers")  # fmt: skip
+    rotate = None
+    if family.rope is not None:
+        backbone = model._backbone
+        attention = backbone.get_submodule(family.layers)[0].get_submodule(family.attention)
+        apply = sys.modules[type(attention).__module__].apply_rotary_pos_emb  # what the attention calls
+        rope = backbone.get_submodule(family.rope)
+
+        def rotate(t: Tensor, layer: int) -> Tensor:
+            cos, sin = rope(torch.zeros(1, 3, *model.img_size, dtype=t.dtype))  # (N, hd) each
+            return apply(t, t, cos, sin)[0]
+
+    def native(images: Tensor) -> Tensor:
+        out = model.model(pixel_values=images)
+        return out.logits if model.has_head else out.pooler_output
+
     return AuditSubject(model, model.pe_name.replace("hf:", f"hf:{family.name}:"), "transformers", claim,
-                        model.img_size[0] // model.grid[0], model.pe_scalable)  # fmt: skip
+                        model.img_size[0] // model.grid[0], model.pe_scalable, rotate, False, native)  # fmt: skip
