@@ -267,3 +267,16 @@ def test_the_failing_exit_status_is_one(micro: Callable, monkeypatch: pytest.Mon
     real = command.load_subject
     monkeypatch.setattr(command, "load_subject", lambda args: (bug_alpha_ignored(lambda pe: real(args)[0]), "x"))
     assert main(["audit", str(tmp_path / "run"), "--check", "alpha_behaves"]) == 1
+
+
+def test_the_benchmark_runs_quick() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_audit.py"
+    spec = importlib.util.spec_from_file_location("peanchor_bench_audit", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    record = module.main(["--quick", "--no-write"])
+    assert all(run["passed"] for run in record["runs"].values()) and record["worst_s"] > 0

@@ -24,6 +24,7 @@ TIMM = {
     "ape": ("vit_small_patch16_224", {}),
     "ape_reg4": ("vit_small_patch14_reg4_dinov2", {}),
     "ape_no_embed_class": ("deit3_small_patch16_224", {}),
+    "ape_dynamic": ("vit_small_patch16_224", {"dynamic_img_size": True}),
     "rope_axial": ("vit_small_patch16_rope_224", {}),
     "rope_mixed": ("vit_small_patch16_rope_mixed_224", {}),
     "mixed_rope_ape": ("vit_small_patch16_rope_mixed_ape_224", {}),
@@ -138,3 +139,34 @@ def test_an_eager_path_that_scales_differently_in_transformers_is_failed(monkeyp
     print(f"\nBUG hf vit eager_scale | attention_paths | {report['attention_paths'].status} | "
           f"{report['attention_paths'].measured}")  # fmt: skip
     assert report["attention_paths"].status == "fail", report.table()
+
+
+def test_a_dynamic_img_size_path_that_swaps_height_and_width_is_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """dinov2 PR #582: height and width swapped when the table is resampled for a non-square input."""
+    import timm.models.vision_transformer as vt
+
+    real = vt.resample_abs_pos_embed
+    monkeypatch.setattr(vt, "resample_abs_pos_embed",
+                        lambda pe, new_size, *a, **kw: real(pe, list(new_size)[::-1], *a, **kw))  # fmt: skip
+    report = audit(timm_model("ape_dynamic"), checks=["resampling"])
+    print(f"\nBUG timm ape_dynamic hw_swapped | resampling | {report['resampling'].status} | "
+          f"{report['resampling'].measured} | {report['resampling'].message}")  # fmt: skip
+    assert report["resampling"].status == "fail", report.table()
+
+
+def test_an_interpolation_in_another_mode_in_transformers_is_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """timm issue #2542: bilinear where the documented mode is bicubic."""
+    model = hf_model("vit")
+    cls = type(model.model.vit.embeddings)  # on the class: the adapter's edits shadow the method per pass
+    own, real = cls.interpolate_pos_encoding, torch.nn.functional.interpolate
+
+    def bilinear(*args, **kwargs):
+        with monkeypatch.context() as m:
+            m.setattr(torch.nn.functional, "interpolate", lambda *a, **kw: real(*a, **{**kw, "mode": "bilinear"}))
+            return own(*args, **kwargs)
+
+    monkeypatch.setattr(cls, "interpolate_pos_encoding", bilinear)
+    report = audit(model, checks=["resampling"])
+    print(f"\nBUG hf vit bilinear | resampling | {report['resampling'].status} | {report['resampling'].measured} | "
+          f"{report['resampling'].message}")  # fmt: skip
+    assert report["resampling"].status == "fail", report.table()

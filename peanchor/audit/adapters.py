@@ -1,8 +1,9 @@
 """Audit subjects for the timm and transformers adapters: the claim read off the wrapped model's own config
 (timm: ``num_prefix_tokens``, ``no_embed_class``, its rotary module; transformers: the family and
 ``num_register_tokens``), the model's own rotary code (timm's ``apply_rot_embed_cat`` with the attention's
-``rotate_half`` and prefix count; DINOv3's ``apply_rotary_pos_emb`` from its attention's module) and its own
-forward.
+``rotate_half`` and prefix count; DINOv3's ``apply_rotary_pos_emb`` from its attention's module), its own
+forward, and its own interpolation path (timm's ``dynamic_img_size``, transformers' ``interpolate_pos_encoding``)
+compared with ``pe_resample`` at the documented mode on a non-square grid.
 
 Imports: torch; :mod:`peanchor.adapters` (TimmViT, HFViT).
 """
@@ -15,7 +16,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from peanchor.audit.probes import max_diff, random_images
 from peanchor.audit.subject import AuditSubject, Claim
+from peanchor.interventions import Intervention
 
 __all__ = ["adapter_subject"]
 
@@ -56,8 +59,23 @@ def _timm_subject(model: Any) -> AuditSubject:
             npt, half = int(attn.num_prefix_tokens), bool(getattr(attn, "rotate_half", False))
             return torch.cat([t[:, :, :npt], apply_rot_embed_cat(t[:, :, npt:], emb, half=half)], dim=2)
 
-    return AuditSubject(model, model.pe_name, "timm", claim, model.img_size[0] // model.grid[0], model.scalable,
-                        rotate, False, lambda images: inner(images))  # fmt: skip
+    subject = AuditSubject(model, model.pe_name, "timm", claim, model.img_size[0] // model.grid[0], model.scalable,
+                           rotate, False, lambda images: inner(images))  # fmt: skip
+    if table and not rope and getattr(inner, "dynamic_img_size", False):
+        subject.own_resample = lambda: _own_path(subject, lambda x: inner(x), "bicubic", True)
+    return subject
+
+
+def _own_path(subject: AuditSubject, forward: Any, mode: str, antialias: bool) -> float:
+    """How far the model's own interpolation (``forward`` on images of another grid) is from ``pe_resample`` at
+    ``mode``: the relative logit gap at the non-square grid rows x (cols + 2)."""
+    rows, cols = subject.grid
+    grid = (rows, cols + 2)
+    images = random_images(2, subject.size(grid))
+    spec = f"pe_resample:grid={rows}x{cols + 2},mode={mode},antialias={str(antialias).lower()}"
+    with torch.no_grad():
+        ours = subject.model.forward_intermediates(images, Intervention.parse(spec)).logits
+        return max_diff(forward(images), ours)
 
 
 def _hf_subject(model: Any) -> AuditSubject:
@@ -84,5 +102,16 @@ def _hf_subject(model: Any) -> AuditSubject:
         out = model.model(pixel_values=images)
         return out.logits if model.has_head else out.pooler_output
 
-    return AuditSubject(model, model.pe_name.replace("hf:", f"hf:{family.name}:"), "transformers", claim,
-                        model.img_size[0] // model.grid[0], model.pe_scalable, rotate, False, native)  # fmt: skip
+    subject = AuditSubject(model, model.pe_name.replace("hf:", f"hf:{family.name}:"), "transformers", claim,
+                           model.img_size[0] // model.grid[0], model.pe_scalable, rotate, False, native)  # fmt: skip
+    if family.table is not None and "input.grid" in model.hook_points.points:
+        kwargs = {"interpolate_pos_encoding": True} if family.interpolate_kwarg else {}
+
+        def interpolated(images: Tensor) -> Tensor:
+            out = model.model(pixel_values=images, **kwargs)
+            return out.logits if model.has_head else out.pooler_output
+
+        # transformers 5 antialiases in DINOv2 with registers only (docs/interventions.md)
+        antialias = family.name == "dinov2_with_registers"
+        subject.own_resample = lambda: _own_path(subject, interpolated, "bicubic", antialias)
+    return subject
