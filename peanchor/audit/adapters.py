@@ -5,7 +5,7 @@
 forward, and its own interpolation path (timm's ``dynamic_img_size``, transformers' ``interpolate_pos_encoding``)
 compared with ``pe_resample`` at the documented mode on a non-square grid.
 
-Imports: torch; :mod:`peanchor.adapters` (TimmViT, HFViT).
+Imports: torch; :mod:`peanchor.adapters` (TimmViT, HFViT), :mod:`peanchor.interventions` (pe_resample).
 """
 
 from __future__ import annotations
