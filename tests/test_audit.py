@@ -252,6 +252,7 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys) -> None:
         assert main(argv) != 0
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and err.startswith("peanchor: error:"), err
+        assert argv[-1] != "nonsense" or "the checks: pe_identity, position_reaches" in err
 
 
 def test_a_model_peanchor_cannot_wrap_is_one_line() -> None:

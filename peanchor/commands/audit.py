@@ -70,8 +70,11 @@ def load_subject(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from peanchor.audit import audit
+    from peanchor.audit import CHECKS, audit
 
+    unknown = [c for c in args.check if c not in CHECKS]
+    if unknown:  # before a model is read
+        raise ConfigError(f"--check {', '.join(unknown)}: unknown; the checks: {', '.join(CHECKS)}")
     model, name = load_subject(args)
     report = audit(model, checks=args.check or None, name=name)
     print(report.table())
