@@ -170,3 +170,23 @@ def test_an_interpolation_in_another_mode_in_transformers_is_failed(monkeypatch:
     print(f"\nBUG hf vit bilinear | resampling | {report['resampling'].status} | {report['resampling'].measured} | "
           f"{report['resampling'].message}")  # fmt: skip
     assert report["resampling"].status == "fail", report.table()
+
+
+def test_dinov3_configured_but_axial_built_is_failed() -> None:
+    """timm PR #2692: rope_type='dinov3' silently replaced by the axial layout, and rotate_half dropped with it."""
+    model = timm_model("dinov3")
+    model.model.rope = timm_model("rope_axial").model.rope  # the axial module where the config asked for DINOv3
+    report = audit(model)
+    print(f"\nBUG timm dinov3_built_axial | pe_identity | {report['pe_identity'].status} | "
+          f"{report['pe_identity'].message} | rotary_relative {report['rotary_relative'].measured}")  # fmt: skip
+    assert report["pe_identity"].status == "fail" and "measured axial" in report["pe_identity"].message
+    assert report["rotary_relative"].status == "fail"
+
+
+def test_a_check_the_model_breaks_on_fails_and_the_others_still_run() -> None:
+    model = timm_model("ape")
+    model.model.blocks[0].attn.forward = lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("boom\nsecond line"))
+    report = audit(model)
+    assert all(c.status == "fail" for c in report.checks if c.name == "attention_paths")
+    assert report["attention_paths"].message == "the check raised RuntimeError: boom"
+    assert len(report.checks) == 9

@@ -2,7 +2,8 @@
 :class:`~peanchor.audit.result.AuditReport`.
 
 A check that raises a :class:`~peanchor.errors.PeanchorError` (an edit the model cannot take, say) is reported
-``n/a`` with that line as its reason; any other exception is a bug and propagates.
+``n/a`` with that line as its reason. Any other exception fails the check, with the exception as its message,
+and the other checks still run: a model whose own code breaks on a probe is what an audit is for.
 
 Imports: torch; :mod:`peanchor.api` (wrap_model: timm and transformers models behind the analysis interface).
 """
@@ -45,6 +46,9 @@ def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None =
                     report.checks.append(CHECKS[check].run(subject))
                 except PeanchorError as e:
                     report.checks.append(CheckResult(check, "n/a", None, str(e)))
+                except Exception as e:  # noqa: BLE001  (the model's code failed on the probe: a finding)
+                    line = f"{type(e).__name__}: {e}".splitlines()[0]
+                    report.checks.append(CheckResult(check, "fail", None, f"the check raised {line}"))
     finally:
         wrapped.train(training)
     report.seconds = time.perf_counter() - start

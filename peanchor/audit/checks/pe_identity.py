@@ -31,8 +31,9 @@ def plane_angles(tables: object, grid: tuple[int, int]) -> tuple[torch.Tensor, l
 
 
 def measured_layout(angles: torch.Tensor) -> tuple[str, list[str | None], list[float]]:
-    """``axial`` when every plane turns along one axis only, else ``mixed``; each plane's axis and its angle per
-    unit step along that axis (wrapped to (-π, π])."""
+    """``axial`` when every plane turns along one axis only from the first slot's coordinates, ``dinov3`` when its
+    coordinates are centred on the grid instead (every angle the negative of its mirror slot's), else ``mixed``;
+    each plane's axis and its angle per unit step along that axis (wrapped to (-π, π])."""
     axes: list[str | None] = []
     speeds: list[float] = []
     for p in range(angles.shape[-1]):
@@ -42,7 +43,9 @@ def measured_layout(angles: torch.Tensor) -> tuple[str, list[str | None], list[f
         moves_x, moves_y = float(step_x.abs().max()) > 1e-6, float(step_y.abs().max()) > 1e-6
         axes.append("x" if moves_x and not moves_y else "y" if moves_y and not moves_x else None)
         speeds.append(float(step_x.abs().mean()) if axes[-1] == "x" else float(step_y.abs().mean()))
-    layout = "axial" if all(a is not None for a in axes) else "mixed"
+    mirrored = torch.remainder(angles + angles.flip(0).flip(1) + torch.pi, 2 * torch.pi) - torch.pi
+    centred = float(mirrored.abs().max()) <= 1e-5 and float(angles.abs().max()) > 0
+    layout = "mixed" if any(a is None for a in axes) else "dinov3" if centred else "axial"
     return layout, axes, speeds
 
 
@@ -73,7 +76,7 @@ def check(subject: AuditSubject) -> CheckResult:
             return CheckResult(NAME, "fail", None, f"the model rotates q and k; {said}")
         angles, _ = plane_angles(captured(subject.model, images, "rope.tables"), subject.grid)
         layout, axes, speeds = measured_layout(angles)
-        if layout != claim.layout and not (claim.layout == "dinov3" and layout == "axial" and claim.speeds is None):
+        if layout != claim.layout:
             return CheckResult(NAME, "fail", None, f"measured {layout} rotary table; {said}")
         if claim.speeds is not None:
             measured = sorted((s for s, a in zip(speeds, axes) if a == "x"), reverse=True)
