@@ -190,3 +190,15 @@ def test_a_check_the_model_breaks_on_fails_and_the_others_still_run() -> None:
     assert all(c.status == "fail" for c in report.checks if c.name == "attention_paths")
     assert report["attention_paths"].message == "the check raised RuntimeError: boom"
     assert len(report.checks) == 9
+
+
+def test_registers_dropped_without_a_table_are_failed() -> None:
+    """timm PR #2676: with pos_embed='none' the register tokens were dropped (num_prefix_tokens still counts them)."""
+    torch.manual_seed(0)
+    model = load_timm_model("vit_small_patch14_reg4_dinov2", **SMALL, pos_embed="none")
+    assert audit(model).passed
+    model.model.reg_token = None
+    report = audit(model)
+    print(f"\nBUG timm reg4_no_pos_embed registers_dropped | prefix_kept | {report['prefix_kept'].status} | "
+          f"{report['prefix_kept'].message}")  # fmt: skip
+    assert report["prefix_kept"].status == "fail"
