@@ -154,21 +154,31 @@ def test_a_dynamic_img_size_path_that_swaps_height_and_width_is_failed(monkeypat
     assert report["resampling"].status == "fail", report.table()
 
 
-def test_an_interpolation_in_another_mode_in_transformers_is_failed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """timm issue #2542: bilinear where the documented mode is bicubic."""
-    model = hf_model("vit")
-    cls = type(model.model.vit.embeddings)  # on the class: the adapter's edits shadow the method per pass
+def _interpolating_with(monkeypatch: pytest.MonkeyPatch, embeddings: nn.Module, **change: object) -> None:
+    """The family's interpolate_pos_encoding with ``change`` forced on its F.interpolate call (on the class: the
+    adapter's edits shadow the method per pass)."""
+    cls = type(embeddings)
     own, real = cls.interpolate_pos_encoding, torch.nn.functional.interpolate
 
-    def bilinear(*args, **kwargs):
+    def changed(*args, **kwargs):
         with monkeypatch.context() as m:
-            m.setattr(torch.nn.functional, "interpolate", lambda *a, **kw: real(*a, **{**kw, "mode": "bilinear"}))
+            m.setattr(torch.nn.functional, "interpolate", lambda *a, **kw: real(*a, **{**kw, **change}))
             return own(*args, **kwargs)
 
-    monkeypatch.setattr(cls, "interpolate_pos_encoding", bilinear)
+    monkeypatch.setattr(cls, "interpolate_pos_encoding", changed)
+
+
+@pytest.mark.parametrize("family,change,case", [
+    ("vit", {"mode": "bilinear"}, "bilinear where bicubic is documented (timm issue #2542)"),
+    ("dinov2_registers", {"antialias": False}, "no antialiasing where it is documented (transformers PR #35411)"),
+], ids=["vit-bilinear", "dinov2_registers-no_antialias"])  # fmt: skip
+def test_an_interpolation_in_another_mode_in_transformers_is_failed(monkeypatch: pytest.MonkeyPatch, family: str,
+                                                                     change: dict, case: str) -> None:  # fmt: skip
+    model = hf_model(family)
+    _interpolating_with(monkeypatch, model._backbone.embeddings, **change)
     report = audit(model, checks=["resampling"])
-    print(f"\nBUG hf vit bilinear | resampling | {report['resampling'].status} | {report['resampling'].measured} | "
-          f"{report['resampling'].message}")  # fmt: skip
+    print(f"\nBUG hf {family} {case} | resampling | {report['resampling'].status} | {report['resampling'].measured} "
+          f"| {report['resampling'].message}")  # fmt: skip
     assert report["resampling"].status == "fail", report.table()
 
 

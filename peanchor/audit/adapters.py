@@ -68,14 +68,17 @@ def _timm_subject(model: Any) -> AuditSubject:
 
 def _own_path(subject: AuditSubject, forward: Any, mode: str, antialias: bool) -> float:
     """How far the model's own interpolation (``forward`` on images of another grid) is from ``pe_resample`` at
-    ``mode``: the relative logit gap at the non-square grid rows x (cols + 2)."""
+    ``mode``: the largest relative logit gap at two non-square grids, rows x (cols + 2) (upsampled) and
+    (rows - 1) x cols (downsampled, where antialiasing matters)."""
     rows, cols = subject.grid
-    grid = (rows, cols + 2)
-    images = random_images(2, subject.size(grid))
-    spec = f"pe_resample:grid={rows}x{cols + 2},mode={mode},antialias={str(antialias).lower()}"
-    with torch.no_grad():
-        ours = subject.model.forward_intermediates(images, Intervention.parse(spec)).logits
-        return max_diff(forward(images), ours)
+    gap = 0.0
+    for grid in ((rows, cols + 2), (rows - 1, cols)) if rows > 2 else ((rows, cols + 2),):
+        images = random_images(2, subject.size(grid))
+        spec = f"pe_resample:grid={grid[0]}x{grid[1]},mode={mode},antialias={str(antialias).lower()}"
+        with torch.no_grad():
+            ours = subject.model.forward_intermediates(images, Intervention.parse(spec)).logits
+            gap = max(gap, max_diff(forward(images), ours))
+    return gap
 
 
 def _hf_subject(model: Any) -> AuditSubject:
