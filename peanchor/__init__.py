@@ -10,7 +10,8 @@ From Python (README.md, "Python"; docs/python.md)::
 Imports: nothing at import time; lazily ``create_model`` / ``MODEL_SIZES`` from :mod:`peanchor.models`,
 ``load_model`` from :mod:`peanchor.checkpoint`, ``PE_NAMES`` from :mod:`peanchor.pe`, ``analyze`` / ``LENSES``
 from :mod:`peanchor.api`, ``AnalysisPlan`` from :mod:`peanchor.analysis`, ``read_analysis`` / ``AnalysisResult``
-from :mod:`peanchor.results`, the ``plot_*`` functions from :mod:`peanchor.report.plots`.
+from :mod:`peanchor.results`, the ``plot_*`` functions from :mod:`peanchor.report.plots`, ``audit`` (a callable
+package: ``peanchor.audit(model)``) and ``AuditReport`` from :mod:`peanchor.audit`.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__", "create_model", "load_model", "PE_NAMES", "MODEL_SIZES", "analyze", "LENSES", "AnalysisPlan",
     "AnalysisResult", "read_analysis", "plot_ssdc_per_layer", "plot_alpha_sweep", "plot_lenses", "plot_attention_heads",
+    "audit", "AuditReport",
 ]  # fmt: skip
 
 if TYPE_CHECKING:  # pragma: no cover
     from peanchor.analysis.plan import AnalysisPlan
+    from peanchor.audit import AuditReport, audit
     from peanchor.api import LENSES, analyze
     from peanchor.checkpoint import load_model
     from peanchor.models import MODEL_SIZES, create_model
@@ -41,12 +44,15 @@ _LAZY = {
     "AnalysisResult": "peanchor.results", "read_analysis": "peanchor.results",
     "plot_ssdc_per_layer": "peanchor.report.plots", "plot_alpha_sweep": "peanchor.report.plots",
     "plot_lenses": "peanchor.report.plots", "plot_attention_heads": "peanchor.report.plots",
+    "AuditReport": "peanchor.audit",
 }  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name == "audit":  # the package, callable as peanchor.audit(model) (importing it binds it here anyway)
+        return importlib.import_module("peanchor.audit")
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'peanchor' has no attribute {name!r}")

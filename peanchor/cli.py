@@ -29,7 +29,7 @@ from peanchor.errors import PeanchorError
 from peanchor.interrupts import Interrupted
 from peanchor.registry import PLUGINS_ENV, load_plugins, plugins_from_env
 
-COMMANDS = ("train", "analyze", "reproduce", "report", "data", "import_")
+COMMANDS = ("train", "analyze", "reproduce", "report", "data", "import_", "audit")
 
 
 class _Parser(argparse.ArgumentParser):

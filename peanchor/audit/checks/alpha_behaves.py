@@ -1,0 +1,47 @@
+"""Check 9, ``alpha_behaves``: the PE scale does what it says. α = 1 is the model as it is (the analysis pass
+equals the model's own forward), and α = 0 equals removing the PE (``pe_zero``, or every RoPE plane) where both
+apply.
+
+Imports: torch; :mod:`peanchor.interventions`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from peanchor.audit.checks.no_hidden_position import removal
+from peanchor.audit.probes import max_diff, random_images
+from peanchor.audit.registry import register_check
+from peanchor.audit.result import CheckResult
+from peanchor.audit.subject import AuditSubject
+from peanchor.interventions import Intervention
+
+NAME = "alpha_behaves"
+TOLERANCE = 1e-5
+
+
+@register_check(NAME, "α = 1 is the identity and α = 0 equals removing the PE")
+def check(subject: AuditSubject) -> CheckResult:
+    if not subject.scalable:
+        return CheckResult(NAME, "n/a", None, f"α means nothing for a {subject.claim.kind} PE")
+    model = subject.model
+    images = random_images(2, subject.size())
+    with torch.no_grad():
+        one = model.forward_intermediates(images, Intervention(pe_scale=1.0))
+        if subject.native_forward is None:
+            identity, said = float("nan"), "α = 1 not compared (no native forward)"
+        else:
+            identity = max_diff(one.logits, subject.native_forward(images))
+            said = f"α = 1: {identity:.2g} from the model's own forward"
+        if identity > TOLERANCE:
+            return CheckResult(NAME, "fail", identity, f"α = 1 is {identity:.2g} from the model's own forward")
+        edits = removal(subject)
+        if not edits:
+            return CheckResult(NAME, "pass", identity, f"{said}; no edit to compare α = 0 "
+                               "with")  # fmt: skip
+        zero = model.forward_intermediates(images, Intervention(pe_scale=0.0))
+        removed = model.forward_intermediates(images, Intervention.parse(edits))
+    gap = max(max_diff(zero.logits, removed.logits), max_diff(zero.tokens, removed.tokens))
+    status = "pass" if gap <= TOLERANCE else "fail"
+    return CheckResult(NAME, status, gap, f"{said}; α = 0 is {gap:.2g} "
+                       f"from {'+'.join(edits)} (relative; pass ≤ {TOLERANCE:g})")  # fmt: skip

@@ -1,0 +1,58 @@
+"""Check 8, ``no_hidden_position``: with its PE removed (``pe_zero``, or every RoPE plane), a model knows nothing
+of position.
+
+- It is permutation-equivariant on its patch tokens: permuting the content permutes every layer's tokens the same
+  way and leaves the logits alone. A table left over somewhere breaks this.
+- Its layer-0 tokens of constant images carry no slot: probe R² ≈ 0. A stem whose padding leaks position through
+  the borders breaks this, which equivariance alone cannot see (the permutation acts after the stem).
+
+Imports: torch; :mod:`peanchor.interventions` (the removal edits, random_permutation).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from peanchor.audit.probes import constant_images, layer0_tokens, max_diff, probe_r2, random_images
+from peanchor.audit.registry import register_check
+from peanchor.audit.result import CheckResult
+from peanchor.audit.subject import AuditSubject
+from peanchor.interventions import Intervention, random_permutation
+
+NAME = "no_hidden_position"
+TOLERANCE = 1e-4
+#: The probe R² above which constant images still carry their slot.
+R2_MAX = 0.1
+
+
+def removal(subject: AuditSubject) -> list[str] | None:
+    """The edits that remove the model's PE ([] for none), or None when no edit can."""
+    if subject.claim.kind in ("relative bias", "conditional") or subject.relative_bias:
+        return None
+    points = subject.hooks.points
+    return (["pe_zero"] if "pe.table" in points else []) + (["rope_planes"] if "rope.tables" in points else [])
+
+
+@register_check(NAME, "without its PE the model is permutation-equivariant and constant images carry no slot")
+def check(subject: AuditSubject) -> CheckResult:
+    edits = removal(subject)
+    if edits is None:
+        return CheckResult(NAME, "n/a", None, f"no edit removes a {subject.claim.kind}")
+    model, grid = subject.model, subject.grid
+    n = grid[0] * grid[1]
+    images = random_images(2, subject.size())
+    perm = random_permutation(n, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        plain = model.forward_intermediates(images, Intervention.parse(edits) if edits else Intervention())
+        moved = model.forward_intermediates(images, Intervention.parse(edits, token_perm=perm) if edits
+                                            else Intervention(token_perm=perm))  # fmt: skip
+    gap = max(max_diff(moved.tokens, plain.tokens[:, :, perm]), max_diff(moved.logits, plain.logits))
+    removed = "+".join(edits) or "nothing to remove"
+    if gap > TOLERANCE:
+        return CheckResult(NAME, "fail", gap, f"under {removed}, permuted content moves tokens/logits by {gap:.2g}: "
+                           "position is hidden somewhere")  # fmt: skip
+    iv = Intervention.parse(edits) if edits else Intervention()
+    r2 = probe_r2(layer0_tokens(model, constant_images(8, subject.size()), iv), grid)
+    status = "pass" if r2 <= R2_MAX else "fail"
+    return CheckResult(NAME, status, r2, f"under {removed}: equivariant to {gap:.2g}; constant images' layer-0 probe "
+                       f"R² {r2:.3f} (pass ≤ {R2_MAX})")  # fmt: skip

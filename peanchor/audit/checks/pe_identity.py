@@ -1,0 +1,97 @@
+"""Check 1, ``pe_identity``: what the PE is (its kind, rotary layout and frequencies, prefix tokens and grid),
+measured from the values the model hands its hook points and stated beside what its config claims. A mismatch
+fails: a table where the config says sin-cos, an axial table where it says mixed (or DINOv3), frequencies that
+are not the configured ones.
+
+Imports: torch; :mod:`peanchor.pe` (the sin-cos reference code).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from peanchor.audit.probes import captured, random_images
+from peanchor.audit.registry import register_check
+from peanchor.audit.result import CheckResult
+from peanchor.audit.subject import AuditSubject
+from peanchor.pe.absolute import sincos_2d
+
+NAME = "pe_identity"
+#: Relative error at which a measured frequency or code differs from the configured one.
+TOLERANCE = 1e-4
+
+
+def plane_angles(tables: object, grid: tuple[int, int]) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """The angle of every plane at every slot, layer 0 head 0: ``(rows, cols, planes)`` and the channel pairs."""
+    pairs = [p.channels for p in tables.planes]  # type: ignore[attr-defined]
+    cos = tables.cos.reshape(-1, *tables.cos.shape[-2:])[0].double()  # type: ignore[attr-defined]  # (N, C)
+    sin = tables.sin.reshape(-1, *tables.sin.shape[-2:])[0].double()  # type: ignore[attr-defined]
+    a = torch.stack([torch.atan2(sin[:, i], cos[:, i]) for i, _ in pairs], dim=-1)  # (N, P)
+    return a.reshape(*grid, len(pairs)), pairs
+
+
+def measured_layout(angles: torch.Tensor) -> tuple[str, list[str | None], list[float]]:
+    """``axial`` when every plane turns along one axis only from the first slot's coordinates, ``dinov3`` when its
+    coordinates are centred on the grid instead (every angle the negative of its mirror slot's), else ``mixed``;
+    each plane's axis and its angle per unit step along that axis (wrapped to (-π, π])."""
+    axes: list[str | None] = []
+    speeds: list[float] = []
+    for p in range(angles.shape[-1]):
+        a = angles[..., p]
+        step_x = torch.remainder(a[:, 1:] - a[:, :-1] + torch.pi, 2 * torch.pi) - torch.pi  # along a row
+        step_y = torch.remainder(a[1:] - a[:-1] + torch.pi, 2 * torch.pi) - torch.pi  # down a column
+        moves_x, moves_y = float(step_x.abs().max()) > 1e-6, float(step_y.abs().max()) > 1e-6
+        axes.append("x" if moves_x and not moves_y else "y" if moves_y and not moves_x else None)
+        speeds.append(float(step_x.abs().mean()) if axes[-1] == "x" else float(step_y.abs().mean()))
+    mirrored = torch.remainder(angles + angles.flip(0).flip(1) + torch.pi, 2 * torch.pi) - torch.pi
+    centred = float(mirrored.abs().max()) <= 1e-5 and float(angles.abs().max()) > 0
+    layout = "mixed" if any(a is None for a in axes) else "dinov3" if centred else "axial"
+    return layout, axes, speeds
+
+
+@register_check(NAME, "the PE the model runs is the PE its config claims")
+def check(subject: AuditSubject) -> CheckResult:
+    claim, hooks = subject.claim, subject.hooks
+    said = f"config ({claim.source}): {claim.describe()}"
+    if hooks.num_prefix != claim.num_prefix:
+        return CheckResult(NAME, "fail", float(hooks.num_prefix), f"{hooks.num_prefix} prefix token(s); {said}")
+    images = random_images(1, subject.size())
+    has_table = "pe.table" in hooks.points
+    if has_table != (claim.prefix_rows is not None):
+        what = "adds a table" if has_table else "adds no table"
+        return CheckResult(NAME, "fail", None, f"the model {what}; {said}")
+    if has_table and "rope.tables" not in hooks.points:
+        table = captured(subject.model, images, "pe.table")
+        if claim.kind not in ("learned table", "sin-cos"):
+            return CheckResult(NAME, "fail", None, f"the model adds a table; {said}")
+        if claim.kind == "sin-cos":
+            ref = sincos_2d(subject.grid, table.patches.shape[-1], claim.sincos_temperature or 10000.0)
+            err = float((table.patches[0].double() - ref.double()).abs().max())
+            status = "pass" if err <= TOLERANCE else "fail"
+            return CheckResult(NAME, status, err, f"a table {err:.2g} from the 2D sin-cos code at grid "
+                               f"{subject.grid[0]}x{subject.grid[1]}; {said}")  # fmt: skip
+        return CheckResult(NAME, "pass", None, f"a learned table at grid {subject.grid[0]}x{subject.grid[1]}; {said}")
+    if "rope.tables" in hooks.points:
+        if claim.kind != "rotary":
+            return CheckResult(NAME, "fail", None, f"the model rotates q and k; {said}")
+        angles, _ = plane_angles(captured(subject.model, images, "rope.tables"), subject.grid)
+        layout, axes, speeds = measured_layout(angles)
+        if layout != claim.layout:
+            return CheckResult(NAME, "fail", None, f"measured {layout} rotary table; {said}")
+        if claim.speeds is not None:
+            measured = sorted((s for s, a in zip(speeds, axes) if a == "x"), reverse=True)
+            want = sorted(claim.speeds, reverse=True)
+            if len(measured) != len(want):
+                return CheckResult(NAME, "fail", None, f"{len(measured)} x planes where {len(want)} are configured; "
+                                   f"{said}")  # fmt: skip
+            err = max(abs(m - w) / w for m, w in zip(measured, want))
+            status = "pass" if err <= TOLERANCE else "fail"
+            return CheckResult(NAME, status, err, f"{layout} rotary, plane frequencies {err:.2g} (relative) from the "
+                               f"configured ones; {said}")  # fmt: skip
+        return CheckResult(NAME, "pass", None, f"{layout} rotary table; {said}")
+    if subject.relative_bias:
+        status = "pass" if claim.kind == "relative bias" else "fail"
+        return CheckResult(NAME, status, None, f"an attention bias and no table or rotation; {said}")
+    if claim.kind in ("none", "conditional"):
+        return CheckResult(NAME, "pass", None, f"no table, rotation or attention bias; {said}")
+    return CheckResult(NAME, "fail", None, f"no table, rotation or attention bias; {said}")

@@ -1,0 +1,48 @@
+"""Check 6, ``prefix_kept``: the prefix tokens (CLS, registers, distillation) are present, have their own table
+rows or none as configured, and are not rotated.
+
+Present: the residual stream leaving block 0 has prefix + patch tokens, as many prefix tokens as the config
+says (timm PR #2676 dropped CLS and registers when ``pos_embed='none'``). Rows: the table the pass adds has as
+many prefix rows as configured. Not rotated: the model's own rotation hands prefix tokens back unchanged.
+
+Imports: torch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from peanchor.audit.probes import captured, random_images
+from peanchor.audit.registry import register_check
+from peanchor.audit.result import CheckResult
+from peanchor.audit.subject import AuditSubject
+
+NAME = "prefix_kept"
+
+
+@register_check(NAME, "CLS and registers are present, have their configured table rows, and are not rotated")
+def check(subject: AuditSubject) -> CheckResult:
+    claim, hooks = subject.claim, subject.hooks
+    n = hooks.grid[0] * hooks.grid[1]
+    images = random_images(1, subject.size())
+    stream = captured(subject.model, images, "blocks.{k}.residual")  # (1, T, D)
+    have = stream.shape[1] - n
+    if have != claim.num_prefix:
+        return CheckResult(NAME, "fail", float(have), f"block 0 passes on {have} prefix token(s); the config has "
+                           f"{claim.num_prefix}")  # fmt: skip
+    text = f"{have} prefix token(s) through block 0"
+    if "pe.table" in hooks.points:
+        table = captured(subject.model, images, "pe.table")
+        rows = 0 if table.prefix is None else table.prefix.shape[1]
+        if claim.prefix_rows is not None and rows != claim.prefix_rows:
+            return CheckResult(NAME, "fail", float(rows), f"{text}; the table has {rows} prefix row(s), the config "
+                               f"{claim.prefix_rows}")  # fmt: skip
+        text += f"; {rows} prefix table row(s), as configured"
+    if "rope.tables" in hooks.points and subject.rotate is not None and have:
+        t = torch.randn(1, hooks.num_heads, have + n, 2 * len(hooks.planes), generator=torch.Generator().manual_seed(1))
+        moved = max(float((subject.rotate(t, layer)[:, :, :have] - t[:, :, :have]).abs().max())
+                    for layer in range(hooks.depth))  # fmt: skip
+        if moved > 1e-6:
+            return CheckResult(NAME, "fail", moved, f"{text}; the rotation moves them by up to {moved:.3g}")
+        text += "; not rotated"
+    return CheckResult(NAME, "pass", float(have), text)

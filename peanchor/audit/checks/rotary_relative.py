@@ -1,0 +1,61 @@
+"""Check 3, ``rotary_relative``: the model's own rotary code makes q·k depend on the offset between two slots
+only. Random q and k, the same at every slot, are rotated by the model's code; every pair of slots with the same
+2D offset must give the same logit. A dropped ``rotate_half``, a wrong interleave or a table in another layout
+breaks this; so does a rotation applied to the prefix tokens, which must come out as they went in.
+
+Imports: torch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from peanchor.audit.registry import register_check
+from peanchor.audit.result import CheckResult
+from peanchor.audit.subject import AuditSubject
+
+NAME = "rotary_relative"
+TOLERANCE = 1e-4
+DRAWS = 4
+
+
+def offset_spread(logits: torch.Tensor, grid: tuple[int, int]) -> float:
+    """The largest spread (max - min) of ``logits`` ``(..., N, N)`` among slot pairs of one 2D offset, relative
+    to the logits' largest magnitude."""
+    rows, cols = grid
+    slot = torch.arange(rows * cols)
+    y, x = slot // cols, slot % cols
+    offset = ((y[:, None] - y[None, :] + rows - 1) * (2 * cols - 1) + (x[:, None] - x[None, :] + cols - 1)).flatten()
+    flat = logits.reshape(-1, rows * cols * rows * cols).double()  # (..., N·N)
+    groups = int(offset.max()) + 1
+    index = offset.expand_as(flat)
+    hi = torch.full((flat.shape[0], groups), -torch.inf, dtype=flat.dtype).scatter_reduce(1, index, flat, "amax")
+    lo = torch.full((flat.shape[0], groups), torch.inf, dtype=flat.dtype).scatter_reduce(1, index, flat, "amin")
+    return float((hi - lo).max() / flat.abs().max().clamp_min(1e-12))
+
+
+@register_check(NAME, "q·k after the model's rotation depends only on the offset; prefix tokens are not rotated")
+def check(subject: AuditSubject) -> CheckResult:
+    if "rope.tables" not in subject.hooks.points:
+        return CheckResult(NAME, "n/a", None, "the model has no rotary PE")
+    if subject.rotate is None:
+        return CheckResult(NAME, "n/a", None, f"the {subject.backend} adapter does not expose the rotary code")
+    hooks = subject.hooks
+    n, p = hooks.grid[0] * hooks.grid[1], hooks.num_prefix
+    head_dim = len(hooks.planes) * 2 if hooks.planes else None
+    g = torch.Generator().manual_seed(0)
+    spread, prefix_moved = 0.0, 0.0
+    for layer in range(hooks.depth):
+        for _ in range(DRAWS):
+            q0, k0 = torch.randn(2, 1, hooks.num_heads, 1, head_dim or 0, generator=g)
+            q = subject.rotate(q0.expand(1, -1, p + n, -1).contiguous(), layer)  # (1, H, T, hd)
+            k = subject.rotate(k0.expand(1, -1, p + n, -1).contiguous(), layer)
+            prefix_moved = max(prefix_moved, float((q[:, :, :p] - q0).abs().max()), float((k[:, :, :p] - k0).abs().max()))
+            logits = q[:, :, p:] @ k[:, :, p:].transpose(-2, -1)  # (1, H, N, N)
+            spread = max(spread, offset_spread(logits, hooks.grid))
+    if prefix_moved > 1e-6:
+        return CheckResult(NAME, "fail", prefix_moved, f"the rotation moves the {p} prefix token(s) by up to "
+                           f"{prefix_moved:.3g}; they must not be rotated")  # fmt: skip
+    status = "pass" if spread <= TOLERANCE else "fail"
+    return CheckResult(NAME, status, spread, f"logits of equal offsets spread by {spread:.2g} (relative; pass ≤ "
+                       f"{TOLERANCE:g}) over {hooks.depth} layer(s), {DRAWS} random q, k each")  # fmt: skip

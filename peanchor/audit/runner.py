@@ -1,0 +1,55 @@
+"""``audit(model)``: every registered check on one model, in eval mode and without gradients, as an
+:class:`~peanchor.audit.result.AuditReport`.
+
+A check that raises a :class:`~peanchor.errors.PeanchorError` (an edit the model cannot take, say) is reported
+``n/a`` with that line as its reason. Any other exception fails the check, with the exception as its message,
+and the other checks still run: a model whose own code breaks on a probe is what an audit is for.
+
+Imports: torch; :mod:`peanchor.api` (wrap_model: timm and transformers models behind the analysis interface).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from peanchor.api import wrap_model
+from peanchor.audit import checks  # noqa: F401  (registers every check)
+from peanchor.audit.registry import CHECKS
+from peanchor.audit.result import AuditReport, CheckResult
+from peanchor.audit.subject import subject_for
+from peanchor.errors import ConfigError, PeanchorError
+
+__all__ = ["audit"]
+
+
+def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None = None) -> AuditReport:
+    """Audit ``model`` (a peanchor ViT, a timm ViT/Eva or a transformers vision model, wrapped or not): the
+    checks named in ``checks`` (default: all of :data:`~peanchor.audit.registry.CHECKS`, in order)."""
+    chosen = list(CHECKS) if checks is None else list(checks)
+    unknown = [c for c in chosen if c not in CHECKS]
+    if unknown:
+        raise ConfigError(f"unknown audit check(s) {', '.join(unknown)}; the checks: {', '.join(CHECKS)}")
+    wrapped = wrap_model(model)
+    subject = subject_for(wrapped)
+    report = AuditReport(name or subject.name)
+    start = time.perf_counter()
+    training = wrapped.training
+    wrapped.eval()
+    try:
+        with torch.no_grad():
+            for check in chosen:
+                try:
+                    report.checks.append(CHECKS[check].run(subject))
+                except PeanchorError as e:
+                    report.checks.append(CheckResult(check, "n/a", None, str(e)))
+                except Exception as e:  # noqa: BLE001  (the model's code failed on the probe: a finding)
+                    line = f"{type(e).__name__}: {e}".splitlines()[0]
+                    report.checks.append(CheckResult(check, "fail", None, f"the check raised {line}"))
+    finally:
+        wrapped.train(training)
+    report.seconds = time.perf_counter() - start
+    return report

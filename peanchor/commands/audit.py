@@ -1,0 +1,83 @@
+"""``peanchor audit MODEL``: the PE audit (docs/audit.md). Nine checks that the model's positional encoding does
+what its config says, on built probe inputs (no dataset), printed as a table, one line per check; ``--json FILE``
+writes the same. The exit status is 1 when a check fails.
+
+MODEL is a run directory (``peanchor train``, or the paper's checkpoint through ``peanchor import``), a timm model
+(``--timm NAME [--weights FILE]``) or a transformers ``save_pretrained`` folder (``--hf DIR``).
+
+Imports: at parse time nothing else from peanchor; when run, :mod:`peanchor.audit`, :mod:`peanchor.checkpoint`,
+:mod:`peanchor.adapters`, :mod:`peanchor.commands` (analyze: the ``--timm-arg`` reader).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from peanchor.errors import ConfigError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "audit",
+        help="check in seconds that a model's positional encoding does what its config says (no dataset)",
+        description="Run the PE audit on one model: what the PE is (beside its config), whether position reaches "
+        "the tokens, whether rotary logits are relative, whether the axes are in order on a non-square grid, "
+        "whether resampling is faithful, whether prefix tokens are kept, whether fused and eager attention agree, "
+        "whether the model without its PE knows no position, and whether α behaves. One line per check: pass, "
+        "warn, fail or n/a (with the reason) and what was measured. Exit status 1 when a check fails.",
+    )
+    p.add_argument("run_dir", nargs="?", metavar="MODEL", help="a run directory (from peanchor train or import)")
+    p.add_argument("--timm", metavar="NAME", help="a timm ViT or Eva model, random unless --weights "
+                   "(pip install 'peanchor[timm]')")  # fmt: skip
+    p.add_argument("--weights", metavar="FILE", help="the timm model's weights: .safetensors, or .pt/.pth read with "
+                   "weights_only")  # fmt: skip
+    p.add_argument("--timm-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra timm.create_model argument, e.g. img_size=384 (repeatable; values parsed as YAML)")
+    p.add_argument("--hf", metavar="DIR", help="a local transformers save_pretrained folder (read offline)")
+    p.add_argument("--check", action="append", default=[], metavar="NAME",
+                   help="run only this check (repeatable; default: all)")  # fmt: skip
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+def load_subject(args: argparse.Namespace) -> tuple[Any, str]:
+    """The model to audit and its name, from MODEL, --timm or --hf."""
+    given = [flag for flag, value in (("MODEL", args.run_dir), ("--timm", args.timm), ("--hf", args.hf)) if value]
+    if len(given) != 1:
+        raise ConfigError("audit needs one of MODEL (a run directory), --timm NAME or --hf DIR"
+                          + (f", not {' and '.join(given)}" if given else ""))  # fmt: skip
+    if (args.weights or args.timm_arg) and not args.timm:
+        raise ConfigError("--weights and --timm-arg go with --timm NAME")
+    if args.timm:
+        from peanchor.adapters import load_timm_model
+        from peanchor.commands.analyze import parse_timm_args
+
+        return load_timm_model(args.timm, weights=args.weights, **parse_timm_args(args.timm_arg)), f"timm:{args.timm}"
+    if args.hf:
+        from peanchor.adapters.hf_vit import load_hf_model
+
+        return load_hf_model(args.hf), f"hf:{Path(args.hf).name}"
+    from peanchor.checkpoint import load_model
+    from peanchor.errors import CheckpointError
+
+    run = Path(args.run_dir)
+    if not run.is_dir():
+        raise CheckpointError(f"{run} is not a directory: MODEL is a run directory (peanchor train or import)")
+    return load_model(run), run.name
+
+
+def run(args: argparse.Namespace) -> int:
+    from peanchor.audit import CHECKS, audit
+
+    unknown = [c for c in args.check if c not in CHECKS]
+    if unknown:  # before a model is read
+        raise ConfigError(f"--check {', '.join(unknown)}: unknown; the checks: {', '.join(CHECKS)}")
+    model, name = load_subject(args)
+    report = audit(model, checks=args.check or None, name=name)
+    print(report.table())
+    if args.json:
+        print(f"wrote {report.save(args.json)}")
+    return 0 if report.passed else 1
