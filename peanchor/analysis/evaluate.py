@@ -39,7 +39,7 @@ anything. An adapter around a foreign model (a timm or transformers ViT) is ther
 is an :class:`peanchor.results.AnalysisResult` (written as analysis.json by :func:`peanchor.results.write_analysis`).
 
 Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes), :mod:`peanchor.lenses`, :mod:`peanchor.metrics`,
-:mod:`peanchor.results`.
+:mod:`peanchor.results`, :mod:`peanchor.bars`.
 """
 
 from __future__ import annotations
@@ -53,11 +53,11 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.plan import DEFAULT_ALPHAS, AnalysisPlan, resolve_plan
 from peanchor.analysis.shifts import Shift, severity_table, table_name
+from peanchor.bars import progress_bar
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.passes import PassRunner, PassSpec, is_scalable
 from peanchor.errors import ConfigError, DataError
@@ -194,8 +194,8 @@ def evaluate_model(
     model.to(dev).eval()
     t_passes = time.perf_counter()
     try:
-        with tqdm(total=(len(passes) + own_passes) * batches_per_pass, desc="evaluate", unit="batch", disable=None if progress is None else not progress,
-                  leave=False) as bar:  # fmt: skip
+        with progress_bar(total=(len(passes) + own_passes) * batches_per_pass, desc="evaluate", unit="batch",
+                          show=progress, leave=False) as bar:  # fmt: skip
             runner = PassRunner(
                 model, evalset, info.mean, info.std, sets=sets, batch_size=batch_size, device=dev, seed=seed,
                 lenses=lenses, bar=bar,
