@@ -136,7 +136,9 @@ def match_classes(model: Any, classes: list[str]) -> None:
     """
     if getattr(model, "has_head", True) is False:
         return  # a transformers backbone: no accuracy to line up (the analysis reports none)
-    head = getattr(model, "num_classes", None) or getattr(getattr(model, "model", None), "num_classes", None)
+    args = getattr(model, "model_args", None) or {}
+    head = (getattr(model, "num_classes", None) or getattr(getattr(model, "model", None), "num_classes", None)
+            or args.get("num_classes"))  # fmt: skip
     if head is None or head == len(classes):
         return
     wordnet = bool(classes) and all(c.startswith("n") and c[1:].isdigit() for c in classes)
@@ -153,9 +155,10 @@ def match_classes(model: Any, classes: list[str]) -> None:
             model.restrict_to_classes([synsets[c] for c in classes])
             return
         raise ConfigError(f"classes {', '.join(missing[:3])} are not ImageNet-1k WordNet ids")
-    transformers = (getattr(model, "model_args", None) or {}).get("source") == "transformers"
-    hint = ("a transformers head needs config.num_labels equal to the number of classes" if transformers
-            else "a timm model needs num_classes equal to it: --num-classes on the command line")  # fmt: skip
+    hint = {"transformers": "a transformers head needs config.num_labels equal to the number of classes",
+            "timm": "a timm model needs num_classes equal to it: --num-classes on the command line"}.get(
+        args.get("source"), "a peanchor model is scored on data with the classes it was trained on; "
+        "peanchor.analyze(model, images) without labels measures its geometry alone")  # fmt: skip
     raise ConfigError(
         f"the model has {head} outputs but the dataset has {len(classes)} classes; "
         f"accuracy and FS need matching classes ({hint})"

@@ -39,7 +39,7 @@ anything. An adapter around a foreign model (a timm or transformers ViT) is ther
 is an :class:`peanchor.results.AnalysisResult` (written as analysis.json by :func:`peanchor.results.write_analysis`).
 
 Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes), :mod:`peanchor.lenses`, :mod:`peanchor.metrics`,
-:mod:`peanchor.results`, :mod:`peanchor.bars`.
+:mod:`peanchor.results`, :mod:`peanchor.bars`, :mod:`peanchor.devices`.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.plan import DEFAULT_ALPHAS, AnalysisPlan, resolve_plan
 from peanchor.analysis.shifts import Shift, severity_table, table_name
 from peanchor.bars import progress_bar
+from peanchor.devices import resolve_device
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.passes import PassRunner, PassSpec, is_scalable
 from peanchor.errors import ConfigError, DataError
@@ -93,12 +94,6 @@ def measured_lenses(model: nn.Module, num_images: int, settings: Mapping[str, An
     )  # fmt: skip
     return {name: lens(context) for name, lens in LENSES.items()
             if (lens.required or chosen is None or name in chosen) and lens.applies(context)}  # fmt: skip
-
-
-def _resolve_device(device: str | torch.device | None) -> torch.device:
-    if device is None or str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def evaluate_model(
@@ -150,7 +145,7 @@ def evaluate_model(
     # The severity sweeps: every measured kind, from the table for this resolution (each kind has one).
     kinds = list(dict.fromkeys(s.kind for s in shifts.values()))
     severity_shifts = severity_table(evalset.img_size, kinds) if severities else {}
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     cache = cache if cache is not None else CorruptedCache(progress=progress)
 
     # Corrupt every set once (CPU, memoised in the cache across models and α values).
