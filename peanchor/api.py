@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -128,7 +129,8 @@ def run_analysis(
 
 
 def match_classes(model: Any, classes: list[str]) -> None:
-    """Make the model's outputs line up with the dataset's classes, or refuse.
+    """Make the model's outputs line up with the dataset's classes, or refuse (a peanchor model with more outputs
+    than the dataset has classes is scored with a warning instead).
 
     An ImageNet-1k head (timm's or a transformers classifier's) evaluated on an ImageNet subset (classes named by
     WordNet id, e.g. ImageNet-100) keeps the logits of those classes, in the dataset's order (timm's class list
@@ -155,10 +157,16 @@ def match_classes(model: Any, classes: list[str]) -> None:
             model.restrict_to_classes([synsets[c] for c in classes])
             return
         raise ConfigError(f"classes {', '.join(missing[:3])} are not ImageNet-1k WordNet ids")
+    if args.get("source") not in ("timm", "transformers") and head > len(classes):
+        # A peanchor run on data with fewer classes (a 10-class run on a 2-class folder): scored as it is, its
+        # labels taken as its first outputs; the same warning from the CLI and from Python.
+        warnings.warn(f"the model has {head} outputs but the dataset has {len(classes)} classes: its accuracy and FS "
+                      f"take the dataset's classes for its first {len(classes)} outputs (the geometry does not depend "
+                      "on them)", UserWarning, stacklevel=2)  # fmt: skip
+        return
     hint = {"transformers": "a transformers head needs config.num_labels equal to the number of classes",
             "timm": "a timm model needs num_classes equal to it: --num-classes on the command line"}.get(
-        args.get("source"), "a peanchor model is scored on data with the classes it was trained on; "
-        "peanchor.analyze(model, images) without labels measures its geometry alone")  # fmt: skip
+        args.get("source"), "a peanchor model is scored on data with the classes it was trained on")  # fmt: skip
     raise ConfigError(
         f"the model has {head} outputs but the dataset has {len(classes)} classes; "
         f"accuracy and FS need matching classes ({hint})"

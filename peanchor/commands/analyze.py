@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from peanchor.commands.names import check_flags
 from peanchor.commands.shared import SHIFT_HELP, with_data_items
 from peanchor.errors import ConfigError
 
@@ -271,6 +272,7 @@ def plan_for(subject: Subject, args: argparse.Namespace, img_size: int, shift_sp
 
 
 def run(args: argparse.Namespace) -> int:
+    check_flags(args)  # a misspelt name fails here, before torch loads
     from peanchor.analysis.evalset import EvalSet
     from peanchor.analysis.shift_specs import parse_shift_specs
     from peanchor.api import match_classes, run_analysis

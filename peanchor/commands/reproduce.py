@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from peanchor.commands.names import check_flags
 from peanchor.commands.shared import SHIFT_HELP
 from peanchor.conditions import DEFAULT_CONDITIONS
 from peanchor.presets import PRESET_NAMES, PRESETS, preset_help
@@ -118,6 +119,7 @@ def _echo_args(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_flags(args)  # a misspelt name fails here, before torch loads
     from peanchor.study import list_commands, reproduce
 
     options = options_from_args(args)

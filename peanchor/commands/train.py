@@ -1,7 +1,7 @@
 """``peanchor train``: train one ViT condition into a resumable run directory.
 
-Imports: :mod:`peanchor.presets` (choices); when run, :mod:`peanchor.training` and, with ``--tensorboard``,
-:mod:`peanchor.tracking`.
+Imports: :mod:`peanchor.presets` (choices), :mod:`peanchor.commands` (names: the flags checked before torch
+loads); when run, :mod:`peanchor.training` and, with ``--tensorboard``, :mod:`peanchor.tracking`.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import argparse
 import os
 from pathlib import Path
 
+from peanchor.commands.names import check_flags
 from peanchor.presets import PRESET_NAMES, preset_help
 
 
@@ -61,6 +62,7 @@ def default_out(preset: str, pe: str, rpt: bool, seed: int) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_flags(args)  # a misspelt name fails here, before torch loads
     from peanchor.presets import resolve_config
 
     overrides = {

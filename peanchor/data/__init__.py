@@ -33,7 +33,7 @@ from peanchor.data.transforms import (
     resolve_augment,
     train_transform,
 )
-from peanchor.errors import ConfigError, DataError
+from peanchor.errors import ConfigError, DataError, did_you_mean
 
 __all__ = [
     "AUGMENT_POLICIES",
@@ -177,7 +177,8 @@ DATASETS: dict[str, Builder] = {
 def _builder(spec: DataSpec) -> Builder:
     spec.validate()
     if spec.name not in DATASETS:
-        raise ConfigError(f"unknown dataset {spec.name!r}; valid: {', '.join(DATASETS)}")
+        raise ConfigError(f"unknown dataset {spec.name!r}; valid: {', '.join(DATASETS)}"
+                          + did_you_mean(spec.name, DATASETS))  # fmt: skip
     return DATASETS[spec.name]
 
 
