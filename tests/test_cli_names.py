@@ -66,3 +66,25 @@ def test_a_key_given_with_set_keeps_its_name_and_gets_a_suggestion(tmp_path, cap
     assert main(["train", "--preset", "smoke", "--set", "model.pe=rop", "--out", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.strip().endswith("model.pe='rop': unknown positional encoding; valid: none, ape, "
                                                     "sincos, peg, relbias, rope, rope_mixed (did you mean rope?)")
+
+
+def test_the_help_texts_name_every_registered_lens(monkeypatch, capsys) -> None:
+    import types
+
+    from peanchor.cli import build_parser
+    from peanchor.lenses import LENSES
+
+    def helps() -> tuple[str, str, str]:
+        parser = build_parser()
+        sub = next(a for a in parser._actions if a.dest == "command")
+        overview = parser.format_help()
+        return overview, sub.choices["analyze"].format_help(), sub.choices["reproduce"].format_help()
+
+    overview, analyze, reproduce = (" ".join(h.split()) for h in helps())  # argparse wraps lines
+    for name, lens in LENSES.items():
+        assert lens.title in analyze and f"({name})" in analyze and lens.title in reproduce
+    assert f"analysis.lenses=[{','.join(LENSES)}]" in analyze.replace(" ", "") and "effective rank" in overview
+    monkeypatch.setitem(LENSES, "token_norm", types.SimpleNamespace(title="token norm"))  # a lens registered later
+    overview, analyze, reproduce = (" ".join(h.split()) for h in helps())
+    assert "effective rank and token norm" in analyze and "token norm (token_norm)" in analyze
+    assert "token norm" in reproduce and "token norm" in overview

@@ -10,8 +10,8 @@ model (``--timm NAME [--weights FILE]``) or a transformers ``save_pretrained`` f
 evaluation flags, ``--set analysis.KEY=VALUE``); the analysis itself is :func:`peanchor.api.run_analysis`, the
 function that ``peanchor.analyze`` runs too.
 
-Imports: at parse time :mod:`peanchor.commands` (shared: the ``--shift`` help, from the shift registry, which loads
-no torch); when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`, :mod:`peanchor.presets` (the run's preset's
+Imports: at parse time :mod:`peanchor.commands` (shared: the ``--shift`` help and the lenses' names, from their
+registries, which load no torch); when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`, :mod:`peanchor.presets` (the run's preset's
 shifts), :mod:`peanchor.training` (a run's config), :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`,
 :mod:`peanchor.data`, :mod:`peanchor.lenses` (the summary), :mod:`peanchor.tracking` (``--tensorboard``),
 :mod:`peanchor.devices` (``--device``, checked first).
@@ -27,17 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from peanchor.commands.names import check_flags
-from peanchor.commands.shared import SHIFT_HELP, with_data_items
+from peanchor.commands.shared import SHIFT_HELP, lens_descriptions, lens_list, lens_names, with_data_items
 from peanchor.errors import ConfigError
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "analyze",
-        help="measure SSDC, attention distance and a position probe (normal / RPI), ΔSSDC, Fragility Scores and "
-        "the α sweep of a trained model",
-        description="Evaluate one model: per layer, with and without random permutation at inference (RPI), SSDC, "
-        "the mean attention distance of every head and the held-out R² of a linear probe for each token's grid row "
-        "and column; ΔSSDC = SSDC_RPI(layer 1) - SSDC_RPI(layer 0), top-1 accuracy clean and under the preset's "
+        help=f"measure the lenses ({lens_list()}; normal / RPI), ΔSSDC, Fragility Scores and the α sweep of a "
+        "trained model",
+        description="Evaluate one model: per layer, with and without random permutation at inference (RPI), every "
+        f"lens: {lens_descriptions()}; ΔSSDC = SSDC_RPI(layer 1) - SSDC_RPI(layer 0), top-1 accuracy clean and under the preset's "
         "shifts (JPEG and blur; --shift changes or adds one), the Fragility Score 1 - acc/clean, and for scalable PEs "
         "(ape, sincos, rope, ...) the PE-scale (α) sweep. Writes analysis.json and analysis.csv (tidy, long format).",
     )
@@ -60,8 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     data.add_argument("--images", type=int, metavar="N", help="a deterministic random subset of N evaluation images")
     data.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="any other dataset key, e.g. --set data.image_column=img --set data.val_size=500, or an "
-                      "analysis setting, e.g. --set analysis.rpi_draws=2 (over the flags below; repeatable; typed "
-                      "like train --set)")  # fmt: skip
+                      "analysis setting, e.g. --set analysis.rpi_draws=2 or "
+                      f"analysis.lenses=[{','.join(lens_names())}] (over the flags below; repeatable; typed like "
+                      "train --set)")  # fmt: skip
     ev = p.add_argument_group("evaluation")
     ev.add_argument("--rpi-draws", type=int, metavar="K", help="independent RPI permutation streams (mean ± std; "
                     "default: 1)")  # fmt: skip

@@ -1,7 +1,8 @@
-"""What more than one sub-command uses: the ``--shift`` help text and dataset keys set from flags and ``--set``.
+"""What more than one sub-command uses: the ``--shift`` help text, the lenses' names for the help texts and dataset
+keys set from flags and ``--set``.
 
-Imports: :mod:`peanchor.analysis` (the shift registry, light: no torch); :mod:`peanchor.training` (the typed
-``--set``) when a command runs.
+Imports: :mod:`peanchor.analysis` (the shift registry, light: no torch), :mod:`peanchor.lenses` (the lens
+registry, light too); :mod:`peanchor.training` (the typed ``--set``) when a command runs.
 """
 
 from __future__ import annotations
@@ -10,10 +11,32 @@ from typing import Any
 
 from peanchor.analysis.shifts.registry import shift_help
 
-__all__ = ["SHIFT_HELP", "with_data_items"]
+__all__ = ["SHIFT_HELP", "lens_descriptions", "lens_list", "lens_names", "with_data_items"]
 
 # The --shift help of analyze and reproduce, generated from the shift registry (which loads no torch).
 SHIFT_HELP = shift_help()
+
+
+def lens_names() -> list[str]:
+    """The registered lenses' names (the lens registry loads no torch), in report order."""
+    from peanchor.lenses import LENSES
+
+    return list(LENSES)
+
+
+def lens_list() -> str:
+    """The registered lenses' titles for a help text: ``SSDC, probe R², attention distance and effective rank``."""
+    from peanchor.lenses import LENSES
+
+    titles = [lens.title for lens in LENSES.values()]
+    return ", ".join(titles[:-1]) + (" and " if len(titles) > 1 else "") + titles[-1]
+
+
+def lens_descriptions() -> str:
+    """Each registered lens in a phrase: its title and, in brackets, its key (``--set analysis.lenses``)."""
+    from peanchor.lenses import LENSES
+
+    return ", ".join(f"{lens.title} ({name})" for name, lens in LENSES.items())
 
 
 def with_data_items(spec: Any, flags: dict[str, Any], set_items: list[str]) -> Any:  # DataSpec -> DataSpec
