@@ -86,5 +86,5 @@ def test_the_help_texts_name_every_registered_lens(monkeypatch, capsys) -> None:
     assert f"analysis.lenses=[{','.join(LENSES)}]" in analyze.replace(" ", "") and "effective rank" in overview
     monkeypatch.setitem(LENSES, "token_norm", types.SimpleNamespace(title="token norm"))  # a lens registered later
     overview, analyze, reproduce = (" ".join(h.split()) for h in helps())
-    assert "effective rank and token norm" in analyze and "token norm (token_norm)" in analyze
-    assert "token norm" in reproduce and "token norm" in overview
+    assert "effective rank (effective_rank), token norm (token_norm)" in analyze
+    assert "effective rank and token norm" in reproduce and "effective rank and token norm" in overview
