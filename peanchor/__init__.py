@@ -12,9 +12,9 @@ From Python (README.md, "Python"; docs/python.md)::
 
 Imports: nothing at import time; lazily ``create_model`` / ``MODEL_SIZES`` from :mod:`peanchor.models`,
 ``load_model`` from :mod:`peanchor.checkpoint`, ``PE_NAMES`` from :mod:`peanchor.pe`, ``analyze`` / ``LENSES``
-from :mod:`peanchor.api`, ``AnalysisPlan`` from :mod:`peanchor.analysis`, ``read_analysis`` / ``AnalysisResult``
-from :mod:`peanchor.results`, the ``plot_*`` functions from :mod:`peanchor.report.plots`, ``compare`` from
-:mod:`peanchor.tables`, ``write_report`` from :mod:`peanchor.report`.
+from :mod:`peanchor.api`, ``AnalysisPlan`` from :mod:`peanchor.analysis`, ``read_analysis`` / ``read_results`` /
+``AnalysisResult`` from :mod:`peanchor.results`, the ``plot_*`` functions from :mod:`peanchor.report.plots`,
+``compare`` from :mod:`peanchor.tables`, ``write_report`` from :mod:`peanchor.report`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__", "create_model", "load_model", "PE_NAMES", "MODEL_SIZES", "analyze", "LENSES", "AnalysisPlan",
     "AnalysisResult", "read_analysis", "plot_ssdc_per_layer", "plot_alpha_sweep", "plot_lenses", "plot_attention_heads",
-    "compare", "write_report",
+    "compare", "write_report", "read_results",
 ]  # fmt: skip
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from peanchor.pe import PE_NAMES
     from peanchor.report import write_report
     from peanchor.report.plots import plot_alpha_sweep, plot_attention_heads, plot_lenses, plot_ssdc_per_layer
-    from peanchor.results import AnalysisResult, read_analysis
+    from peanchor.results import AnalysisResult, read_analysis, read_results
     from peanchor.tables import compare
 
 # name → the module it lives in; imported on first use so that `peanchor --help` does not pay for torch.
@@ -45,7 +45,7 @@ _LAZY = {
     "create_model": "peanchor.models", "MODEL_SIZES": "peanchor.models", "PE_NAMES": "peanchor.pe",
     "load_model": "peanchor.checkpoint", "analyze": "peanchor.api", "LENSES": "peanchor.api",
     "AnalysisPlan": "peanchor.analysis.plan",
-    "AnalysisResult": "peanchor.results", "read_analysis": "peanchor.results",
+    "AnalysisResult": "peanchor.results", "read_analysis": "peanchor.results", "read_results": "peanchor.results",
     "plot_ssdc_per_layer": "peanchor.report.plots", "plot_alpha_sweep": "peanchor.report.plots",
     "plot_lenses": "peanchor.report.plots", "plot_attention_heads": "peanchor.report.plots",
     "compare": "peanchor.tables", "write_report": "peanchor.report",

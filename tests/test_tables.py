@@ -179,3 +179,11 @@ def test_report_cli_reads_any_mix_of_result_files(results, tmp_path, capsys) -> 
 def test_write_report_takes_analyses_and_paths(results, tmp_path) -> None:
     paths = peanchor.write_report({"ape": results["ape"], "rope": results["root"] / "run-rope"}, tmp_path)
     assert tmp_path / "report.md" in paths and "| rope | 1 |" in (tmp_path / "report.md").read_text()
+
+
+def test_dir_lists_the_lazy_api() -> None:
+    names = dir(peanchor)
+    for name in ("analyze", "compare", "write_report", "read_results", "plot_lenses", "load_model", "AnalysisPlan",
+                 "__version__"):  # fmt: skip
+        assert name in names and getattr(peanchor, name) is not None
+    assert set(peanchor._LAZY) <= set(names) and "TYPE_CHECKING" not in names and "Any" not in names
