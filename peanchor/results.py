@@ -398,7 +398,8 @@ CSV_COLUMNS: tuple[str, ...] = ("metric", "layer", "head", "alpha", "shift", "se
 
 def analysis_rows(result: AnalysisResult) -> Iterator[dict[str, Any]]:
     """One row per (metric, layer / α / shift / severity) of an analysis: the long format of ``analysis.csv``.
-    A column that does not apply to a row is None (an empty cell in the CSV, NaN in :meth:`AnalysisResult.to_pandas`)."""
+    A column that does not apply to a row is None (an empty cell in the CSV, NaN in
+    :meth:`AnalysisResult.to_pandas`)."""
     return measure_rows(result, result.alpha_sweep)
 
 

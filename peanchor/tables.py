@@ -41,8 +41,8 @@ from peanchor.results import (
     read_results,
 )
 
-__all__ = ["NUMERIC_COLUMNS", "analysis_frame", "compare", "default_name", "lens_number", "read_result", "results_frame",
-           "summary_row"]  # fmt: skip
+__all__ = ["NUMERIC_COLUMNS", "analysis_frame", "compare", "default_name", "lens_number", "read_result",
+           "results_frame", "summary_html", "summary_repr", "summary_row"]  # fmt: skip
 
 NUMERIC_COLUMNS = ("layer", "head", "alpha", "severity", "value")
 MODEL_COLUMNS = ("model", "condition", "seed", "pe", "rpt")  # what results_frame puts before each row

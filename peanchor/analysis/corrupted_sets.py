@@ -1,8 +1,8 @@
 """Whole evaluation sets corrupted once: :func:`corrupt` (chunked, on the CPU) and :class:`CorruptedCache`, which
 hands the same corrupted copy to every model and α (in memory, and optionally as memory-mapped ``.npy`` files).
 
-Imports: :mod:`peanchor.fileio`, :mod:`peanchor.bars`, :mod:`peanchor.errors`. A shift is anything with ``name``, ``describe()`` and
-``__call__(images, start_index=)``, e.g. :class:`peanchor.analysis.shifts.Shift`.
+Imports: :mod:`peanchor.fileio`, :mod:`peanchor.bars`, :mod:`peanchor.errors`. A shift is anything with ``name``,
+``describe()`` and ``__call__(images, start_index=)``, e.g. :class:`peanchor.analysis.shifts.Shift`.
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help=f"measure the lenses ({lens_list()}; normal / RPI), ΔSSDC, Fragility Scores and the α sweep of a "
         "trained model",
         description="Evaluate one model: per layer, with and without random permutation at inference (RPI), every "
-        f"lens: {lens_descriptions()}; ΔSSDC = SSDC_RPI(layer 1) - SSDC_RPI(layer 0), top-1 accuracy clean and under the preset's "
+        f"lens: {lens_descriptions()}; ΔSSDC = SSDC_RPI(layer 1) - SSDC_RPI(layer 0), top-1 accuracy clean and "
+        "under the preset's "
         "shifts (JPEG and blur; --shift changes or adds one), the Fragility Score 1 - acc/clean, and for scalable PEs "
         "(ape, sincos, rope, ...) the PE-scale (α) sweep. Writes analysis.json and analysis.csv (tidy, long format).",
     )

@@ -4,8 +4,8 @@ line that names the flag and the closest valid value (``--pe 'rop': unknown posi
 you mean rope?)``).
 
 The names are the PE registry's (``none`` and every ``@register_pe("name")`` in ``peanchor/pe/``, the folder the
-registry imports whole), the model sizes (``MODEL_SIZES``' keys) and the datasets (``DATASETS``' keys); a test keeps them
-equal to the live registries. The full check still runs later, when the config is built.
+registry imports whole), the model sizes (``MODEL_SIZES``' keys) and the datasets (``DATASETS``' keys); a test keeps
+them equal to the live registries. The full check still runs later, when the config is built.
 
 Imports: :mod:`peanchor.conditions` (the condition syntax), :mod:`peanchor.errors`.
 """

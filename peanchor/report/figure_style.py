@@ -153,5 +153,6 @@ def select_panels(what: str, available: Sequence[str], panels: Sequence[str] | N
                         f"{', '.join(available)}")  # fmt: skip
     if axes is not None and len(axes) != len(chosen):
         raise DataError(f"{what}: {len(chosen)} panel{'s' if len(chosen) > 1 else ''} ({', '.join(chosen)}) but "
-                        f"{len(axes)} Axes given: pass one Axes per panel, or panels=[{chosen[0]!r}] to draw fewer")  # fmt: skip
+                        f"{len(axes)} Axes given: pass one Axes per panel, or panels=[{chosen[0]!r}] to draw "
+                        "fewer")  # fmt: skip
     return chosen

@@ -104,7 +104,8 @@ def gather_items(items: Sequence[tuple[str | None, Input]]) -> Results:
                             "Python)")  # fmt: skip
         seen[(m.condition, m.seed)] = origin
     only_grids = len(grids) == len(items)
-    shared = {f: _shared([getattr(g, f) for g in grids]) if only_grids else None for f in ("preset", "dataset", "img_size")}
+    shared = {f: _shared([getattr(g, f) for g in grids]) if only_grids else None
+              for f in ("preset", "dataset", "img_size")}  # fmt: skip
     return Results(models=models, alpha_sweep=sweep, conditions=list(dict.fromkeys(m.condition for m in models)),
                    shifts=dict(shifts or {}), seeds=sorted({m.seed for m in models}), **shared)  # fmt: skip
 

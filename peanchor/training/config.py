@@ -202,7 +202,8 @@ def _config_error(error: Any, key: str, shown: str) -> ConfigError:
     if first["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
         _, section = _annotation_at(loc[:-1])
         valid = _valid_keys(section, path)
-        return ConfigError(f"unknown config key {key!r}; valid keys here: {valid}" + did_you_mean(key, valid.split(", ")))
+        return ConfigError(f"unknown config key {key!r}; valid keys here: {valid}"
+                           + did_you_mean(key, valid.split(", ")))  # fmt: skip
     where = ".".join(path) or key
     if _section_fields(tp) is not None and not is_typeddict(tp):
         return ConfigError(f"{where} is a section; set one of its keys: {_valid_keys(tp, path)}")

@@ -9,8 +9,8 @@ preceded by a read) and the last good checkpoint stays.
 Every random stream of a step is keyed by where the run is (:func:`seed_step`), so that a run resumed at
 any step continues exactly as it would have.
 
-Imports: torch; :mod:`peanchor.data`, :mod:`peanchor.interrupts`, :mod:`peanchor.bars`, :mod:`peanchor.errors`, the rest of
-:mod:`peanchor.training`.
+Imports: torch; :mod:`peanchor.data`, :mod:`peanchor.interrupts`, :mod:`peanchor.bars`, :mod:`peanchor.errors`,
+the rest of :mod:`peanchor.training`.
 """
 
 from __future__ import annotations
