@@ -27,7 +27,7 @@ from peanchor.report.summary import finite
 
 __all__ = [
     "DPI", "condition_style", "condition_styles", "figure_file", "finish", "group_values", "mean_std", "new_figure", "save",
-    "select_panels",
+    "legend_entries", "select_panels",
 ]
 
 DPI = 150
@@ -108,14 +108,21 @@ def new_figure(
     return fig, list(axes)
 
 
-def finish(fig: Figure, axes: Sequence[Axes]) -> None:
-    """Put one shared legend under the panels and set margins (in inches) around them."""
-    handles, labels = [], []
+def legend_entries(axes: Sequence[Axes]) -> tuple[list[Any], list[str]]:
+    """The legend handles and labels of all ``axes``, each label once, in the order drawn."""
+    handles: list[Any] = []
+    labels: list[str] = []
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
+    return handles, labels
+
+
+def finish(fig: Figure, axes: Sequence[Axes]) -> None:
+    """Put one shared legend under the panels and set margins (in inches) around them."""
+    handles, labels = legend_entries(axes)
     # Our conditions first, the paper's reference lines last.
     order = sorted(range(len(labels)), key=lambda i: PAPER.label in labels[i])
     handles, labels = [handles[i] for i in order], [labels[i] for i in order]

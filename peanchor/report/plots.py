@@ -19,7 +19,7 @@ Example::
     fig.savefig("ssdc.png")
     fig, ax = plt.subplots(); plot_ssdc_per_layer(result, ax=ax, panels=["rpi"])
 
-Imports: matplotlib, numpy, :mod:`peanchor.report` (figures, lenses, inputs),
+Imports: matplotlib, numpy, :mod:`peanchor.report` (figures, figure_style, lenses, inputs),
 :mod:`peanchor.errors`.
 """
 
@@ -32,6 +32,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from peanchor.errors import DataError
+from peanchor.report.figure_style import legend_entries
 from peanchor.report.figures import draw_alpha_sweep, draw_ssdc_per_layer
 from peanchor.report.inputs import Analyses, as_results
 from peanchor.report.lenses import draw_attention_heads, draw_lenses_per_layer
@@ -75,12 +76,7 @@ def _draw(draw: Callable[..., Figure | None], analyses: Analyses, missing: str, 
     if axes is not None:
         if not any(a.has_data() for a in axes):
             raise DataError(f"nothing to plot: {missing}")
-        handles, labels = [], []
-        for a in axes:
-            for h, label in zip(*a.get_legend_handles_labels()):
-                if label not in labels:
-                    handles.append(h)
-                    labels.append(label)
+        handles, labels = legend_entries(axes)
         if handles:
             axes[0].legend(handles, labels, fontsize=8)
         return axes[0].get_figure()
