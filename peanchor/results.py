@@ -34,7 +34,8 @@ import functools
 import io
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,7 +43,7 @@ from typing import Any, TypeVar
 from peanchor import fileio
 from peanchor.errors import DataError, SchemaError
 from peanchor.fileio import Number  # a measured float: null in a file reads as NaN
-from peanchor.lenses import LENSES, HeadLayers, LayerPair
+from peanchor.lenses import LENSES, HeadLayers, LayerPair, LensFailure, UnknownLensRecord
 from peanchor.lenses.attention_distance import AttentionDistanceLayers
 from peanchor.lenses.position_probe import PositionProbeLayers
 from peanchor.lenses.ssdc import SSDCLayers
@@ -92,8 +93,20 @@ class Measures:
     severity_fragility: dict[str, list[Number]] | None = _optional()
 
     def lens(self, name: str) -> Any:
-        """The record of lens ``name``, or None where it was not measured (e.g. no attention weights)."""
-        return self.lenses.get(name)
+        """The record of lens ``name``, or None where it was not measured (e.g. no attention weights), failed
+        (:attr:`lens_failures`) or was measured by a lens not installed here (:attr:`unknown_lenses`)."""
+        record = self.lenses.get(name)
+        return None if isinstance(record, (LensFailure, UnknownLensRecord)) else record
+
+    @property
+    def lens_failures(self) -> dict[str, str]:
+        """Lens name → its error, for every lens that failed in this model's analysis."""
+        return {name: r.error for name, r in self.lenses.items() if isinstance(r, LensFailure)}
+
+    @property
+    def unknown_lenses(self) -> list[str]:
+        """The lenses whose records were read from a file but that are not installed here (kept as they were)."""
+        return [name for name, r in self.lenses.items() if isinstance(r, UnknownLensRecord)]
 
     @property
     def ssdc(self) -> SSDCLayers:
@@ -166,6 +179,7 @@ class AnalysisResult(Measures):
     severity_table: str | None = _optional()
     shift_sources: dict[str, str] | None = _optional()  # shift name → "preset cpu", "--shift jpeg:quality=10", ...
     source: dict[str, Any] = field(default_factory=dict)  # where the model and the data came from
+    notes: list[str] | None = _optional()  # what the analysis log said of the measurement (a lens's fallback, ...)
 
     def save(self, out_dir: str | os.PathLike[str]) -> Path:
         """Write ``analysis.json`` and ``analysis.csv`` into ``out_dir`` (:func:`write_analysis`); returns the JSON."""
@@ -271,8 +285,7 @@ class Results:
     analysis: dict[str, Any] | None = _optional()  # the grid's analysis plan
 
     def to_pandas(self) -> Any:
-        """Every model's rows (those of ``analysis.csv``, led by its name, condition, seed, PE and RPT) as a pandas
-        DataFrame (:mod:`peanchor.tables`)."""
+        """Every model's ``analysis.csv`` rows, led by its name, condition, seed, PE and RPT (:mod:`peanchor.tables`)."""
         from peanchor.tables import results_frame
 
         return results_frame(self)
@@ -288,8 +301,8 @@ def to_json_dict(record: Any) -> Any:
         out = {}
         for f in dataclasses.fields(record):
             value = getattr(record, f.name)
-            if f.metadata.get("lens_records"):
-                out.update(to_json_dict(value))  # each lens's record under the lens's name
+            if f.metadata.get("lens_records"):  # each lens's record under the lens's name
+                out.update({name: _lens_record_json(r) for name, r in value.items()})
             elif not (value is None and f.metadata.get("omit_if_none")):
                 out[f.name] = to_json_dict(value)
         return out
@@ -298,6 +311,14 @@ def to_json_dict(record: Any) -> Any:
     if isinstance(record, dict):
         return {str(k): to_json_dict(v) for k, v in record.items()}
     return record
+
+
+def _lens_record_json(record: Any) -> Any:
+    if isinstance(record, LensFailure):
+        return str(record)  # "failed: <error>"
+    if isinstance(record, UnknownLensRecord):
+        return record.data  # as it was read
+    return to_json_dict(record)
 
 
 def _document(record: Any, schema: str) -> dict[str, Any]:
@@ -335,12 +356,12 @@ def _from_document(doc: Any, cls: type[R], schema: str, source: str) -> R:
         )
     body = {k: v for k, v in doc.items() if k not in ("schema", "schema_version")}
     if cls is AnalysisResult:
-        body, records = _split_lenses(body, (), source)
+        body, records = _split_lenses(body, (), source, _field_names(AnalysisResult))
         result = _validate(cls, body, source)
         result.lenses = records  # type: ignore[attr-defined]
         return result
     models = body.get("models")
-    split = [_split_lenses(m, ("models", i), source) if isinstance(m, dict) else (m, {}) for i, m in
+    split = [_split_lenses(m, ("models", i), source, _field_names(ModelResult)) if isinstance(m, dict) else (m, {}) for i, m in
              enumerate(models if isinstance(models, list) else [])]  # fmt: skip
     if split:
         body = {**body, "models": [m for m, _ in split]}
@@ -366,15 +387,33 @@ def _validate(cls: type[R], data: Any, source: str, at: tuple[Any, ...] = ()) ->
         raise SchemaError(f"{source}: {_where(loc)}: {first['msg']} (got {first.get('input')!r})") from None
 
 
-def _split_lenses(doc: dict[str, Any], at: tuple[Any, ...], source: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _split_lenses(doc: dict[str, Any], at: tuple[Any, ...], source: str,
+                  fields: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
     """A model's measures as written (at ``at``): the object without its lenses' records, and those records, each
-    validated against its lens's ``record_type``. A required lens (SSDC) must be there."""
+    validated against its lens's ``record_type`` (or a :class:`LensFailure`). A required lens (SSDC) must be there.
+    A key that is neither one of ``fields`` (the record type's own) nor a registered lens is the record of a lens
+    not installed here: it is kept as it is (:class:`UnknownLensRecord`), with one warning."""
     missing = [name for name, lens in LENSES.items() if lens.required and doc.get(name) is None]
     if missing:
         raise SchemaError(f"{source}: {_where(at) or 'the top level'} is missing required key '{missing[0]}'")
-    records = {name: _validate(lens.record_type, doc[name], source, (*at, name))
-               for name, lens in LENSES.items() if doc.get(name) is not None}  # fmt: skip
-    return {k: v for k, v in doc.items() if k not in LENSES}, records
+    records: dict[str, Any] = {}
+    for name, lens in LENSES.items():
+        value = doc.get(name)
+        if value is None:
+            continue
+        failure = None if lens.required else LensFailure.parse(value)
+        records[name] = failure or _validate(lens.record_type, value, source, (*at, name))
+    unknown = [k for k in doc if k not in fields and k not in LENSES]
+    if unknown:
+        records.update((k, UnknownLensRecord(doc[k])) for k in unknown)
+        warnings.warn(f"{source}: {_where(at) or 'the file'} holds the record of {', '.join(map(repr, unknown))}, "
+                      "a lens not installed here: kept as it is, not measured or reported", stacklevel=4)  # fmt: skip
+    return {k: v for k, v in doc.items() if k in fields}, records
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
 
 
 def _read_document(path: Path) -> Any:
@@ -397,45 +436,11 @@ CSV_COLUMNS: tuple[str, ...] = ("metric", "layer", "head", "alpha", "shift", "se
 
 
 def analysis_rows(result: AnalysisResult) -> Iterator[dict[str, Any]]:
-    """One row per (metric, layer / α / shift / severity) of an analysis: the long format of ``analysis.csv``.
-    A column that does not apply to a row is None (an empty cell in the CSV, NaN in
-    :meth:`AnalysisResult.to_pandas`)."""
+    """One row per (metric, layer / α / shift / severity) of an analysis: ``analysis.csv``'s long format; a column
+    that does not apply is None (:func:`peanchor.tables.measure_rows`)."""
+    from peanchor.tables import measure_rows
+
     return measure_rows(result, result.alpha_sweep)
-
-
-def _given(value: Any) -> Any:
-    return None if value == "" else value  # a lens row's "" (no layer, no head) is a missing value
-
-
-def measure_rows(measures: Measures, sweep: Iterable[SweepPoint] = ()) -> Iterator[dict[str, Any]]:
-    """The rows of :func:`analysis_rows` for any model's measures (an analysis, or a model of ``results.json``
-    with its α-sweep points)."""
-
-    def row(metric: str, value: Any, layer: Any = None, alpha: Any = 1.0, shift: str | None = None,
-            severity: Any = None, head: Any = None) -> dict:  # fmt: skip
-        return {"metric": metric, "layer": layer, "head": head, "alpha": alpha, "shift": shift, "severity": severity,
-                "value": value}  # fmt: skip
-
-    yield row("clean_acc", measures.clean_acc)
-    yield row("rpi_acc", measures.rpi_acc)
-    for name, lens in LENSES.items():
-        record = measures.lens(name)
-        for r in lens.rows(record) if record is not None else ():
-            yield row(r.metric, r.value, layer=_given(r.layer), head=_given(r.head))
-    yield row("delta_ssdc", measures.delta_ssdc)
-    for name, v in measures.acc.items():
-        yield row("acc", v, shift=name)
-        yield row("fragility", measures.fragility[name], shift=name)
-    for kind, accs in (measures.severities or {}).items():
-        for i, a in enumerate(accs):
-            yield row("acc", a, shift=kind, severity=i + 1)
-            yield row("fragility", (measures.severity_fragility or {})[kind][i], shift=kind, severity=i + 1)
-    for e in sweep:
-        yield row("sweep_delta_ssdc", e.delta_ssdc, alpha=e.alpha)
-        yield row("sweep_clean_acc", e.clean_acc, alpha=e.alpha)
-        for name, v in e.acc.items():
-            yield row("sweep_acc", v, alpha=e.alpha, shift=name)
-            yield row("sweep_fragility", e.fragility[name], alpha=e.alpha, shift=name)
 
 
 def _csv_text(rows: Iterator[Mapping[str, Any]]) -> str:

@@ -7,7 +7,7 @@
     results.to_pandas()                     # Results: the same rows for every model, with its name, condition, seed
     peanchor.compare({"mine": result, "paper-ape": "runs/ape/analysis", "grid": "out/results.json"})
 
-The long rows are :func:`peanchor.results.measure_rows`; a column that does not apply to a row (a layer for an
+The long rows are :func:`measure_rows` (``analysis.csv``'s); a column that does not apply to a row (a layer for an
 accuracy, a shift for SSDC) is NaN, never ``""``. The summary row of a model is what the report's tables show of it:
 accuracies, ΔSSDC, every shift's accuracy and Fragility Score, and each lens's one number (its highest value over
 layers or its mean, :attr:`~peanchor.lenses.Lens.stat`), in order and under RPI. pandas is optional
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
 
@@ -36,13 +36,13 @@ from peanchor.results import (
     Measures,
     ModelResult,
     Results,
-    measure_rows,
+    SweepPoint,
     read_analysis,
     read_results,
 )
 
-__all__ = ["NUMERIC_COLUMNS", "analysis_frame", "compare", "default_name", "lens_number", "read_result",
-           "results_frame", "summary_html", "summary_repr", "summary_row"]  # fmt: skip
+__all__ = ["NUMERIC_COLUMNS", "analysis_frame", "compare", "default_name", "lens_number", "measure_rows",
+           "read_result", "results_frame", "summary_html", "summary_repr", "summary_row"]  # fmt: skip
 
 NUMERIC_COLUMNS = ("layer", "head", "alpha", "severity", "value")
 MODEL_COLUMNS = ("model", "condition", "seed", "pe", "rpt")  # what results_frame puts before each row
@@ -64,6 +64,41 @@ def _frame(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> Any:  #
     for column in NUMERIC_COLUMNS:  # None (not applicable) → NaN; every value a float
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
     return frame
+
+
+def _given(value: Any) -> Any:
+    return None if value == "" else value  # a lens row's "" (no layer, no head) is a missing value
+
+
+def measure_rows(measures: Measures, sweep: Iterable[SweepPoint] = ()) -> Iterator[dict[str, Any]]:
+    """The long rows of any model's measures (an analysis, or a model of ``results.json`` with its α-sweep points):
+    those of ``analysis.csv`` (:func:`peanchor.results.analysis_rows`), a column that does not apply None."""
+
+    def row(metric: str, value: Any, layer: Any = None, alpha: Any = 1.0, shift: str | None = None,
+            severity: Any = None, head: Any = None) -> dict:  # fmt: skip
+        return {"metric": metric, "layer": layer, "head": head, "alpha": alpha, "shift": shift, "severity": severity,
+                "value": value}  # fmt: skip
+
+    yield row("clean_acc", measures.clean_acc)
+    yield row("rpi_acc", measures.rpi_acc)
+    for name, lens in LENSES.items():
+        record = measures.lens(name)
+        for r in lens.rows(record) if record is not None else ():
+            yield row(r.metric, r.value, layer=_given(r.layer), head=_given(r.head))
+    yield row("delta_ssdc", measures.delta_ssdc)
+    for name, v in measures.acc.items():
+        yield row("acc", v, shift=name)
+        yield row("fragility", measures.fragility[name], shift=name)
+    for kind, accs in (measures.severities or {}).items():
+        for i, a in enumerate(accs):
+            yield row("acc", a, shift=kind, severity=i + 1)
+            yield row("fragility", (measures.severity_fragility or {})[kind][i], shift=kind, severity=i + 1)
+    for e in sweep:
+        yield row("sweep_delta_ssdc", e.delta_ssdc, alpha=e.alpha)
+        yield row("sweep_clean_acc", e.clean_acc, alpha=e.alpha)
+        for name, v in e.acc.items():
+            yield row("sweep_acc", v, alpha=e.alpha, shift=name)
+            yield row("sweep_fragility", e.fragility[name], alpha=e.alpha, shift=name)
 
 
 def analysis_frame(result: AnalysisResult) -> Any:

@@ -23,7 +23,9 @@ reused, not rerun.
 
 The lenses (docs/lenses.md) are the plan's ``lenses`` (SSDC always) that apply to the model and the data (the
 attention distance where the model hands out its attention weights, the probe with two images or more): each is fed
-from the same full passes, and records the normal pass and the mean over RPI draws. The position probe is fitted on
+from the same full passes, and records the normal pass and the mean over RPI draws. A lens that fails (in a pass or
+in its record) records a :class:`~peanchor.lenses.LensFailure` instead, and everything else is measured as usual;
+what a lens notes of its measurement (a fallback it took) is the result's ``notes``. The position probe is fitted on
 a split of the evaluation images drawn with ``seed`` (the same split in every pass) and scored on the rest; under RPI
 it has a pass of its own, with one permutation per image (continuing the draw's generator after the draw's own pass):
 a permutation shared by fit and held-out images would let the probe learn it from the content.
@@ -62,12 +64,12 @@ from peanchor.devices import resolve_device
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.passes import PassRunner, PassSpec, is_scalable
 from peanchor.errors import ConfigError, DataError
-from peanchor.lenses import LENSES, Lens, LensContext
+from peanchor.lenses import LENSES, Lens, LensContext, LensFailure
 from peanchor.lenses.ssdc import mean_and_std
 from peanchor.metrics import fragility_score
 from peanchor.results import AnalysisResult, ModelInfo, SweepPoint
 
-__all__ = ["DEFAULT_ALPHAS", "evaluate_model"]  # DEFAULT_ALPHAS: the plan's (peanchor.analysis.plan)
+__all__ = ["DEFAULT_ALPHAS", "evaluate_model", "measure_lenses"]  # DEFAULT_ALPHAS: the plan's (peanchor.analysis.plan)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -94,6 +96,20 @@ def measured_lenses(model: nn.Module, num_images: int, settings: Mapping[str, An
     )  # fmt: skip
     return {name: lens(context) for name, lens in LENSES.items()
             if (lens.required or chosen is None or name in chosen) and lens.applies(context)}  # fmt: skip
+
+
+def _record(lens: Lens, runner: PassRunner, clean: PassSpec, rpi: Sequence[PassSpec]) -> Any:
+    """The lens's record from the normal pass and the RPI draws, or its :class:`LensFailure` where it failed in a
+    pass or fails here (a ``required`` lens's failure is raised)."""
+    failure = runner.failed.get(lens.name)
+    if failure is not None:
+        return failure
+    try:
+        return lens.record(runner.run(clean).states[lens.name], [runner.run(p).states[lens.name] for p in rpi])
+    except Exception as e:  # one lens must not lose the cell
+        if lens.required:
+            raise
+        return LensFailure.of(e)
 
 
 def evaluate_model(
@@ -203,8 +219,8 @@ def evaluate_model(
     t_passes = time.perf_counter() - t_passes
 
     # ---- the lenses (α = 1): the normal pass and the RPI draws
-    records = {name: lens.record(runner.run(clean).states[name], [runner.run(p).states[name] for p in rpi])
-               for name, lens in lenses.items()}  # fmt: skip
+    records = {name: _record(lens, runner, clean, rpi) for name, lens in lenses.items()}
+    notes = [f"{name}: {note}" for name, lens in lenses.items() for note in lens.notes]
     ssdc_rpi = records["ssdc"].rpi
 
     # ---- robustness (α = 1)
@@ -251,4 +267,44 @@ def evaluate_model(
         timing={"corrupt": t_corrupt, "passes": t_passes},
         model=ModelInfo(pe=getattr(model, "pe_name", None), depth=int(model.depth), grid=list(grid), scalable=scalable),
         settings=applied.settings_record(evalset.fingerprint, str(dev)),
+        notes=notes or None,
     )  # fmt: skip
+
+
+def measure_lenses(
+    model: nn.Module,
+    evalset: EvalSet,
+    plan: AnalysisPlan,
+    names: Sequence[str],
+    *,
+    info: Any = None,
+    device: str | torch.device | None = None,
+    progress: bool | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """The records of lenses ``names`` alone (and their notes), from the clean pass and the plan's RPI draws: what an
+    analysis whose lenses failed measures again, without its accuracies, shifts or α sweep. The passes are those of
+    :func:`evaluate_model` (the same seeds and batches), so a record comes out as it would have in the full analysis.
+    """
+    info = info if info is not None else evalset.info
+    applied = plan.for_model(is_scalable(model))
+    every = measured_lenses(model, len(evalset), applied.settings(), chosen=applied.lenses)
+    lenses = {n: lens for n, lens in every.items() if n in names}
+    eager = any(lens.reads_attention for lens in every.values())  # the full analysis's passes read attention
+    clean = PassSpec("clean", 1.0, "all", None)
+    rpi = [PassSpec("clean", 1.0, "all", k) for k in range(applied.rpi_draws)]
+    own = applied.rpi_draws if any(lens.rpi == "per_image" for lens in lenses.values()) else 0
+    dev = resolve_device(device)
+    was_training = model.training
+    model.to(dev).eval()
+    try:
+        with progress_bar(total=(1 + len(rpi) + own) * math.ceil(len(evalset) / applied.batch_size), desc="lenses",
+                          unit="batch", show=progress, leave=False) as bar:  # fmt: skip
+            runner = PassRunner(model, evalset, info.mean, info.std, sets={"clean": evalset.images},
+                                batch_size=applied.batch_size, device=dev, seed=applied.seed, lenses=lenses, bar=bar,
+                                eager_attention=eager)  # fmt: skip
+            for spec in (clean, *rpi):
+                runner.run(spec)
+    finally:
+        model.train(was_training)
+    records = {name: _record(lens, runner, clean, rpi) for name, lens in lenses.items()}
+    return records, [f"{name}: {note}" for name, lens in lenses.items() for note in lens.notes]

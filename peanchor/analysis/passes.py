@@ -1,5 +1,5 @@
 """Passes over an evaluation set: one model call per batch, accuracy and the lenses (:mod:`peanchor.lenses`) from
-the same forward. Under RPI a lens that asks for it (the position probe) is fed from a pass of its own with one
+the same forward (a lens that raises is marked failed and fed no more; :attr:`PassRunner.failed`). Under RPI a lens that asks for it (the position probe) is fed from a pass of its own with one
 permutation per image (:meth:`PassRunner._per_image_pass` says why); the others see one permutation per call.
 
 A :class:`PassSpec` names a pass (which images, which α, which probes, which RPI draw); :class:`PassRunner`
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.shifts import Shift
 from peanchor.interventions import Intervention, random_permutation
-from peanchor.lenses import Lens, LensBatch
+from peanchor.lenses import Lens, LensBatch, LensFailure
 
 __all__ = ["PassResult", "PassRunner", "PassSpec", "Probes", "is_scalable"]
 
@@ -88,6 +88,7 @@ class PassRunner:
         seed: int,
         lenses: Mapping[str, Lens],
         bar: Any,
+        eager_attention: bool = False,
     ) -> None:
         from peanchor.data import normalize
 
@@ -98,7 +99,11 @@ class PassRunner:
         self.batch_size, self.device, self.seed = batch_size, device, seed
         self.lenses = dict(lenses)  # measured in every full pass; "ssdc" also in the "first2" passes
         self.bar = bar
+        # The attention weights are handed out by the model's eager path, whose float rounding differs from the
+        # fused one's: passes measured apart from an analysis whose lenses read them take that path too, to match.
+        self.eager_attention = eager_attention
         self.done: dict[PassSpec, PassResult] = {}
+        self.failed: dict[str, LensFailure] = {}  # lens name → how it failed (it is fed no more)
         self.labels = evalset.labels.to(device)
         self._on_device: dict[str, Tensor] = {}
         self.first_layers = min(2, int(model.depth))
@@ -129,17 +134,20 @@ class PassRunner:
         model = self.model
         images = self._images(spec.images)
         generator = torch.Generator().manual_seed(self.seed + spec.rpi_draw) if spec.rpi_draw is not None else None
-        # every lens in a full pass, SSDC alone in a truncated one (ΔSSDC), none in a pass for accuracy only
-        measured = {"all": self.lenses, "first2": {"ssdc": self.lenses["ssdc"]}, "none": {}}[spec.probes]
-        states = {name: lens.accumulator() for name, lens in measured.items()}
+        # every lens in a full pass, SSDC alone in a truncated one (ΔSSDC), none in a pass for accuracy only; a lens
+        # that failed earlier is not fed again
+        wanted = {"all": self.lenses, "first2": ("ssdc",), "none": ()}[spec.probes]
+        measured = {n: self.lenses[n] for n in wanted if n not in self.failed}
+        states = {n: self._guard(n, lens, lens.accumulator) for n, lens in measured.items()}
+        states = {n: state for n, state in states.items() if n not in self.failed}
         # Under RPI a lens that asks for one permutation per image is fed from a pass of its own (see below).
-        own_pass = [n for n, lens in measured.items() if lens.rpi == "per_image"] if generator is not None else []
-        fed = [(lens, states[n]) for n, lens in measured.items() if n not in own_pass]
-        readers = [(lens, state) for lens, state in fed if lens.reads_attention]
+        own_pass = [n for n in states if measured[n].rpi == "per_image"] if generator is not None else []
+        fed = [(n, measured[n], states[n]) for n in states if n not in own_pass]
+        readers = [(n, lens, state) for n, lens, state in fed if lens.reads_attention]
 
         def sink(block: int, weights: Tensor) -> None:  # one block's attention weights, to the lenses that read them
-            for lens, state in readers:
-                lens.attend(state, block, weights)
+            for n, lens, state in readers:
+                self._guard(n, lens, lens.attend, state, block, weights)
 
         layers = {"all": None, "first2": self.first_layers, "none": 0}[spec.probes]
         autocast = (
@@ -155,24 +163,25 @@ class PassRunner:
                 # hands them out; ΔSSDC needs layers 0 and 1 only ("first2": the pass stops after block 1's norm).
                 out = model.forward_intermediates(x, Intervention(perm, spec.alpha), layers=layers,
                                                   head=spec.probes != "first2",
-                                                  attention=sink if readers else None)  # fmt: skip
+                                                  attention=sink if readers or (self.eager_attention and
+                                                                                spec.probes == "all") else None)  # fmt: skip
                 if out.tokens is not None:  # (B, L, N, D)
                     batch = LensBatch(out.tokens, start, perm)
-                    for lens, state in fed:
-                        lens.update(state, batch)
+                    for n, lens, state in fed:
+                        self._guard(n, lens, lens.update, state, batch)
                 if out.logits is not None:  # (B, C)
                     labels = self.labels[start : start + x.shape[0]]
                     correct += (out.logits.argmax(dim=-1) == labels).sum()
                 if self.bar is not None:
                     self.bar.update(1)
             if own_pass:
-                self._per_image_pass(images, spec.alpha, generator, [(measured[n], states[n]) for n in own_pass])
+                self._per_image_pass(images, spec.alpha, generator, [(n, measured[n], states[n]) for n in own_pass])
         result = PassResult(int(correct.item()) if spec.probes != "first2" else None, states)
         self.done[spec] = result
         return result
 
     def _per_image_pass(
-        self, images: Tensor, alpha: float, generator: torch.Generator | None, lenses: list[tuple[Lens, Any]]
+        self, images: Tensor, alpha: float, generator: torch.Generator | None, lenses: list[tuple[str, Lens, Any]]
     ) -> None:
         """The pass under RPI of the lenses that ask for one permutation per *image*, so that no two images share one.
 
@@ -185,10 +194,24 @@ class PassRunner:
             perm = random_permutation(self.num_patches, batch=x.shape[0], generator=generator).to(self.device)  # (B, N)
             tokens = self.model.forward_intermediates(x, Intervention(perm, alpha), head=False).tokens  # (B, L, N, D)
             batch = LensBatch(tokens, start, perm)
-            for lens, state in lenses:
-                lens.update(state, batch)
+            for n, lens, state in lenses:
+                self._guard(n, lens, lens.update, state, batch)
             if self.bar is not None:
                 self.bar.update(1)
+
+    def _guard(self, name: str, lens: Lens, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)`` for lens ``name``, unless it failed before; an exception from it marks the lens failed
+        (:attr:`failed`) instead of ending the analysis, except for a ``required`` lens. Returns what the call
+        returned, or None."""
+        if name in self.failed:
+            return None
+        try:
+            return call(*args)
+        except Exception as e:  # one lens must not lose the others, the accuracies or the FS
+            if lens.required:
+                raise
+            self.failed[name] = LensFailure.of(e)
+            return None
 
     def accuracy(self, spec: PassSpec) -> float:
         correct = self.run(spec).correct

@@ -329,6 +329,8 @@ def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.result
     for name, lens in LENSES.items():
         record = r.lens(name)
         lines += lens.summary_lines(record) if record is not None else []
+    lines += [f"  {name}: FAILED ({error})" for name, error in r.lens_failures.items()]
+    lines += [f"  note: {note}" for note in r.notes or ()]
     for kind, values in (r.severity_fragility or {}).items():
         lines.append(f"  {kind} severities 1-5: FS " + " ".join(_f(v, 2) for v in values))
     if r.alpha_sweep:

@@ -6,7 +6,9 @@ Imports: :mod:`peanchor.errors` only.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from peanchor.errors import ConfigError
@@ -79,6 +81,25 @@ class DataSpec:
             raise ConfigError(f"data.seed={self.seed!r}: expected a non-negative integer")
         if self.augment not in AUGMENT_POLICIES:
             raise ConfigError(f"data.augment={self.augment!r}: expected one of {', '.join(AUGMENT_POLICIES)}")
+
+
+#: The fields of a :class:`DataSpec` that are paths on disk: compared as the files they name, not as strings.
+PATH_FIELDS: tuple[str, ...] = ("root", "class_list", "cache_dir")
+
+
+def resolved_path(value: Any) -> Any:
+    """A path as the file it names (``~`` expanded, made absolute, links resolved); anything else as it is.
+
+    >>> resolved_path("data/../data") == resolved_path(os.path.abspath("data"))
+    True
+    """
+    return str(Path(value).expanduser().resolve()) if isinstance(value, str) and value else value
+
+
+def with_resolved_paths(data: dict[str, Any]) -> dict[str, Any]:
+    """A data spec's mapping with its :data:`PATH_FIELDS` resolved (:func:`resolved_path`), for comparing two specs:
+    a relative path and the absolute path of the same folder are the same dataset."""
+    return {k: resolved_path(v) if k in PATH_FIELDS else v for k, v in data.items()}
 
 
 @dataclass(frozen=True)

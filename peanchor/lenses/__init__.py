@@ -20,7 +20,9 @@ from peanchor.lenses.base import (
     Lens,
     LensBatch,
     LensContext,
+    LensFailure,
     Row,
+    UnknownLensRecord,
 )
 from peanchor.lenses.registry import LENSES, get_lens, lens_names, register_lens
 
@@ -28,5 +30,5 @@ for _module in pkgutil.iter_modules(__path__):  # sorted by name; the registry o
     if _module.name not in ("base", "registry"):
         importlib.import_module(f"{__name__}.{_module.name}")  # registers the lens it defines
 
-__all__ = ["LENSES", "MODES", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext", "Row", "get_lens",
+__all__ = ["LENSES", "MODES", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext", "LensFailure", "Row", "UnknownLensRecord", "get_lens",
            "lens_names", "register_lens"]  # fmt: skip

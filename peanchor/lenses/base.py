@@ -15,7 +15,12 @@ A lens is one :class:`Lens` subclass in one file of this folder, registered with
 * under RPI a lens sees the pass's permutation, one per forward call and shared by the batch (SSDC's definition),
   unless it asks for ``rpi = "per_image"``: then it is fed from a pass of its own with one permutation per image
   (the position probe: a permutation shared by fit and held-out images could be learnt from the content);
-* at the end, :meth:`Lens.record` turns the normal pass's accumulator and the RPI draws' into the lens's record.
+* at the end, :meth:`Lens.record` turns the normal pass's accumulator and the RPI draws' into the lens's record
+  (anything worth a line in the analysis log, such as a fallback taken, goes into the lens's ``notes``).
+
+A lens that raises, at any of these steps, loses only its own record: the analysis records a :class:`LensFailure`
+in its place (``"failed: <error>"`` in the files) and measures everything else. SSDC, the one ``required`` lens, is
+the exception: the study's measures are made of it, so its failure fails the analysis.
 
 A record is a dataclass of JSON types (a measured float is :data:`~peanchor.fileio.Number`); ``analysis.json`` and
 each model of ``results.json`` hold it at the top level under the lens's name, validated against ``record_type``
@@ -40,7 +45,8 @@ from peanchor.fileio import Number
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
 
-__all__ = ["MODES", "MODE_LABELS", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext", "Row",
+__all__ = ["MODES", "MODE_LABELS", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext", "LensFailure", "Row",
+           "UnknownLensRecord",
            "layer_value", "mean_over_draws"]  # fmt: skip
 
 MODES: tuple[str, str] = ("normal", "rpi")  # tokens in order, and under RPI
@@ -76,6 +82,41 @@ class Row:
     value: Any
     layer: Any = ""
     head: Any = ""
+
+
+@dataclass(frozen=True)
+class LensFailure:
+    """What stands in a model's measures for a lens that failed in its analysis: the error, in one line. The other
+    lenses, the accuracies and the FS are measured all the same; the files hold it as the string ``"failed: ..."``
+    under the lens's name, and an analysis made again measures it again."""
+
+    error: str
+
+    PREFIX: ClassVar[str] = "failed: "
+
+    @classmethod
+    def of(cls, error: BaseException) -> LensFailure:
+        """The failure of ``error``: its type and the first line of its message."""
+        lines = str(error).strip().splitlines()
+        return cls(f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__)
+
+    @classmethod
+    def parse(cls, value: Any) -> LensFailure | None:
+        """The failure a file's value says, or None where it is not one."""
+        if isinstance(value, str) and value.startswith(cls.PREFIX):
+            return cls(value[len(cls.PREFIX) :])
+        return None
+
+    def __str__(self) -> str:
+        return f"{self.PREFIX}{self.error}"
+
+
+@dataclass(frozen=True)
+class UnknownLensRecord:
+    """The record of a lens that is not installed where a result file is read (a plug-in of another install): kept
+    as it was read, and written back the same, so that reading and writing a file never loses a measurement."""
+
+    data: Any
 
 
 @dataclass(kw_only=True)
@@ -129,6 +170,7 @@ class Lens(ABC):
 
     def __init__(self, context: LensContext) -> None:
         self.context = context
+        self.notes: list[str] = []  # what the analysis log and the record's notes should say of this measurement
 
     # ---- the analysis ------------------------------------------------------------------------------------------
     @classmethod

@@ -86,6 +86,9 @@ class PositionProbeLens(Lens):
 
     def record(self, normal: Any, rpi: Sequence[Any]) -> PositionProbeLayers:
         n, r = normal.compute(), [p.compute() for p in rpi]  # (L, 2) each: row, col
+        fallbacks = sorted({a.solver for a in (normal, *rpi)} - {"cholesky"})
+        if fallbacks:  # a ridge system that Cholesky could not factor (not numerically positive definite)
+            self.notes.append(f"the ridge solve fell back from Cholesky to {' and '.join(fallbacks)}")
         fit, held = normal.num_images
         return PositionProbeLayers(
             row=LayerPair(normal=n[:, 0].tolist(), rpi=mean_over_draws([v[:, 0] for v in r])),

@@ -5,7 +5,8 @@ For each layer, every patch token ``x`` (``D`` channels) of a *fit* image is a s
 (row, col) of its slot on the grid. The probe is ridge regression with an unpenalised intercept: on centred
 features, ``W = (C + λI)⁻¹ C_xy`` with ``C`` the feature covariance and ``C_xy`` the feature-target covariance
 of the fit tokens, and ``λ = ridge · trace(C) / D`` (``ridge`` times the mean feature variance, so the penalty
-does not depend on the tokens' scale). It is scored on the tokens of the *held-out* images: for row and column
+does not depend on the tokens' scale). ``C + λI`` is symmetric positive definite, and is solved as such (Cholesky,
+:func:`peanchor.metrics.linalg.solve_spd`, which says in ``solver`` when it had to fall back). It is scored on the tokens of the *held-out* images: for row and column
 separately, ``R² = 1 − Σ(y − ŷ)² / Σ(y − ȳ)²`` with ``ȳ`` the held-out mean (as ``sklearn.metrics.r2_score``).
 1 means the layer gives away every token's position linearly; 0 means no better than the mean position; it can
 be negative (worse than the mean) on held-out images.
@@ -19,13 +20,15 @@ change.
 Under RPI the target is the slot, as for SSDC: the probe asks whether a layer knows where its *slot* is, not
 where the content came from.
 
-Imports: torch only.
+Imports: torch; :mod:`peanchor.metrics` (linalg: the solve).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from peanchor.metrics.linalg import solve_spd
 
 __all__ = ["DEFAULT_HOLDOUT", "DEFAULT_RIDGE", "PositionProbeAccumulator", "heldout_mask", "slot_coordinates"]
 
@@ -90,6 +93,7 @@ class PositionProbeAccumulator:
         self._sx: Tensor | None = None  # (2, L, D)
         self._sxx: Tensor | None = None  # (2, L, D, D)
         self._sxy: Tensor | None = None  # (2, L, D, 2)
+        self.solver: str | None = None  # which of peanchor.metrics.linalg.SOLVERS the last compute() used
 
     @property
     def num_images(self) -> tuple[int, int]:
@@ -153,7 +157,8 @@ class PositionProbeAccumulator:
         d = cov.shape[-1]
         trace = cov.diagonal(dim1=-2, dim2=-1).sum(dim=-1).clamp_min(torch.finfo(torch.float64).tiny)  # (L,)
         penalty = (self.ridge * trace / d)[:, None, None] * torch.eye(d, dtype=torch.float64)  # (L, D, D)
-        weights = torch.linalg.solve(cov + penalty, cross)  # (L, D, 2)
+        # The normal equations are symmetric positive definite: Cholesky (batched LU is not safe in workers).
+        weights, self.solver = solve_spd(cov + penalty, cross)  # (L, D, 2)
         intercept = ybar - (weights * mu[:, :, None]).sum(dim=1)  # (L, 2)
         # Score: the held-out residuals, expanded in the held-out sums.
         h = self._images[1]

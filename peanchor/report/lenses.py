@@ -34,7 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
 from peanchor.results import ModelResult, Results
 
 __all__ = [
-    "lens_intro", "lens_panels", "lens_sentences", "lens_table", "plot_attention_heads", "plot_lenses_per_layer",
+    "lens_gaps", "lens_intro", "lens_panels", "lens_sentences", "lens_table", "plot_attention_heads",
+    "plot_lenses_per_layer",
 ]
 
 
@@ -76,6 +77,24 @@ def lens_intro(results: Results) -> str:
     return ("Each lens is read from the same passes, normally and under RPI (positions are always the slots). "
             + " ".join(f"{lens.description[0].upper()}{lens.description[1:]}." for lens in shown)
             + " Structure anchored to the slots survives RPI in every lens; structure carried by content does not.")
+
+
+def lens_gaps(results: Results) -> list[str]:
+    """What is missing from the lens numbers, one sentence each: a lens that failed in some models' analyses (left
+    out of their numbers and lines), and records kept from a lens not installed here (not reported)."""
+    failed: dict[str, list[str]] = {}
+    unknown: dict[str, list[str]] = {}
+    for m in results.models:
+        for name, error in m.lens_failures.items():
+            failed.setdefault(name, []).append(f"`{m.name}` ({error})")
+        for name in m.unknown_lenses:
+            unknown.setdefault(name, []).append(f"`{m.name}`")
+    out = [f"The {LENSES[n].title if n in LENSES else n} lens failed in the analysis of {', '.join(where)}: those "
+           "models have no numbers for it here; rerun the same command to measure it again." for n, where in
+           failed.items()]  # fmt: skip
+    out += [f"`{n}` was measured by a lens not installed here, for {', '.join(where)}: its records are kept in the "
+            "result files but not reported." for n, where in unknown.items()]  # fmt: skip
+    return out
 
 
 def lens_table(results: Results) -> Table | None:

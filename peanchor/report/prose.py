@@ -19,7 +19,7 @@ from typing import Any
 from peanchor.conditions import CONDITIONS, PAPER, label, ordered
 from peanchor.report.claims import check_claims
 from peanchor.report.document import Bullets, FigureBlock, FigureFile, Heading, Paragraph, Report, Table
-from peanchor.report.lenses import lens_intro, lens_sentences, lens_table
+from peanchor.report.lenses import lens_gaps, lens_intro, lens_sentences, lens_table
 from peanchor.report.summary import (
     MIN_SEEDS_FOR_CLAIMS,
     N_BOOT,
@@ -188,13 +188,15 @@ class _Builder:
                          Bullets(notes))  # fmt: skip
 
     def lenses_section(self) -> None:
-        table = lens_table(self.r)
-        if table is None:
+        table, gaps = lens_table(self.r), lens_gaps(self.r)
+        if table is None and not gaps:
             return
-        self.doc.add(Heading(2, "Lenses on spatial structure"), Paragraph(lens_intro(self.r)))
-        self.figure("lenses_per_layer")
-        self.doc.add(table)
-        sentences = lens_sentences(self.r)
+        self.doc.add(Heading(2, "Lenses on spatial structure"))
+        if table is not None:
+            self.doc.add(Paragraph(lens_intro(self.r)))
+            self.figure("lenses_per_layer")
+            self.doc.add(table)
+        sentences = (lens_sentences(self.r) if table is not None else []) + gaps
         if sentences:
             self.doc.add(Bullets(sentences))
         self.figure("attention_distance_heads")

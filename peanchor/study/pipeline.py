@@ -3,10 +3,12 @@
 Whether a stored analysis can be reused is decided here and nowhere else (:func:`reusable`): it must be of this
 schema, made from the same weights, on the same evaluation data, with an equal analysis plan (settings, α grid,
 shifts, lenses: a ``--shift`` or ``--set analysis.*`` that changes one, adds one or is dropped again means
-analysing again; where a shift came from does not count).
+analysing again; where a shift came from does not count). A reused analysis in which a lens failed has that lens
+(and nothing else) measured again.
 
 Imports: :mod:`peanchor.training`, :mod:`peanchor.checkpoint`, :mod:`peanchor.analysis`, :mod:`peanchor.results`,
-:mod:`peanchor.interrupts`, :mod:`peanchor.study.options`, :mod:`peanchor.tracking` (``--tensorboard``); torch-heavy
+:mod:`peanchor.interrupts`, :mod:`peanchor.study.options`, :mod:`peanchor.tracking` (``--tensorboard``),
+:mod:`peanchor.data` (the data spec's paths); torch-heavy
 ones inside the functions that use them.
 """
 
@@ -42,8 +44,11 @@ def stderr_log(message: str) -> None:
 
 
 def eval_data_key(data: dict[str, Any]) -> dict[str, Any]:
-    """A data spec without the fields that do not change the evaluation split (training-only settings, caches)."""
-    return {k: v for k, v in data.items() if k not in ("augment", "cache_dir", "train_size")}
+    """A data spec without the fields that do not change the evaluation split (training-only settings, caches), its
+    paths resolved (a relative path and the absolute path of the same folder are the same data)."""
+    from peanchor.data.spec import with_resolved_paths
+
+    return with_resolved_paths({k: v for k, v in data.items() if k not in ("augment", "cache_dir", "train_size")})
 
 
 class Evaluation:
@@ -97,7 +102,7 @@ def _run_cell(
 ) -> None:
     """Train (or reuse) and analyse (or reuse) one cell, filling ``status`` as it goes (its ``stage``
     says where an exception came from)."""
-    from peanchor.analysis.evaluate import evaluate_model
+    from peanchor.analysis.evaluate import evaluate_model, measure_lenses
     from peanchor.checkpoint import load_model, model_digest
     from peanchor.results import write_analysis
     from peanchor.training.loop import train
@@ -131,8 +136,18 @@ def _run_cell(
     digest = model_digest(run_dir)
     stored = _stored_analysis(run_dir / "analysis", log, cell)
     if stored is not None and reusable(stored, plan, digest, config.data.to_dict()):
-        status["analyzed"] = False
         result = stored
+        status["analyzed"] = bool(stored.lens_failures)
+        if stored.lens_failures:  # a rerun retries only the lenses that failed
+            failed = list(stored.lens_failures)
+            evalset = evaluation.evalset(config.data, plan.max_images)
+            records, notes = measure_lenses(load_model(run_dir), evalset, plan, failed, info=evalset.info,
+                                            device=options.device, progress=None if options.progress else False)
+            result.lenses.update(records)
+            result.notes = [n for n in result.notes or () if n.split(":")[0] not in failed] + notes or None
+            write_analysis(result, run_dir / "analysis")
+            log(f"{cell.name}: measured again what failed before: {', '.join(failed)}"
+                + _failures_said(result))  # fmt: skip
     else:
         evalset = evaluation.evalset(config.data, plan.max_images)
         model = load_model(run_dir)
@@ -146,7 +161,12 @@ def _run_cell(
         write_analysis(result, run_dir / "analysis")
         status["analyzed"] = True
         log(f"{cell.name}: analysed, {result.forward_passes} passes in {result.seconds:.1f} s "
-            f"(clean {result.clean_acc:.3f}, ΔSSDC {result.delta_ssdc:.3f})")  # fmt: skip
+            f"(clean {result.clean_acc:.3f}, ΔSSDC {result.delta_ssdc:.3f})" + _failures_said(result))  # fmt: skip
+    if status["analyzed"]:
+        for note in result.notes or ():
+            log(f"{cell.name}: note: {note}")
+    if result.lens_failures:
+        status["failed_lenses"] = dict(result.lens_failures)
     if options.tensorboard:
         from peanchor.tracking import (
             TENSORBOARD_DIR,
@@ -161,6 +181,15 @@ def _run_cell(
                 log_analysis(tb, result)
     status["stage"] = "done"
     status["status"] = "ok"
+
+
+def _failures_said(result: AnalysisResult) -> str:
+    """The failed lenses of an analysis, as the end of its log line ("" when none failed)."""
+    failures = result.lens_failures
+    if not failures:
+        return ""
+    said = "; ".join(f"{name}: {error}" for name, error in failures.items())
+    return f"; {len(failures)} lens{'es' if len(failures) > 1 else ''} FAILED ({said}): rerun to retry {'them' if len(failures) > 1 else 'it'}"
 
 
 def attempt(

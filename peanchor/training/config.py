@@ -31,7 +31,7 @@ import yaml
 from typing_extensions import TypedDict, is_typeddict  # pydantic needs typing_extensions' TypedDict before Python 3.12
 
 from peanchor.conditions import condition_name
-from peanchor.data.spec import DataSpec
+from peanchor.data.spec import PATH_FIELDS, DataSpec, resolved_path
 from peanchor.errors import ConfigError, did_you_mean
 from peanchor.models.args import Architecture, field_types
 
@@ -400,12 +400,14 @@ def load_config(path: str | Path) -> TrainConfig:
 
 
 def diff_configs(old: TrainConfig | dict[str, Any], new: TrainConfig | dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Dotted keys whose values differ (missing on one side shows as ``<unset>``)."""
+    """Dotted keys whose values differ (missing on one side shows as ``<unset>``); the data's paths are compared
+    as the files they name (:data:`peanchor.data.spec.PATH_FIELDS`), so ``in100p`` and its absolute path agree."""
     a, b = flat_dict(old), flat_dict(new)
+    paths = {f"data.{name}" for name in PATH_FIELDS}
     out = {}
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key, "<unset>"), b.get(key, "<unset>")
-        if va != vb:
+        if va != vb and not (key in paths and resolved_path(va) == resolved_path(vb)):
             out[key] = (va, vb)
     return out
 
