@@ -187,3 +187,15 @@ def test_dir_lists_the_lazy_api() -> None:
                  "__version__"):  # fmt: skip
         assert name in names and getattr(peanchor, name) is not None
     assert set(peanchor._LAZY) <= set(names) and "TYPE_CHECKING" not in names and "Any" not in names
+
+
+def test_one_results_file_is_reported_as_it_is(results, tmp_path) -> None:
+    from peanchor.results import read_results, write_results
+
+    grid = gather({"ape": results["ape"], "rope": results["rope"]})
+    grid.wall_seconds, grid.failed, grid.severity_table = 12.5, [], "tiny-imagenet-c"
+    write_results(grid, tmp_path / "results.json")
+    assert gather([tmp_path / "results.json"]) == read_results(tmp_path / "results.json")
+    two = gather({"a": tmp_path / "results.json", "b": tmp_path / "results.json"})  # named: prefixed, shared kept
+    assert [m.name for m in two.models] == ["a/ape-s0", "a/rope-s0", "b/ape-s0", "b/rope-s0"]
+    assert two.severity_table == "tiny-imagenet-c" and two.wall_seconds is None

@@ -61,17 +61,18 @@ def gather(inputs: Mapping[str, Input] | Sequence[Input] | Results | AnalysisRes
 
 def gather_items(items: Sequence[tuple[str | None, Input]]) -> Results:
     """:func:`gather` of ``(name, input)`` pairs, a name None where it is to be inferred; the models keep the
-    inputs' order."""
+    inputs' order. One grid without a name is itself, every record of it kept."""
+    read = [(name, read_result(v) if isinstance(v, (str, os.PathLike)) else v,
+             v if isinstance(v, (str, os.PathLike)) else None) for name, v in items]  # fmt: skip
+    if len(read) == 1 and read[0][0] is None and isinstance(read[0][1], Results):
+        return read[0][1]
     models: list[ModelResult] = []
     origins: list[str] = []  # where each model came from, for the error that two cannot be told apart
     sweep: list[SweepRow] = []
     grids: list[Results] = []
     shifts: dict[str, Any] | None = None
-    for position, (name, value) in enumerate(items):
-        where = value if isinstance(value, (str, os.PathLike)) else None
+    for position, (name, value, where) in enumerate(read):
         origin = str(where) if where is not None else f"{name!r}" if name is not None else f"input #{position + 1}"
-        if where is not None:
-            value = read_result(where)
         if isinstance(value, Results):
             def named(text: str, prefix: str | None = name) -> str:
                 return f"{prefix}/{text}" if prefix else text
@@ -103,9 +104,9 @@ def gather_items(items: Sequence[tuple[str | None, Input]]) -> Results:
                             f"{origin}): name them (NAME=PATH on the command line, a mapping name → result in "
                             "Python)")  # fmt: skip
         seen[(m.condition, m.seed)] = origin
-    only_grids = len(grids) == len(items)
+    only_grids = len(grids) == len(items)  # what every grid says the same of, and no analysis contradicts
     shared = {f: _shared([getattr(g, f) for g in grids]) if only_grids else None
-              for f in ("preset", "dataset", "img_size")}  # fmt: skip
+              for f in ("preset", "dataset", "img_size", "severity_table", "shift_sources")}  # fmt: skip
     return Results(models=models, alpha_sweep=sweep, conditions=list(dict.fromkeys(m.condition for m in models)),
                    shifts=dict(shifts or {}), seeds=sorted({m.seed for m in models}), **shared)  # fmt: skip
 
