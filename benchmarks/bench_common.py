@@ -177,3 +177,33 @@ def write_record(name: str, record: dict[str, Any], out: Path | None = None) -> 
     fileio.write_json(path, record)
     print(f"wrote {path}")
     return path
+
+
+def model_size_main(
+    name: str,
+    doc: str,
+    run: Callable[[str, int, int, int], dict[str, Any]],
+    *,
+    model: str,
+    img_size: int,
+    batch: tuple[int, int],
+    reps: tuple[int, int],
+    goal: str,
+    argv: list[str] | None = None,
+) -> dict[str, Any]:
+    """The command line of a benchmark of one model size: ``--model``, ``--img-size``, ``--batch`` and ``--reps``
+    (defaults: ``batch`` and ``reps`` as ``(quick, full)``) besides the common flags; ``run(model, img_size, batch,
+    reps)`` makes the record, written as ``name`` (``name_quick`` with ``--quick``)."""
+    p = parser(doc.splitlines()[0])
+    p.add_argument("--model", default=model)
+    p.add_argument("--img-size", type=int, default=img_size)
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--reps", type=int, default=None)
+    args = p.parse_args(argv)
+    apply_threads(args.threads)
+    machine = machine_info()
+    record = run(args.model, args.img_size, args.batch or batch[not args.quick], args.reps or reps[not args.quick])
+    record.update(goal=goal, quick=args.quick, machine=finish_machine_info(machine))
+    if not args.no_write:
+        write_record(name + ("_quick" if args.quick else ""), record, args.out)
+    return record

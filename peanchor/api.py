@@ -244,6 +244,7 @@ def analyze(
     alphas: Sequence[float] | None = None,
     rpi_draws: int | None = None,
     lenses: Iterable[str] | None = None,
+    interventions: Iterable[str] | None = None,
     seed: int | None = None,
     ssdc_mode: SSDCMode | None = None,
     metric: Metric | None = None,
@@ -274,11 +275,13 @@ def analyze(
             the whole list; None: ``plan``'s shifts, else the ``preset``'s (its name: its shifts at its own
             resolution), else the resolution rule.
         alphas, rpi_draws, seed, ssdc_mode, metric, bootstrap, severities, batch_size, max_images, probe_ridge,
-            probe_holdout, lenses: the settings of the :class:`~peanchor.analysis.plan.AnalysisPlan`, each over
+            probe_holdout, lenses, interventions: the settings of the :class:`~peanchor.analysis.plan.AnalysisPlan`, each over
             ``plan``'s (None: not given). Without a plan: α 1.0, 0.9, ..., 0.0 (``()`` skips the sweep), one RPI
             draw, seed 0, the paper's SSDC (mean similarity, Manhattan), no bootstrap, no severity sweeps, batch
             size 256, every image (``max_images``: a deterministic random subset of that many), probe ridge 1e-3
-            and held-out fraction 0.5, all of :data:`LENSES` (``"ssdc"`` among them) reported.
+            and held-out fraction 0.5, all of :data:`LENSES` (``"ssdc"`` among them) reported, no edits
+            (``interventions``: edit specs such as ``"rope_planes:freqs=0-3"``, docs/interventions.md; every pass,
+            RPI and the α sweep included, runs under all of them).
         plan: a whole :class:`~peanchor.analysis.plan.AnalysisPlan` (e.g. ``AnalysisPlan.from_result`` of an
             earlier analysis), its shifts set for these images' size; not with ``preset``.
         device, progress: where to run (None: a GPU when there is one) and progress bars (None: only on a terminal).
@@ -326,7 +329,8 @@ def analyze(
         raise DataError(f"labels go up to {int(evalset.labels.max())} but the model has {outputs} outputs")
     given = {"alphas": alphas, "rpi_draws": rpi_draws, "seed": seed, "ssdc_mode": ssdc_mode, "metric": metric,
              "bootstrap": bootstrap, "severities": severities, "batch_size": batch_size, "max_images": max_images,
-             "probe_ridge": probe_ridge, "probe_holdout": probe_holdout, "lenses": lenses}  # fmt: skip
+             "probe_ridge": probe_ridge, "probe_holdout": probe_holdout, "lenses": lenses,
+             "interventions": list(interventions) if interventions is not None else None}  # fmt: skip
     size = evalset.img_size
     resolved = resolve_plan(
         size, defaults=plan, preset_shifts=preset_shifts(preset, size), given=given,

@@ -160,6 +160,7 @@ class AnalysisSettings:
     probe_holdout: float  # the fraction of the images the probe is scored on (drawn with ``seed``)
     max_images: int | None = _optional()  # the evaluation subset's size (None: every image)
     lenses: list[str] | None = _optional()  # the lenses measured (absent in files written before: the three of then)
+    interventions: list[str] | None = _optional()  # the edits every pass ran under (absent in files before: none)
 
 
 @dataclass(kw_only=True)
@@ -403,8 +404,7 @@ def _split_lenses(doc: dict[str, Any], at: tuple[Any, ...], source: str,
             continue
         failure = None if lens.required else LensFailure.parse(value)
         records[name] = failure or _validate(lens.record_type, value, source, (*at, name))
-    unknown = [k for k in doc if k not in fields and k not in LENSES]
-    if unknown:
+    if unknown := [k for k in doc if k not in fields and k not in LENSES]:
         records.update((k, UnknownLensRecord(doc[k])) for k in unknown)
         warnings.warn(f"{source}: {_where(at) or 'the file'} holds the record of {', '.join(map(repr, unknown))}, "
                       "a lens not installed here: kept as it is, not measured or reported", stacklevel=4)  # fmt: skip

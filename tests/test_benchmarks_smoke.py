@@ -97,3 +97,10 @@ def test_data_benchmark_measures_the_augmented_training_path():
     assert record["augment"] == "rrc_flip" and record["max_pixel_diff_first_image"] == 0
     assert set(record["images_per_s"]) == {"folder_train_w0", "prepared_train_w0", "folder_val_w0", "prepared_val_w0"}
     assert record["ratio_train_best_vs_best"] > 0 and record["ratio_val_best_vs_best"] > 0
+
+
+def test_interventions_benchmark_checks_its_identity_and_patch():
+    record = load("bench_interventions").main(["--model", "vit_micro", "--img-size", "16", "--batch", "2", "--reps",
+                                               "1", "--no-write"])  # fmt: skip
+    assert record["identity_equal"] and record["patch_gives_clean_logits"]
+    assert set(record["ratios"]) == {"pe_zero", "pe_shuffle", "head_ablate", "patch", "rope_planes"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from html.parser import HTMLParser
 
 import pytest
 from PIL import Image
@@ -326,3 +327,84 @@ def test_figure_error_bars_are_numpys_mean_and_std(tmp_path, monkeypatch):
     fs = [[next(p["fragility"]["jpeg"] for p in sweep if p["alpha"] == a and p["seed"] == s) for a in alphas]
           for s in (0, 1, 2)]  # fmt: skip
     assert was_drawn(np.array(alphas), fs)
+
+
+class _Page(HTMLParser):
+    """The text of a page, with the open elements around each piece of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: list[str] = []
+        self.texts: list[tuple[tuple[str, ...], str]] = []
+        self.elements: list[tuple[tuple[str, ...], dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tuple(self.open) + (tag,), dict(attrs)))
+        if tag not in ("img", "meta", "br"):
+            self.open.append(tag)
+
+    def handle_endtag(self, tag):
+        assert self.open and self.open[-1] == tag, (self.open, tag)
+        self.open.pop()
+
+    def handle_data(self, data):
+        if data.strip() and "style" not in self.open and "title" not in self.open:
+            self.texts.append((tuple(self.open), data))
+
+    def inside(self, parent: str, tag: str) -> bool:
+        return any(path[-1] == tag and parent in path[:-1] for path, _ in self.elements)
+
+
+def parse_page(page: str) -> _Page:
+    parser = _Page()
+    parser.feed(page)
+    parser.close()
+    assert not parser.open, parser.open  # every element closed
+    return parser
+
+
+def test_html_renders_the_reports_markdown_with_no_markers_left(written):
+    """The claims' bold statements, the conditions' `code` names: rendered in list items, paragraphs and cells."""
+    out, _, _ = written
+    page = parse_page((out / "report.html").read_text())
+    stray = [(path, text) for path, text in page.texts if "**" in text or "`" in text]
+    assert not stray, stray[:3]
+    md = (out / "report.md").read_text()
+    assert "- **" in md and "`ape`" in md  # the Markdown the page renders does carry the markup
+    assert page.inside("li", "strong") and page.inside("li", "code") and page.inside("p", "code")
+    strong = {text for path, text in page.texts if path[-2:] == ("li", "strong")}
+    assert any(s.startswith("Without a positional encoding") for s in strong), strong
+
+
+def test_html_inline_markup_renders_in_every_kind_of_block_and_raw_html_stays_text():
+    from peanchor.report.document import Bullets, Heading, Paragraph, Report, Table
+    from peanchor.report.html import render_html
+
+    text = "a **bold** word, `code`, a [link](docs/study.md) and <b>not markup</b> & more"
+    report = Report("t", [Heading(2, text), Paragraph(text), Bullets([text, text]),
+                          Table([text], [[text]], caption=text)])  # fmt: skip
+    page = parse_page(render_html(report))
+    for block in ("h2", "p", "li", "th", "td", "caption"):
+        assert page.inside(block, "strong") and page.inside(block, "code"), block
+        links = [attrs["href"] for path, attrs in page.elements if path[-1] == "a" and block in path]
+        assert links == ["docs/study.md"] * (2 if block == "li" else 1), block
+    assert not page.inside("p", "b")  # raw HTML in the text is shown as text, escaped
+    assert sum("<b>not markup</b> & more" in t for _, t in page.texts) == 7
+    assert not [t for _, t in page.texts if "**" in t or "`" in t]
+
+
+def test_the_report_says_each_sentence_once(written):
+    """No sentence of the prose (paragraphs and bullet points) is printed twice, in report.md or report.html."""
+    out, _, _ = written
+    md = (out / "report.md").read_text()
+    prose = [line.removeprefix("- ") for line in md.splitlines() if line and line[0] not in "#|!*"]
+    # a whole paragraph or bullet point, and any long sentence in one (a short one such as "1 of 1 pairs of
+    # conditions are ordered as in the paper." may end several different statements)
+    sentences = prose + [s for line in prose for s in re.split(r"(?<=\.) ", line) if len(s) > 80 and s != line]
+    repeated = {s for s in sentences if sentences.count(s) > 1}
+    assert not repeated, repeated
+    assert md.count("no significance claims") == 1
+    page = (out / "report.html").read_text()
+    assert page.count("no significance claims") == 1
+    one_seed = markdown(synthetic_results(seeds=(0,)))
+    assert one_seed.count("n=1 seed: no significance claims") == 1

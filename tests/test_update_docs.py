@@ -1,10 +1,12 @@
-"""`python tools/update_docs.py`, the one command that regenerates the README's results block and the figures in
-docs/img from a run, on the smoke preset (into temporary copies of the README and the image folder)."""
+"""`python tools/update_docs.py`, the one command that regenerates the docs' results block (docs/results.md), their
+gallery (docs/gallery.md) and the figures in docs/img from a run, on the smoke preset (into temporary copies of the
+pages and the image folder)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -23,7 +25,7 @@ def load_tool() -> ModuleType:
     return module
 
 
-README = """# A project
+PAGE = """# A project
 
 Hand-written introduction.
 
@@ -34,23 +36,37 @@ Hand-written introduction.
 Hand-written notes after the block.
 """
 
+GALLERY = """# Gallery
 
-def test_the_real_readme_has_one_results_block_with_existing_figures():
+<!-- figures:begin (old) -->
+![old](img/old.png)
+<!-- figures:end -->
+"""
+
+
+def test_the_real_pages_have_one_block_each_and_the_gallery_shows_every_figure():
     tool = load_tool()
-    text = (ROOT / "README.md").read_text()
-    block = tool._BLOCK.findall(text)
-    assert len(block) == 1
-    for link in __import__("re").findall(r"\]\((docs/img/[^)]+\.png)\)", block[0]):
-        assert (ROOT / link).is_file(), link
+    results = (ROOT / "docs" / "results.md").read_text()
+    assert len(tool._BLOCK.findall(results)) == 1 and len(tool._FIGURES_BLOCK.findall(results)) == 0
+    (block,) = tool._FIGURES_BLOCK.findall((ROOT / "docs" / "gallery.md").read_text())
+    links = re.findall(r"\]\((img/[^)]+\.png)\)", block)
+    assert sorted(links) == sorted(f"img/reproduce-cpu/{p.name}" for p in (ROOT / "docs/img/reproduce-cpu").glob("*.png"))
+    assert links
 
 
-def test_a_readme_without_markers_is_one_line_before_anything_runs(tmp_path, capsys):
+@pytest.mark.parametrize("which", ["--page", "--gallery"])
+def test_a_page_without_markers_is_one_line_before_anything_runs(tmp_path, capsys, which):
     tool = load_tool()
-    readme = tmp_path / "README.md"
-    readme.write_text("# no block here\n")
-    code = tool.main(["--preset", "smoke", "--out", str(tmp_path / "out"), "--readme", str(readme)])
+    page, gallery, bare = tmp_path / "results.md", tmp_path / "gallery.md", tmp_path / "bare.md"
+    page.write_text(PAGE)
+    gallery.write_text(GALLERY)
+    bare.write_text("# no block here\n")
+    argv = ["--preset", "smoke", "--out", str(tmp_path / "out"), "--page", str(page), "--gallery", str(gallery)]
+    argv[argv.index(which) + 1] = str(bare)
+    code = tool.main(argv)
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 1 and len(err) == 1 and "needs exactly one results block" in err[0]
+    assert code == 1 and len(err) == 1 and "needs exactly one block between" in err[0], err
+    assert ("figures:begin" in err[0]) == (which == "--gallery")
     assert not (tmp_path / "out").exists()
 
 
@@ -58,11 +74,13 @@ def test_a_readme_without_markers_is_one_line_before_anything_runs(tmp_path, cap
 def test_update_docs_regenerates_the_block_and_the_figures_from_the_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PEANCHOR_CACHE", str(tmp_path / "cache"))
     tool = load_tool()
-    readme, img, grid, out = tmp_path / "README.md", tmp_path / "img", tmp_path / "scenes_grid.png", tmp_path / "out"
-    readme.write_text(README)
+    readme, img, grid, out = tmp_path / "results.md", tmp_path / "img", tmp_path / "scenes_grid.png", tmp_path / "out"
+    gallery = tmp_path / "gallery.md"
+    readme.write_text(PAGE)
+    gallery.write_text(GALLERY)
     img.mkdir()
     (img / "a_figure_no_longer_made.png").write_bytes(b"stale")
-    argv = ["--preset", "smoke", "--out", str(out), "--readme", str(readme), "--img-dir", str(img),
+    argv = ["--preset", "smoke", "--out", str(out), "--page", str(readme), "--gallery", str(gallery), "--img-dir", str(img),
             "--scenes-grid", str(grid), "--", "--conditions", "none,ape", "--no-progress",
             "--set", "train.epochs=1", "--set", "data.train_size=128", "--set", "data.val_size=64"]  # fmt: skip
     assert tool.main(argv) == 0
@@ -71,12 +89,20 @@ def test_update_docs_regenerates_the_block_and_the_figures_from_the_run(tmp_path
     assert text.endswith("<!-- results:end -->\n\nHand-written notes after the block.\n")
     assert "| old | table |" not in text
     assert "`peanchor reproduce --preset smoke --conditions none,ape --no-progress --set train.epochs=1" in text
-    # exactly the run's figures, linked relative to the README
+    # exactly the run's figures, in the gallery, linked relative to it, with the report's titles and captions
     made = sorted(p.name for p in (out / "figures").glob("*.png"))
     assert sorted(p.name for p in img.glob("*.png")) == made and made
+    shown = gallery.read_text()
+    assert shown.startswith("# Gallery\n\n<!-- figures:begin (generated by") and "img/old.png" not in shown
+    report = (out / "report.md").read_text()
     for name in made:
         assert (img / name).read_bytes() == (out / "figures" / name).read_bytes()
-        assert f"](img/{name})" in text
+        assert f"](img/{name})" in shown and f"](img/{name})" not in text
+        title = re.search(rf"!\[Figure (\d+): ([^\]]+)\]\(figures/{re.escape(name)}\)", report)
+        assert title is not None
+        assert f"## {title.group(2)}\n\n![{title.group(2)}](img/{name})\n\n" in shown
+        caption = re.search(rf"^\*Figure {title.group(1)}\. (.*)\* \(\[PDF\]", report, re.M)
+        assert caption is not None and f"](img/{name})\n\n{caption.group(1)}\n" in shown
     assert grid.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the table holds results.json's numbers
     results = json.loads((out / "results.json").read_text())
@@ -93,6 +119,6 @@ def test_update_docs_regenerates_the_block_and_the_figures_from_the_run(tmp_path
     for claim in check_claims(read_results(out)):
         if claim.replicates is not None:
             assert f"- {claim.statement} {claim.evidence}." in text.split("<!-- results:end")[0]
-    # a second run reuses everything and gives the same README, byte for byte
+    # a second run reuses everything and gives the same pages, byte for byte
     assert tool.main(argv) == 0
-    assert readme.read_text() == text
+    assert readme.read_text() == text and gallery.read_text() == shown

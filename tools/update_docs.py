@@ -1,8 +1,8 @@
-"""Regenerate everything the README shows of the default run, from that run.
+"""Regenerate everything the docs show of the default run, from that run.
 
 ::
 
-    python tools/update_docs.py          # peanchor reproduce (the cpu preset: minutes), then the README and docs/img
+    python tools/update_docs.py          # peanchor reproduce (the cpu preset: minutes), then the docs' pages and img
 
 Steps (each from files the run wrote, never by hand):
 
@@ -12,10 +12,13 @@ Steps (each from files the run wrote, never by hand):
    run no longer makes is removed, so the folder holds exactly the current run's figures.
 3. When the run is on the built-in ``scenes`` data, ``docs/img/scenes_grid.png`` (its sample grid, shown in
    docs/scenes.md) is drawn again from the generator.
-4. The README's results block, between ``<!-- results:begin`` and ``<!-- results:end -->``, is rewritten from
-   ``OUT/results.json``: the command and its wall time, the shifts, one row per condition (the report's numbers:
-   mean ± std over seeds), which of the paper's claims replicate (the report's checks) and every figure. Text
-   outside the markers is left alone.
+4. The results block of ``docs/results.md`` (the docs' page "The default run"), between ``<!-- results:begin`` and
+   ``<!-- results:end -->``, is rewritten from ``OUT/results.json``: the command and its wall time, the shifts, one
+   row per condition (the report's numbers: mean ± std over seeds) and which of the paper's claims replicate (the
+   report's checks).
+5. The figures block of ``docs/gallery.md``, between ``<!-- figures:begin`` and ``<!-- figures:end -->``, is
+   rewritten: every figure of step 2 with the report's title and caption. Text outside the markers of either page
+   is left alone.
 
 ``tests/test_update_docs.py`` runs it on the smoke preset into temporary copies.
 """
@@ -32,12 +35,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- results:begin"
 END = "<!-- results:end -->"
+FIGURES_BEGIN = "<!-- figures:begin"
+FIGURES_END = "<!-- figures:end -->"
 _BLOCK = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
-_FIGURE = re.compile(r"!\[Figure \d+: (?P<title>[^\]]*)\]\(figures/(?P<stem>[^)/]+)\.png\)")
+_FIGURES_BLOCK = re.compile(re.escape(FIGURES_BEGIN) + r".*?" + re.escape(FIGURES_END), re.S)
+# a figure of report.md: its image line, a blank line, then its caption line (peanchor.report.markdown)
+_FIGURE = re.compile(r"!\[Figure \d+: (?P<title>[^\]]*)\]\(figures/(?P<stem>[^)/]+)\.png\)\n\n"
+                     r"\*Figure \d+\. (?P<caption>.*)\* \(\[PDF\]")
 
 
 class UpdateError(Exception):
-    """A problem the user can fix (a README without markers, a run without results): one line."""
+    """A problem the user can fix (a page without markers, a run without results): one line."""
 
 
 def _duration(seconds: float | None) -> str:
@@ -52,8 +60,8 @@ def _describe(spec: dict) -> str:
     return f"{spec.get('kind', '?')}(" + ", ".join(f"{k}={v}" for k, v in spec.items() if k != "kind") + ")"
 
 
-def results_block(out: Path, readme: Path, img_dir: Path, command: str, cores: int | None) -> str:
-    """The README's results block for the run in ``out`` (figures linked relative to the README)."""
+def results_block(out: Path, command: str, cores: int | None) -> str:
+    """The results block for the run in ``out``: the command, its time, the shifts, the table and the claims."""
     from peanchor.conditions import label
     from peanchor.report.summary import metric_getters, models_by_condition, shift_keys, summarise
     from peanchor.results import read_results
@@ -89,14 +97,24 @@ def results_block(out: Path, readme: Path, img_dir: Path, command: str, cores: i
         train = summarise([m.train.seconds for m in models])
         lines.append("| " + " | ".join([label(condition), str(len(models)), *cells,
                                         _duration(train.mean if train.n else None)]) + " |")  # fmt: skip
-    lines += ["", *claims_lines(results)]
-    titles = {m["stem"]: m["title"] for m in _FIGURE.finditer((out / "report.md").read_text())} \
-        if (out / "report.md").exists() else {}  # fmt: skip
-    lines.append("")
-    for png in sorted(img_dir.glob("*.png"), key=lambda p: (list(titles).index(p.stem) if p.stem in titles else 99, p.stem)):
-        rel = Path(os.path.relpath(png, readme.parent)).as_posix()
-        lines += [f"![{titles.get(png.stem, png.stem)}]({rel})", ""]
-    lines.append(END)
+    lines += ["", *claims_lines(results), END]
+    return "\n".join(lines)
+
+
+def figures_block(out: Path, page: Path, img_dir: Path) -> str:
+    """The gallery's block: every figure in ``img_dir`` (linked relative to ``page``), in the report's order, with
+    the report's title and caption."""
+    report = out / "report.md"
+    found = {m["stem"]: (m["title"], m["caption"]) for m in _FIGURE.finditer(report.read_text())} \
+        if report.exists() else {}  # fmt: skip
+    order = list(found)
+    lines = [f"{FIGURES_BEGIN} (generated by `python tools/update_docs.py` from {out.as_posix()}/report.md and its "
+             "figures; edit the tool, not this block) -->", ""]  # fmt: skip
+    for png in sorted(img_dir.glob("*.png"), key=lambda p: (order.index(p.stem) if p.stem in found else 99, p.stem)):
+        title, caption = found.get(png.stem, (png.stem, ""))
+        rel = Path(os.path.relpath(png, page.parent)).as_posix()
+        lines += [f"## {title}", "", f"![{title}]({rel})", ""] + ([caption, ""] if caption else [])
+    lines.append(FIGURES_END)
     return "\n".join(lines)
 
 
@@ -136,18 +154,19 @@ def copy_figures(out: Path, img_dir: Path) -> list[Path]:
     return copied
 
 
-def _check_markers(readme: Path) -> str:
-    text = readme.read_text(encoding="utf-8")
-    if len(_BLOCK.findall(text)) != 1:
-        raise UpdateError(f"{readme} needs exactly one results block between '{BEGIN} ... -->' and '{END}'")
+def _check_markers(page: Path, block: re.Pattern[str] = _BLOCK) -> str:
+    text = page.read_text(encoding="utf-8")
+    if len(block.findall(text)) != 1:
+        begin, end = (BEGIN, END) if block is _BLOCK else (FIGURES_BEGIN, FIGURES_END)
+        raise UpdateError(f"{page} needs exactly one block between '{begin} ... -->' and '{end}'")
     return text
 
 
-def replace_block(readme: Path, block: str) -> None:
-    """Put ``block`` in the place of the README's results block; the rest of the file is kept byte for byte."""
+def replace_block(page: Path, block: str, pattern: re.Pattern[str] = _BLOCK) -> None:
+    """Put ``block`` in the place of the page's block of that pattern; the rest of the file is kept byte for byte."""
     from peanchor import fileio
 
-    fileio.write_text(readme, _BLOCK.sub(lambda _: block, _check_markers(readme)))
+    fileio.write_text(page, pattern.sub(lambda _: block, _check_markers(page, pattern)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="tools/update_docs.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="cpu", help="the preset of the run (default: cpu, the default run)")
     p.add_argument("--out", type=Path, help="the run's directory (default: runs/reproduce-PRESET)")
-    p.add_argument("--readme", type=Path, default=ROOT / "README.md", help="the README to update")
+    p.add_argument("--page", type=Path, default=ROOT / "docs" / "results.md",
+                   help="the page whose results block to rewrite (default: docs/results.md)")  # fmt: skip
+    p.add_argument("--gallery", type=Path, default=ROOT / "docs" / "gallery.md",
+                   help="the page whose figures block to rewrite (default: docs/gallery.md)")  # fmt: skip
     p.add_argument("--img-dir", type=Path, help="where the figures go (default: docs/img/reproduce-PRESET)")
     p.add_argument("--scenes-grid", type=Path, default=ROOT / "docs" / "img" / "scenes_grid.png",
                    help="the scenes sample grid to redraw when the run is on scenes")  # fmt: skip
@@ -171,15 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     img_dir = args.img_dir or ROOT / "docs" / "img" / f"reproduce-{args.preset}"
     command = " ".join(["peanchor", "reproduce", "--preset", args.preset, *extra])
     try:
-        if not args.readme.is_file():
-            raise UpdateError(f"{args.readme} does not exist")
-        _check_markers(args.readme)  # before the long run, not after it
+        for page, pattern in ((args.page, _BLOCK), (args.gallery, _FIGURES_BLOCK)):
+            if not page.is_file():
+                raise UpdateError(f"{page} does not exist")
+            _check_markers(page, pattern)  # before the long run, not after it
         if not args.no_run:
             from peanchor.cli import main as peanchor
 
             code = peanchor(["reproduce", "--preset", args.preset, "--out", str(out), *extra])
             if code != 0:
-                raise UpdateError(f"peanchor reproduce exited with {code}; the README and docs/img are unchanged")
+                raise UpdateError(f"peanchor reproduce exited with {code}; the pages and docs/img are unchanged")
         copy_figures(out, img_dir)
         from peanchor.results import read_results
 
@@ -188,11 +211,12 @@ def main(argv: list[str] | None = None) -> int:
 
             save_sample_grid(args.scenes_grid)
         cores = None if args.no_run else os.cpu_count()
-        replace_block(args.readme, results_block(out, args.readme, img_dir, command, cores))
+        replace_block(args.page, results_block(out, command, cores))
+        replace_block(args.gallery, figures_block(out, args.gallery, img_dir), _FIGURES_BLOCK)
     except (UpdateError, PeanchorError) as e:
         print(f"update_docs: error: {e}", file=sys.stderr)
         return 1
-    print(f"updated {args.readme} and {img_dir} from {out}")
+    print(f"updated {args.page}, {args.gallery} and {img_dir} from {out}")
     return 0
 
 

@@ -22,8 +22,8 @@ are transformers' own (tests/test_hf_models.py checks this on small random confi
 no classification head (``Dinov2Model``, ``CLIPVisionModel``, ...) returns its pooled features from ``forward``
 and says ``has_head = False``; :func:`peanchor.api.analyze` then reports no accuracy for it.
 
-Imports: torch, transformers (lazily); :mod:`peanchor.models.interface`, :mod:`peanchor.interventions`,
-:mod:`peanchor.errors`.
+Imports: torch, transformers (lazily); :mod:`peanchor.adapters` (hf_hooks), :mod:`peanchor.models.interface`,
+:mod:`peanchor.interventions`, :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ import torch
 from torch import Tensor, nn
 
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
-from peanchor.interventions import NO_INTERVENTION, Intervention, permute_tokens
+from peanchor.adapters.hf_hooks import edited_rope, edited_table, rope_planes, site_hooks, table_of
+from peanchor.interventions import BLOCK_SITES, NO_INTERVENTION, HookPoints, Intervention, permute_tokens
+from peanchor.interventions.edit import check_grid
 from peanchor.models.interface import AnalysisInterface, AttentionSink, Intermediates
 
 __all__ = ["HFViT", "SUPPORTED_CLASSES", "is_transformers_model", "load_hf_model"]
@@ -63,6 +65,7 @@ class Family:
     interpolate_kwarg: bool  # whether forward takes ``interpolate_pos_encoding``
     extra_prefix: int  # prefix tokens besides the registers (CLS, distillation)
     norm_stats: tuple[tuple[float, ...], tuple[float, ...]]  # the mean/std its published checkpoints' processors use
+    out_proj: str = "o_proj"  # the attention's output projection, which receives the merged heads
 
 
 _VIT = dict(layers="layers", norm="layernorm_before", attention="attention", patch="embeddings.patch_embeddings",
@@ -71,7 +74,8 @@ _DINO2 = dict(layers="encoder.layer", norm="norm1", attention="attention", patch
               table=("embeddings", "position_embeddings"), rope=None, interpolate_kwarg=False, extra_prefix=1,
               norm_stats=IMAGENET)  # fmt: skip
 _TOWER = dict(layers="encoder.layers", norm="layer_norm1", attention="self_attn", patch="embeddings.patch_embedding",
-              table=("embeddings.position_embedding", "weight"), rope=None, interpolate_kwarg=True)  # fmt: skip
+              table=("embeddings.position_embedding", "weight"), rope=None, interpolate_kwarg=True,
+              out_proj="out_proj")  # fmt: skip
 FAMILIES = {
     "vit": Family("vit", extra_prefix=1, norm_stats=HALF, **_VIT),  # type: ignore[arg-type]
     "deit": Family("deit", extra_prefix=2, norm_stats=IMAGENET, **_VIT),  # type: ignore[arg-type]
@@ -232,6 +236,21 @@ class HFViT(AnalysisInterface, nn.Module):
         name = type(self.model).__name__
         return f"class={name}, pe={self.pe_name}, grid={self.grid}, depth={self.depth}, prefix={self.num_prefix}"
 
+    @property
+    def hook_points(self) -> HookPoints:
+        points = {f"blocks.{{k}}.{site}" for site in BLOCK_SITES}
+        planes: tuple = ()
+        if self.family.table is not None and not self._interpolate:
+            points |= {"pe.table", "input.grid"}
+        if self.family.rope is not None:
+            rope = _attr(self._backbone, self.family.rope)
+            cos, sin = rope(torch.zeros(1, 3, *self._img_size, device=rope.inv_freq.device))  # (N, hd) each
+            points.add("rope.tables")
+            planes = rope_planes(cos, sin, self.grid, rope.inv_freq)
+        heads = int(self._backbone.config.num_attention_heads)
+        return HookPoints(f"hf:{self.family.name}", frozenset(points), self.depth, heads, self.grid, self._prefix,
+                          planes)  # fmt: skip
+
     # ---- interventions, as hooks and swaps undone after the pass ----------------------------
 
     @contextmanager
@@ -324,17 +343,33 @@ class HFViT(AnalysisInterface, nn.Module):
         """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`), through the
         model's own forward with hooks."""
         count = self._layer_count(layers, head)
-        if tuple(images.shape[-2:]) != self._img_size:
+        run = self._bind(images, intervention)  # None: the plain pass
+        if run is None and tuple(images.shape[-2:]) != self._img_size:
             raise ValueError(
                 f"images are {images.shape[-2]}x{images.shape[-1]} px but this wrapper analyses "
                 f"{self._img_size[0]}x{self._img_size[1]} px (HFViT(model, img_size=...) sets it)"
             )
+        if run is not None:
+            check_grid(images, run.grid, self._patch)
         probes: list[Tensor] = []
         kwargs = {"interpolate_pos_encoding": True} if self._interpolate and self.family.interpolate_kwarg else {}
+        table = run is not None and run.acts_at("pe.table")
         out = None
         with ExitStack() as stack:
             stack.enter_context(self._permuted(intervention.token_perm))
-            stack.enter_context(self._scaled(float(intervention.pe_scale)))
+            if table:
+                assert run is not None and self.family.table is not None
+                owner, key = _attr(self._backbone, self.family.table[0]), self.family.table[1]
+                rows = table_of(getattr(owner, key), self.num_patches, self.grid, float(intervention.pe_scale))
+                stack.enter_context(edited_table(self._backbone.embeddings, run.table(rows)))
+                kwargs = {"interpolate_pos_encoding": True} if self.family.interpolate_kwarg else {}
+            else:
+                stack.enter_context(self._scaled(float(intervention.pe_scale)))
+            if run is not None and run.acts_at("rope.tables"):
+                stack.enter_context(edited_rope(_attr(self._backbone, self.family.rope or ""), self._layers, run))
+            if run is not None:
+                stack.enter_context(site_hooks(self._layers, self.family.attention, self.family.out_proj, run,
+                                               run.hooks.num_heads))  # fmt: skip
             stack.enter_context(self._probes(probes, count, stop=not head))
             stack.enter_context(self._attention(attention))
             try:

@@ -34,12 +34,13 @@ Supported families (exact classes, so subclasses with their own forward are refu
 timm is imported lazily: this module imports without it, and every entry point raises
 ``PeanchorError("timm is not installed: ...")`` when it is missing.
 
-Imports: torch, timm (lazily); :mod:`peanchor.adapters` (timm_rope, timm_attention), :mod:`peanchor.models.interface`,
+Imports: torch, timm (lazily); :mod:`peanchor.adapters` (timm_rope, timm_attention, timm_hooks), :mod:`peanchor.models.interface`,
 :mod:`peanchor.interventions`, :mod:`peanchor.weights`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
@@ -55,7 +56,10 @@ from torch import Tensor, nn
 from peanchor.adapters.timm_attention import attention_modules, capture_attention
 from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
-from peanchor.interventions import NO_INTERVENTION, Intervention, permute_tokens
+from peanchor.adapters.timm_hooks import block_sites, join_rope, rope_planes, site_hooks, split_rope
+from peanchor.interventions import NO_INTERVENTION, EditPass, HookPoints, Intervention, PETable, RopeTables
+from peanchor.interventions.edit import check_grid
+from peanchor.interventions import permute_tokens
 from peanchor.models.interface import AttentionSink, Intermediates, AnalysisInterface
 from peanchor.weights import load_strict, read_state_dict as read_weights_file
 
@@ -243,11 +247,21 @@ class TimmViT(AnalysisInterface, nn.Module):
     def _probe_norm(self, index: int) -> nn.Module:
         return getattr(self.model.blocks[index], self._probe_attr[index])
 
-    def _embed_patches(self, images: Tensor) -> Tensor:
-        x = self.model.patch_embed(images)
+    def _embed_patches(self, images: Tensor, grid: tuple[int, int] | None = None) -> Tensor:
+        grid = grid or self.grid
+        embed = self.model.patch_embed
+        if grid != self.grid:  # pe_resample: timm's patch embedding takes the other size for this pass
+            check_grid(images, grid, embed.patch_size)
+            strict, embed.strict_img_size = embed.strict_img_size, False
+            try:
+                x = embed(images)
+            finally:
+                embed.strict_img_size = strict
+        else:
+            x = embed(images)
         if x.dim() == 4:  # dynamic_img_size models emit (B, H, W, D) and flatten after the PE
             b, h, w, d = x.shape
-            if (h, w) != self.grid:
+            if (h, w) != grid:
                 raise ValueError(
                     f"images give a {h}x{w} patch grid but the model's grid is {self.grid[0]}x{self.grid[1]}; "
                     f"resize the images to {self.img_size[0]}x{self.img_size[1]}"
@@ -275,6 +289,29 @@ class TimmViT(AnalysisInterface, nn.Module):
             x = torch.cat(prefix + [x], dim=1) if prefix else x
             x = x + pos  # the table has rows for the prefix tokens too
         return m.pos_drop(x)  # (B, P + N, D)
+
+    def _add_prefix_and_table(self, x: Tensor, run: EditPass, alpha: float) -> Tensor:
+        """:meth:`_add_prefix_and_ape` with the table edited by ``run`` (the same sums, in one place)."""
+        m = self.model
+        prefix = [t.expand(x.shape[0], -1, -1) for t in (m.cls_token, m.reg_token) if t is not None]
+        pos = m.pos_embed if alpha == 1.0 else m.pos_embed * alpha  # (1, [P +] N, D)
+        p = pos.shape[1] - self.num_patches
+        table = run.table(PETable(pos[:, :p] if p else None, pos[:, p:], self.grid))
+        return m.pos_drop(table.added_to(torch.cat(prefix + [x], dim=1) if prefix else x))  # (B, P + N, D)
+
+    @property
+    def hook_points(self) -> HookPoints:
+        m = self.model
+        points = {f"blocks.{{k}}.{site}" for site in block_sites(m.blocks)}
+        rope = self._rope(1.0)
+        planes = ()
+        if m.pos_embed is not None:
+            points |= {"pe.table"} | ({"input.grid"} if rope is None else set())
+        if rope is not None:
+            points.add("rope.tables")
+            planes = rope_planes(m.rope, rope, self.grid, mixed=bool(getattr(m, "rope_mixed", False)))
+        heads = int(getattr(m.blocks[0], "attn", m.blocks[0]).num_heads)
+        return HookPoints(self.pe_name, frozenset(points), self.depth, heads, self.grid, self.num_prefix, planes)
 
     def _rope(self, alpha: float) -> Tensor | None:
         """The rotary table Eva hands its blocks, with angles × α (exactly timm's own at α = 1)."""
@@ -324,22 +361,32 @@ class TimmViT(AnalysisInterface, nn.Module):
         modules."""
         count = self._layer_count(layers, head)
         m = self.model
-        x = self._embed_patches(images)  # (B, N, D)
+        run = self._bind(images, intervention)  # None: the plain pass
+        x = self._embed_patches(images, run.grid if run is not None else None)  # (B, N, D)
         if intervention.token_perm is not None:
             x = permute_tokens(x, intervention.token_perm)  # content moves, slots (and their PE) stay
-        x = self._add_prefix_and_ape(x, intervention.pe_scale)  # (B, P + N, D)
+        if run is not None and run.acts_at("pe.table"):
+            x = self._add_prefix_and_table(x, run, intervention.pe_scale)
+        else:
+            x = self._add_prefix_and_ape(x, intervention.pe_scale)  # (B, P + N, D)
         if self.family == "vit":
             x = m.patch_drop(x)
         elif m.patch_drop is not None:
             x, _ = m.patch_drop(x)
-        if x.shape[1] != self.num_prefix + self.num_patches:
+        n = run.grid[0] * run.grid[1] if run is not None else self.num_patches
+        if x.shape[1] != self.num_prefix + n:
             raise ValueError("patch dropout removed tokens (training mode): call .eval() before the analysis")
         x = m.norm_pre(x)
         rope = self._rope(intervention.pe_scale)  # (N, 2hd), (depth, H, N, 2hd) for mixed, or None
         per_block = bool(getattr(m, "rope_mixed", False)) and rope is not None
+        if run is not None and run.acts_at("rope.tables"):
+            assert rope is not None  # rope.tables is a hook point of a model with a rope only
+            rope = join_rope(run.rope(RopeTables(*split_rope(rope), run.hooks.planes)))  # (L|1, H|1, N, 2hd)
+            per_block = True
         probes: list[Tensor] = []
         weights = capture_attention(self._attention or [], attention)  # timm's eager path while a sink listens
-        with self._capture_probes(probes, count), weights:
+        sites = site_hooks(m.blocks, run, run.hooks.num_heads) if run is not None else contextlib.nullcontext()
+        with self._capture_probes(probes, count), weights, sites:
             for i, block in enumerate(m.blocks):
                 if not head and i == count - 1:
                     self._probe_norm(i)(x)  # the last probe needs no attention/MLP; the hook records it
@@ -347,9 +394,11 @@ class TimmViT(AnalysisInterface, nn.Module):
                 if self.family == "vit":
                     x = block(x)
                 else:
-                    x = block(x, rope=rope[i] if per_block else rope)
+                    x = block(x, rope=rope[i if rope.shape[0] > 1 else 0] if per_block else rope)
                 if len(probes) != min(i + 1, count):
                     raise RuntimeError(f"block {i} ran its probe norm {len(probes) - i} times; expected once")
+                if run is not None and run.acts_on_block("residual", i):
+                    x = run.block("residual", i, x)
         tokens = torch.stack(probes, dim=1) if probes else None  # (B, L, N, D)
         logits = m.forward_head(m.norm(x)) if head else None  # (B, C)
         if logits is not None and self.logit_subset is not None:

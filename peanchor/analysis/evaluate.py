@@ -41,7 +41,8 @@ anything. An adapter around a foreign model (a timm or transformers ViT) is ther
 is an :class:`peanchor.results.AnalysisResult` (written as analysis.json by :func:`peanchor.results.write_analysis`).
 
 Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes), :mod:`peanchor.lenses`, :mod:`peanchor.metrics`,
-:mod:`peanchor.results`, :mod:`peanchor.bars`, :mod:`peanchor.devices`.
+:mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits), :mod:`peanchor.bars`,
+:mod:`peanchor.devices`.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from peanchor.devices import resolve_device
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.passes import PassRunner, PassSpec, is_scalable
 from peanchor.errors import ConfigError, DataError
+from peanchor.interventions import Intervention
 from peanchor.lenses import LENSES, Lens, LensContext, LensFailure
 from peanchor.lenses.ssdc import mean_and_std
 from peanchor.metrics import fragility_score
@@ -209,7 +211,7 @@ def evaluate_model(
                           show=progress, leave=False) as bar:  # fmt: skip
             runner = PassRunner(
                 model, evalset, info.mean, info.std, sets=sets, batch_size=batch_size, device=dev, seed=seed,
-                lenses=lenses, bar=bar,
+                lenses=lenses, bar=bar, edits=Intervention.parse(applied.interventions).edits,
             )  # fmt: skip
             for spec in passes:
                 bar.set_postfix_str(spec.label, refresh=False)
@@ -301,7 +303,7 @@ def measure_lenses(
                           unit="batch", show=progress, leave=False) as bar:  # fmt: skip
             runner = PassRunner(model, evalset, info.mean, info.std, sets={"clean": evalset.images},
                                 batch_size=applied.batch_size, device=dev, seed=applied.seed, lenses=lenses, bar=bar,
-                                eager_attention=eager)  # fmt: skip
+                                edits=Intervention.parse(applied.interventions).edits, eager_attention=eager)  # fmt: skip
             for spec in (clean, *rpi):
                 runner.run(spec)
     finally:

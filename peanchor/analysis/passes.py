@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.shifts import Shift
-from peanchor.interventions import Intervention, random_permutation
+from peanchor.interventions import Edit, Intervention, fitted_edits, random_permutation
 from peanchor.lenses import Lens, LensBatch, LensFailure
 
 __all__ = ["PassResult", "PassRunner", "PassSpec", "Probes", "is_scalable"]
@@ -88,6 +88,7 @@ class PassRunner:
         seed: int,
         lenses: Mapping[str, Lens],
         bar: Any,
+        edits: tuple[Edit, ...] = (),
         eager_attention: bool = False,
     ) -> None:
         from peanchor.data import normalize
@@ -108,6 +109,7 @@ class PassRunner:
         self._on_device: dict[str, Tensor] = {}
         self.first_layers = min(2, int(model.depth))
         self.num_patches = int(model.grid[0]) * int(model.grid[1])
+        self.edits = fitted_edits(edits, model, lambda: (x for _, x in self._batches(self._images("clean"))))
 
     def _images(self, key: str) -> Tensor:
         """The set for ``key``; on CUDA moved to the device once, if it fits comfortably."""
@@ -161,7 +163,7 @@ class PassRunner:
                     perm = random_permutation(self.num_patches, generator=generator).to(self.device)  # (N,)
                 # Accuracy and the lenses from the same pass; attention weights are reduced block by block as the model
                 # hands them out; ΔSSDC needs layers 0 and 1 only ("first2": the pass stops after block 1's norm).
-                out = model.forward_intermediates(x, Intervention(perm, spec.alpha), layers=layers,
+                out = model.forward_intermediates(x, Intervention(perm, spec.alpha, self.edits), layers=layers,
                                                   head=spec.probes != "first2",
                                                   attention=sink if readers or (self.eager_attention and
                                                                                 spec.probes == "all") else None)  # fmt: skip
@@ -192,7 +194,8 @@ class PassRunner:
         """
         for start, x in self._batches(images):
             perm = random_permutation(self.num_patches, batch=x.shape[0], generator=generator).to(self.device)  # (B, N)
-            tokens = self.model.forward_intermediates(x, Intervention(perm, alpha), head=False).tokens  # (B, L, N, D)
+            run = Intervention(perm, alpha, self.edits)
+            tokens = self.model.forward_intermediates(x, run, head=False).tokens  # (B, L, N, D)
             batch = LensBatch(tokens, start, perm)
             for n, lens, state in lenses:
                 self._guard(n, lens, lens.update, state, batch)

@@ -18,7 +18,7 @@ test (:func:`peanchor.study.pipeline.reusable`). ``analysis.json`` records the p
 :meth:`AnalysisPlan.to_dict`.
 
 Imports: :mod:`peanchor.analysis` (shifts, shift_specs), :mod:`peanchor.lenses` (their names),
-:mod:`peanchor.metrics` (the probe's defaults),
+:mod:`peanchor.metrics` (the probe's defaults), :mod:`peanchor.interventions` (the edit specs, lazily),
 :mod:`peanchor.results` (the file record), :mod:`peanchor.training` (``--set`` item parsing, lazily).
 """
 
@@ -96,6 +96,7 @@ class AnalysisPlan:
     probe_ridge: float = DEFAULT_RIDGE  # the position probe's λ relative to the mean feature variance
     probe_holdout: float = DEFAULT_HOLDOUT  # the fraction of the images the probe is scored on
     lenses: tuple[str, ...] | None = None  # which lenses are measured ("ssdc" always); None: every registered one
+    interventions: tuple[str, ...] = ()  # edit specs every pass runs under (docs/interventions.md), in order
 
     def __post_init__(self) -> None:
         def store(name: str, value: Any) -> None:
@@ -133,6 +134,23 @@ class AnalysisPlan:
         store("probe_ridge", float(self.probe_ridge))
         store("probe_holdout", float(self.probe_holdout))
         store("lenses", self._lenses(self.lenses))
+        store("interventions", self._interventions(self.interventions))
+
+    @staticmethod
+    def _interventions(specs: Any) -> tuple[str, ...]:
+        """Each edit's spec written out in full (``pe_zero`` → ``pe_zero:prefix=zero``), so that equal edits make
+        equal plans; a bad spec is one line naming the plan key."""
+        from peanchor.interventions import Intervention
+
+        texts = [specs] if isinstance(specs, str) else specs
+        if isinstance(texts, (bytes, Mapping)) or not isinstance(texts, Iterable):
+            raise _fail("interventions", specs, "expected a list of edit specs, e.g. [pe_zero, 'head_ablate:layers=3']")
+        if not all(isinstance(t, str) for t in texts):
+            raise _fail("interventions", specs, "expected edit specs as text (KIND:key=value,...)")
+        try:
+            return tuple(e.spec for e in Intervention.parse(list(texts)).edits)
+        except ConfigError as e:
+            raise ConfigError(f"{SET_PREFIX}interventions: {e}") from None
 
     @staticmethod
     def _alphas(alphas: Any) -> tuple[float, ...]:
@@ -212,6 +230,8 @@ class AnalysisPlan:
         settings = {key: getattr(s, key) for key in SETTINGS_KEYS}
         if s.lenses is None:
             settings["lenses"] = LEGACY_LENSES
+        if s.interventions is None:  # written before the plan recorded its edits: there were none
+            settings["interventions"] = ()
         if s.max_images is None:
             settings["max_images"] = result.source.get("max_images")
         shifts = {name: Shift.from_dict(dict(spec)) for name, spec in result.shifts.items()}

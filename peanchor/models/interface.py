@@ -12,6 +12,10 @@ with ``head=False`` the pass stops right after the last layer it needs. Attentio
 the pass, block by block, to an :data:`AttentionSink`, so that an analysis can reduce them at once instead of
 keeping ``(B, L, H, T, T)``; a model that can do so says ``has_attention_weights``.
 
+Edits (``intervention.edits``: pe_zero, rope_planes, head_ablate, patch, ...) act at the named hook points a model
+declares in :attr:`AnalysisInterface.hook_points` (:mod:`peanchor.interventions.edit`); a model binds them once per
+pass with :meth:`AnalysisInterface._bind`, and a pass without edits is the plain pass, untouched.
+
 This mixin turns that one method into ``forward``, ``spatial_tokens``, ``forward_with_tokens`` and
 ``attention_maps`` (keyword forms of the same pass).
 
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from peanchor.interventions import NO_INTERVENTION, Intervention
+from peanchor.interventions import NO_INTERVENTION, EditPass, HookPoints, Intervention
 
 __all__ = ["AttentionSink", "Intermediates", "AnalysisInterface"]
 
@@ -66,6 +70,23 @@ class AnalysisInterface:
         weights during the pass (see :data:`AttentionSink`).
         """
         raise NotImplementedError
+
+    @property
+    def hook_points(self) -> HookPoints:
+        """The hook points this model implements, with the sizes edits are checked against."""
+        raise NotImplementedError
+
+    def _bind(self, images: Tensor, intervention: Intervention) -> EditPass | None:
+        """The pass's edits checked against :attr:`hook_points` and bound to the donor activations ``patch`` reads
+        (each donor one pass of ``images`` without its tokens); None without edits."""
+        if not intervention.edits:
+            return None
+        hooks = self.hook_points
+        n = hooks.grid[0] * hooks.grid[1]
+        for edit in intervention.edits:
+            if (grid := edit.pass_grid(hooks)) is not None:
+                n = grid[0] * grid[1]
+        return intervention.bind(hooks, lambda iv: self.forward_intermediates(images, iv, layers=0), n, images.device)
 
     def _layer_count(self, layers: int | None, head: bool) -> int:
         """How many layers of tokens a pass returns (``layers``: None means all), checked for every implementation."""

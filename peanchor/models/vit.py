@@ -22,11 +22,25 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.ops import StochasticDepth
 
-from peanchor.interventions import NO_INTERVENTION, Intervention, permute_tokens
+from peanchor.interventions import (
+    BLOCK_SITES,
+    NO_INTERVENTION,
+    EditPass,
+    HookPoints,
+    Intervention,
+    PETable,
+    Plane,
+    RopeTables,
+    permute_tokens,
+)
+from peanchor.interventions.edit import check_grid
 from peanchor.models.args import ViTArgs
 from peanchor.models.interface import AttentionSink, Intermediates, AnalysisInterface
 from peanchor.pe import PEContext, RotaryTables, create_pe
 
+
+#: An edit pass's hook inside a block: ``site(name, x)`` for name in ``attn.heads``, ``attn``, ``mlp``.
+Site = Callable[[str, Tensor], Tensor]
 
 # Attention weights materialised at a time when an analysis asks for them (floats): about 1 MB on the CPU.
 _CPU_WEIGHT_CHUNK = 1 << 18
@@ -51,6 +65,7 @@ class Attention(nn.Module):
         bias: Tensor | None,
         num_prefix: int,
         weights_sink: Callable[[Tensor], None] | None = None,
+        site: Site | None = None,
     ) -> Tensor:
         b, t, d = x.shape
         # One Linear, split into q, k, v in that order, each (heads, head_dim): the paper's layout.
@@ -65,7 +80,10 @@ class Attention(nn.Module):
             )  # (B, H, T, hd)
         else:
             x = self._attention_with_weights(q, k, v, bias, weights_sink)
-        return self.proj_drop(self.proj(x.transpose(1, 2).reshape(b, t, d)))
+        heads = x.transpose(1, 2)  # (B, T, H, hd)
+        if site is not None:
+            heads = site("attn.heads", heads)
+        return self.proj_drop(self.proj(heads.reshape(b, t, d)))
 
 
     def _attention_with_weights(
@@ -131,10 +149,13 @@ class Block(nn.Module):
         bias: Tensor | None,
         num_prefix: int,
         weights_sink: Callable[[Tensor], None] | None = None,
+        site: Site | None = None,
     ) -> tuple[Tensor, Tensor]:
         h = self.norm1(x)  # (B, T, D): what attention sees
-        x = x + self.drop_path(self.attn(h, rope, bias, num_prefix, weights_sink))
-        x = x + self.drop_path(self.mlp(self.norm2(x)))
+        attn = self.attn(h, rope, bias, num_prefix, weights_sink, site)  # (B, T, D)
+        x = x + self.drop_path(attn if site is None else site("attn", attn))
+        mlp = self.mlp(self.norm2(x))  # (B, T, D)
+        x = x + self.drop_path(mlp if site is None else site("mlp", mlp))
         return x, h
 
 
@@ -243,12 +264,18 @@ class VisionTransformer(AnalysisInterface, nn.Module):
         """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`)."""
         count = self._layer_count(layers, head)
         alpha = intervention.pe_scale
+        run = self._bind(images, intervention)  # None: the plain pass
         x = self.patch_embed(images)  # (B, N, D)
+        if run is not None:
+            check_grid(images, run.grid, self.patch_embed.proj.kernel_size)
         if intervention.token_perm is not None:
             x = permute_tokens(x, intervention.token_perm)  # content moves, slots (and their PE) stay
         x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)  # (B, 1 + N, D)
-        x = self.pos_drop(self.pe.add(x, alpha))
-        rope = self.pe.rotary(alpha)
+        if run is not None and run.acts_at("pe.table"):
+            x = self.pos_drop(self._edited_table(run, alpha).added_to(x))
+        else:
+            x = self.pos_drop(self.pe.add(x, alpha))
+        rope = self.pe.rotary(alpha) if run is None or not run.acts_at("rope.tables") else self._edited_rope(run, alpha)
         bias = self.pe.attn_bias(alpha)  # (L|1, H, T, T) or None
         probes: list[Tensor] = []
         for i, block in enumerate(self.blocks):
@@ -261,10 +288,50 @@ class VisionTransformer(AnalysisInterface, nn.Module):
                 bias[i if bias.shape[0] > 1 else 0] if bias is not None else None,
                 self.num_prefix,
                 functools.partial(attention, i) if attention is not None else None,
+                run.at_layer(i) if run is not None else None,
             )
             if i < count:
                 probes.append(h[:, self.num_prefix :])  # (B, N, D)
             x = self.pe.after_block(i, x, alpha)
+            if run is not None and run.acts_on_block("residual", i):
+                x = run.block("residual", i, x)
         tokens = torch.stack(probes, dim=1) if probes else None  # (B, L, N, D)
         logits = self.head(self.head_drop(self.norm(x)[:, 0])) if head else None  # (B, C)
         return Intermediates(logits, tokens)
+
+    # ---- hook points (docs/interventions.md) ------------------------------------------------------
+
+    @property
+    def hook_points(self) -> HookPoints:
+        points = {f"blocks.{{k}}.{site}" for site in BLOCK_SITES}
+        points |= {"pe.table"} if self.pe.has_table else set()
+        points |= {"rope.tables"} if self.pe.has_rotary else set()
+        points |= {"input.grid"} if self.pe.any_grid else set()
+        heads = self.blocks[0].attn.num_heads
+        head_dim = self.patch_embed.proj.out_channels // heads
+        planes = _rope_planes(self.pe.rotary(1.0), head_dim) if self.pe.has_rotary else ()
+        return HookPoints(f"peanchor:{self.pe_name}", frozenset(points), self.depth, heads, self.grid, self.num_prefix,
+                          planes)  # fmt: skip
+
+    def _edited_table(self, run: EditPass, alpha: float) -> PETable:
+        rows = self.pe.table_rows(alpha)
+        assert rows is not None  # pe.table is a hook point only of a PE with a table
+        return run.table(PETable(rows[0], rows[1], self.grid))
+
+    def _edited_rope(self, run: EditPass, alpha: float) -> RotaryTables:
+        positions = run.positions()
+        tables = self.pe.rotary(alpha) if positions is None else self.pe.rotary_at(alpha, *positions)
+        assert tables is not None  # rope.tables is a hook point only of a PE with a rotation
+        edited = run.rope(RopeTables(tables.cos, tables.sin, run.hooks.planes))
+        return RotaryTables(edited.cos, edited.sin, tables.groups)
+
+
+def _rope_planes(tables: RotaryTables | None, head_dim: int) -> tuple[Plane, ...]:
+    """The planes of our rotate-half layout: ``groups`` chunks, channel ``j`` of a chunk paired with ``j + chunk/2``;
+    two groups are axial RoPE (x on the first half of the head, y on the second), one is RoPE-Mixed (no single axis).
+    Our frequencies fall with the index, so index 0 is the fastest plane."""
+    assert tables is not None
+    chunk = head_dim // tables.groups
+    axes = ("x", "y") if tables.groups == 2 else (None,)
+    return tuple(Plane(axis, j, (g * chunk + j, g * chunk + j + chunk // 2))
+                 for g, axis in enumerate(axes) for j in range(chunk // 2))  # fmt: skip

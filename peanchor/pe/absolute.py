@@ -24,6 +24,7 @@ class LearnedAbsolutePE(PositionalEncoding):
 
     anchoring = "indices, by construction; geometry only once training makes the table smooth"
     scalable = True
+    has_table = True
 
     def __init__(self, ctx: PEContext, init_std: float = 1.0) -> None:
         super().__init__(ctx)
@@ -32,6 +33,11 @@ class LearnedAbsolutePE(PositionalEncoding):
 
     def add(self, x: Tensor, alpha: float) -> Tensor:
         return x + alpha * self.table  # (B, P + N, D); alpha scales the CLS row too, as in the paper
+
+    def table_rows(self, alpha: float) -> tuple[Tensor | None, Tensor]:
+        table = alpha * self.table  # (1, P + N, D)
+        p = self.ctx.num_prefix
+        return table[:, :p], table[:, p:]
 
     def extra_repr(self) -> str:
         return f"grid={self.ctx.grid}, init_std={self.init_std}"
@@ -70,6 +76,7 @@ class SinCos2DPE(PositionalEncoding):
 
     anchoring = "indices and grid geometry, by construction (a fixed smooth code)"
     scalable = True
+    has_table = True
 
     def __init__(
         self, ctx: PEContext, cls: Literal["zero", "learned"] = "zero", temperature: float = 10000.0
@@ -87,6 +94,10 @@ class SinCos2DPE(PositionalEncoding):
         p = self.ctx.num_prefix
         prefix = x[:, :p] + alpha * self.cls_pe if self.cls_mode == "learned" else x[:, :p]
         return torch.cat((prefix, x[:, p:] + alpha * self.table), dim=1)  # (B, P + N, D)
+
+    def table_rows(self, alpha: float) -> tuple[Tensor | None, Tensor]:
+        prefix = alpha * self.cls_pe if self.cls_mode == "learned" else None  # (1, P, D): CLS gets nothing by default
+        return prefix, (alpha * self.table)[None]  # (1, N, D)
 
     def extra_repr(self) -> str:
         return f"grid={self.ctx.grid}, cls={self.cls_mode!r}, temperature={self.temperature:g}"

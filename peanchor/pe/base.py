@@ -83,6 +83,11 @@ class PositionalEncoding(nn.Module):
     anchoring: ClassVar[str] = "nothing: the model is permutation-equivariant on patch tokens"
     #: Whether ``alpha`` changes anything for this PE.
     scalable: ClassVar[bool] = False
+    #: Whether it adds a table (:meth:`table_rows`), rotates q/k (:meth:`rotary_at`), and works at any patch grid
+    #: given the positions (the hook points ``pe.table``, ``rope.tables`` and ``input.grid``: docs/interventions.md).
+    has_table: ClassVar[bool] = False
+    has_rotary: ClassVar[bool] = False
+    any_grid: ClassVar[bool] = True
 
     def __init__(self, ctx: PEContext) -> None:
         super().__init__()
@@ -93,6 +98,16 @@ class PositionalEncoding(nn.Module):
         return x
 
     def rotary(self, alpha: float) -> RotaryTables | None:
+        return None
+
+    def table_rows(self, alpha: float) -> tuple[Tensor | None, Tensor] | None:
+        """What :meth:`add` adds, α applied: prefix rows ``(1, p, D)`` (None: none) and patch rows ``(1, N, D)``;
+        None for a PE without a table. ``add`` equals adding these rows (an edit changes them in between)."""
+        return None
+
+    def rotary_at(self, alpha: float, rows: Tensor, cols: Tensor) -> RotaryTables | None:
+        """:meth:`rotary` at other slot coordinates ``(N',)`` each (float, in patches; the trained grid's are the
+        integers). None for a PE without rotation."""
         return None
 
     def attn_bias(self, alpha: float) -> Tensor | None:

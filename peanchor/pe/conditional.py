@@ -54,6 +54,7 @@ class PositionalEncodingGenerator(PositionalEncoding):
         "marks the border; only from the block after the PEG on (the first block is permutation-equivariant)"
     )
     scalable = True
+    any_grid = False  # its conv reshapes the tokens to the trained grid
 
     def __init__(self, ctx: PEContext, block: int = 0, kernel_size: int = 3) -> None:
         super().__init__(ctx)

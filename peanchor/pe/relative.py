@@ -58,6 +58,7 @@ class RelativePositionBias(PositionalEncoding):
 
     anchoring = "relative offsets between slots, by construction (a learned bias per (dy, dx) offset)"
     scalable = True
+    any_grid = False  # its offset index is built for the trained grid
 
     def __init__(self, ctx: PEContext, cls: Literal["zero", "learned"] = "zero", shared: bool = False) -> None:
         super().__init__(ctx)

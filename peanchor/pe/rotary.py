@@ -27,6 +27,7 @@ class AxialRoPE(PositionalEncoding):
 
     anchoring = "relative offsets between slots, by construction (q·k depends on index differences)"
     scalable = True
+    has_rotary = True
 
     def __init__(self, ctx: PEContext, theta: float = 10000.0) -> None:
         super().__init__(ctx)
@@ -34,15 +35,25 @@ class AxialRoPE(PositionalEncoding):
         if hd % 4:
             raise ValueError(f"axial RoPE needs a head dim divisible by 4, got {hd}")
         self.theta = theta
-        quarter = hd // 4
-        freqs = theta ** (-torch.arange(quarter, dtype=torch.float64) / quarter)  # (hd/4,)
         y, x = ctx.positions()
-        ax, ay = x[:, None].double() * freqs, y[:, None].double() * freqs  # (N, hd/4)
-        angles = torch.cat((ax, ax, ay, ay), dim=1).float()  # (N, hd) in the rotate-half layout
-        self.register_buffer("angles", angles, persistent=False)
+        self.register_buffer("angles", self._angles(y, x), persistent=False)  # (N, hd)
+
+    def _angles(self, rows: Tensor, cols: Tensor) -> Tensor:
+        """Angles ``(N, hd)`` in the rotate-half layout for slot coordinates ``(N,)`` each."""
+        quarter = self.ctx.head_dim // 4
+        freqs = self.theta ** (-torch.arange(quarter, dtype=torch.float64) / quarter)  # (hd/4,)
+        ax, ay = cols[:, None].double() * freqs, rows[:, None].double() * freqs  # (N, hd/4)
+        return torch.cat((ax, ax, ay, ay), dim=1).float()  # (N, hd)
 
     def rotary(self, alpha: float) -> RotaryTables:
-        a = self.angles * alpha  # (N, hd)
+        return self._tables(self.angles, alpha)
+
+    def rotary_at(self, alpha: float, rows: Tensor, cols: Tensor) -> RotaryTables:
+        return self._tables(self._angles(rows, cols).to(self.angles.device), alpha)
+
+    @staticmethod
+    def _tables(angles: Tensor, alpha: float) -> RotaryTables:
+        a = angles * alpha  # (N, hd)
         return RotaryTables(a.cos()[None, None], a.sin()[None, None], groups=2)  # (1, 1, N, hd)
 
     def extra_repr(self) -> str:
@@ -60,6 +71,7 @@ class MixedRoPE(PositionalEncoding):
 
     anchoring = "relative offsets between slots, by construction (learned 2D frequencies)"
     scalable = True
+    has_rotary = True
 
     def __init__(self, ctx: PEContext, theta: float = 10.0) -> None:
         super().__init__(ctx)
@@ -76,8 +88,13 @@ class MixedRoPE(PositionalEncoding):
         self.register_buffer("xy", torch.stack((x, y)).float(), persistent=False)  # (2, N)
 
     def rotary(self, alpha: float) -> RotaryTables:
-        fx, fy = self.freqs[0], self.freqs[1]  # (L, H, hd/2)
-        x, y = self.xy[0], self.xy[1]  # (N,)
+        return self._tables(self.xy[0], self.xy[1], alpha)
+
+    def rotary_at(self, alpha: float, rows: Tensor, cols: Tensor) -> RotaryTables:
+        return self._tables(cols.to(self.xy), rows.to(self.xy), alpha)
+
+    def _tables(self, x: Tensor, y: Tensor, alpha: float) -> RotaryTables:
+        fx, fy = self.freqs[0], self.freqs[1]  # (L, H, hd/2); x, y: (N,)
         a = alpha * (x[None, None, :, None] * fx[:, :, None] + y[None, None, :, None] * fy[:, :, None])
         a = torch.cat((a, a), dim=-1)  # (L, H, N, hd)
         return RotaryTables(a.cos(), a.sin(), groups=1)

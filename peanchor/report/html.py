@@ -1,6 +1,10 @@
 """``report.html``: the document as one self-contained page (inline CSS, PNG figures as base64 data URIs, no
 external resources).
 
+The blocks' text is Markdown, the same text ``report.md`` holds; markdown-it-py renders its inline markup (bold,
+emphasis, code, links) wherever it stands, list items and table cells included, and escapes everything else
+(raw HTML in the text is shown, never interpreted).
+
 Imports: :mod:`peanchor.report.document`.
 """
 
@@ -8,7 +12,8 @@ from __future__ import annotations
 
 import base64
 import html
-import re
+
+from markdown_it import MarkdownIt
 
 from peanchor.report.document import Bullets, FigureBlock, Heading, Paragraph, Report, Table
 
@@ -27,10 +32,13 @@ code{background:#f3f3f3;padding:0 .2rem;border-radius:3px}
 """.strip()
 
 
+# CommonMark, with raw HTML switched off: a "<" in a model's name is text.
+_MARKDOWN = MarkdownIt("commonmark", {"html": False})
+
+
 def _inline(text: str) -> str:
-    """Escape for HTML and turn `code` spans into <code>."""
-    escaped = html.escape(text, quote=True)
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+    """One block's Markdown text as HTML: inline markup rendered, everything else escaped."""
+    return _MARKDOWN.renderInline(text)
 
 
 def render_html(report: Report) -> str:

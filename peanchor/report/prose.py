@@ -165,9 +165,7 @@ class _Builder:
         if len(delta) >= 2:
             items.append(f"ΔSSDC is largest for {_c(delta[-1][0])} ({fmt(delta[-1][1])}) and smallest for "
                          f"{_c(delta[0][0])} ({fmt(delta[0][1])}).")  # fmt: skip
-        items += self.alpha_sentences()
-        if finite(self.correlation.rho):
-            items.append(self.correlation_sentence(self.correlation))
+        items += self.alpha_sentences()  # the ΔSSDC–FS correlation is said once, in its own section
         if items:
             self.doc.add(Heading(2, "What the numbers show"), Bullets(items))
 
@@ -431,7 +429,7 @@ class _Builder:
             return
         self.doc.add(Heading(2, "Which of the paper's claims replicate here"), Paragraph(
             "Each claim of the paper, checked against fixed thresholds on the condition means (the thresholds and "
-            "why: docs/study.md). " + self.sample_size_sentence()))
+            "why: docs/study.md)."))
         if yes:
             self.doc.add(Paragraph("Replicates:"), Bullets(yes))
         if no:

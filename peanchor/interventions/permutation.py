@@ -1,41 +1,18 @@
-"""Interventions on token order and PE strength, as pure functions.
+"""Token order (RPI) as pure functions: permutations of the patch slots and the reordering of tokens by one.
 
-The model takes them as arguments (``token_perm``, ``pe_scale``); nothing here touches a model.
-Convention: slot ``i`` receives the patch content from position ``perm[i]``, i.e.
+Nothing here touches a model. Convention: slot ``i`` receives the patch content from position ``perm[i]``, i.e.
 ``permuted[:, i] = tokens[:, perm[i]]``. Positional encodings stay attached to the slots, so after a
 permutation the PE describes the slot grid, not where the content came from.
 
-An analysis hands a model both at once as an :class:`Intervention` (``model.forward_intermediates(images,
-Intervention(perm, 0.5))``); the model's convenience methods take them as keywords.
+An analysis hands a model a permutation inside an :class:`~peanchor.interventions.Intervention`.
 
 Imports: torch only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
-
-
-@dataclass(frozen=True, eq=False)
-class Intervention:
-    """What an analysis changes at inference, and nothing else: the token order (RPI) and the PE scale (α).
-
-    ``token_perm``: ``(N,)`` shared by the batch or ``(B, N)`` per sample; slot ``i`` receives the patch content
-    from position ``token_perm[i]`` (None: tokens in order). ``pe_scale``: α, 1 = the PE as trained, 0 = none.
-
-    >>> Intervention().pe_scale, Intervention(pe_scale=0.5).token_perm is None
-    (1.0, True)
-    """
-
-    token_perm: Tensor | None = None
-    pe_scale: float = 1.0
-
-
-#: Tokens in order, the PE as trained.
-NO_INTERVENTION = Intervention()
 
 
 def random_permutation(

@@ -1,0 +1,92 @@
+"""What one pass changes at inference: :class:`Intervention` (token order, PE scale, edits) and its spec text.
+
+Imports: torch; :mod:`peanchor.interventions` (edit, registry, spec).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from torch import Tensor
+
+from peanchor.interventions.edit import Edit, EditPass, HookPoints
+from peanchor.interventions.kinds.patch import donor_activations
+from peanchor.interventions.registry import edit_from_spec
+from peanchor.interventions.spec import split_edits
+
+__all__ = ["NO_INTERVENTION", "Intervention", "fitted_edits"]
+
+
+@dataclass(frozen=True, eq=False)
+class Intervention:
+    """What an analysis changes at inference, and nothing else: the token order (RPI), the PE scale (α) and the
+    edits at the model's hook points (docs/interventions.md), applied in order.
+
+    ``token_perm``: ``(N,)`` shared by the batch or ``(B, N)`` per sample; slot ``i`` receives the patch content
+    from position ``token_perm[i]`` (None: tokens in order). ``pe_scale``: α, 1 = the PE as trained, 0 = none.
+
+    >>> Intervention().pe_scale, Intervention(pe_scale=0.5).token_perm is None, Intervention().edits
+    (1.0, True, ())
+    >>> " + ".join(e.spec for e in Intervention.parse("pe_zero+pe_shuffle:seed=3").edits)
+    'pe_zero:prefix=zero + pe_shuffle:seed=3'
+    """
+
+    token_perm: Tensor | None = None
+    pe_scale: float = 1.0
+    edits: tuple[Edit, ...] = ()
+
+    @classmethod
+    def parse(
+        cls, spec: str | Iterable[str], *, token_perm: Tensor | None = None, pe_scale: float = 1.0
+    ) -> Intervention:
+        """The intervention a spec describes: ``kind:key=value,...``, several joined with ``+`` or given as a list
+        (the CLI's repeated ``--intervention``). An unknown kind or key, or a bad value, is one ConfigError line."""
+        texts = [spec] if isinstance(spec, str) else list(spec)
+        edits = tuple(edit_from_spec(part) for text in texts for part in split_edits(text))
+        return cls(token_perm, pe_scale, edits)
+
+    def with_edits(self, *edits: Edit) -> Intervention:
+        """This intervention with ``edits`` appended."""
+        return replace(self, edits=self.edits + edits)
+
+    def bind(self, hooks: HookPoints, run: Callable[[Intervention], object], n: int, device: Any) -> EditPass | None:
+        """This pass's edits checked against a model's ``hooks`` and bound to their donor activations; None without
+        edits (the model then runs its plain pass). ``run(intervention)`` is one pass of the same images on the same
+        model (for the donors of ``patch``); ``n`` is the number of patch slots."""
+        if not self.edits:
+            return None
+        for edit in self.edits:
+            edit.check(hooks)
+
+        def donor_pass(perm: Tensor | None, edits: tuple[Edit, ...]) -> None:
+            run(Intervention(perm, self.pe_scale, edits))
+
+        donors = donor_activations(self.edits, self.token_perm, n, device, donor_pass)
+        return EditPass(self.edits, hooks, donors)
+
+    @property
+    def spec(self) -> str:
+        """The edits as spec text (``+``-joined; empty without edits)."""
+        return "+".join(e.spec for e in self.edits)
+
+
+#: Tokens in order, the PE as trained.
+NO_INTERVENTION = Intervention()
+
+
+def fitted_edits(edits: Iterable[Edit], model: Any, batches: Callable[[], Iterable[Tensor]]) -> tuple[Edit, ...]:
+    """``edits`` made ready for an analysis of ``model`` and checked against its hook points: a mean ablation
+    (``head_ablate:value=mean``) gets its means over ``batches()`` (normalised images) under the plain pass."""
+    from peanchor.interventions.kinds.head_ablate import HeadAblate
+
+    ready = tuple(
+        e.fit_means(model, batches()) if isinstance(e, HeadAblate) and e.value == "mean" and e.means is None else e
+        for e in edits
+    )
+    if ready:
+        hooks = model.hook_points
+        for edit in ready:
+            edit.check(hooks)
+    return ready

@@ -1,0 +1,66 @@
+"""Edit kind name → class: :func:`register_intervention` and the reading of a spec into an edit.
+
+A thin decorator over a dict, with a live :func:`names` (a kind registered later, by a researcher's own module, is
+listed at once). ``peanchor/interventions/kinds/`` holds one module per kind; importing
+:mod:`peanchor.interventions` imports them all.
+
+Imports: :mod:`peanchor.interventions` (edit, spec).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import TypeVar
+
+from peanchor.errors import ConfigError
+from peanchor.interventions.edit import Edit
+from peanchor.interventions.spec import split_spec
+
+__all__ = ["INTERVENTIONS", "edit_from_spec", "names", "register_intervention"]
+
+#: kind → its class (a frozen dataclass subclassing :class:`~peanchor.interventions.edit.Edit`).
+INTERVENTIONS: dict[str, type[Edit]] = {}
+
+K = TypeVar("K", bound=type[Edit])
+
+
+def register_intervention(cls: K) -> K:
+    """Register an edit kind under ``cls.kind``; a name registered twice is an error."""
+    if cls.kind in INTERVENTIONS:
+        raise ValueError(f"intervention kind {cls.kind!r} is registered twice")
+    INTERVENTIONS[cls.kind] = cls
+    return cls
+
+
+def names() -> tuple[str, ...]:
+    """Every registered kind, in registration order (live)."""
+    return tuple(INTERVENTIONS)
+
+
+def parameters(cls: type[Edit]) -> dict[str, str]:
+    """A kind's spec parameters → their rules in words."""
+    return {f.name: f.metadata["rule"] for f in fields(cls) if "reader" in f.metadata}  # type: ignore[arg-type]
+
+
+def edit_from_spec(text: str) -> Edit:
+    """One edit from its spec, ``kind:key=value,...``; an unknown kind, key or bad value is one ConfigError line."""
+    kind, values = split_spec(text)
+    cls = INTERVENTIONS.get(kind)
+    if cls is None:
+        raise ConfigError(f"unknown intervention {kind!r}; valid: {', '.join(names())}")
+    known = {f.name: f for f in fields(cls) if "reader" in f.metadata}  # type: ignore[arg-type]
+    args = {}
+    for key, value in values.items():
+        f = known.get(key)
+        if f is None:
+            valid = ", ".join(known) or "none"
+            raise ConfigError(f"intervention {kind} has no parameter {key!r}; valid: {valid}")
+        try:
+            args[key] = f.metadata["reader"](value)
+        except ValueError as e:
+            raise ConfigError(f"{kind}:{key}={value}: {e}") from None
+    try:
+        return cls(**args)
+    except ValueError as e:  # checks across parameters, in the kind's __post_init__
+        raise ConfigError(f"{text}: {e}") from None
+
