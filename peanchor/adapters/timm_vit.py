@@ -25,8 +25,7 @@ Supported families (exact classes, so subclasses with their own forward are refu
 * ``timm.models.vision_transformer.VisionTransformer``: learned ``pos_embed`` or
   ``pos_embed='none'``, with or without CLS, register tokens, ``no_embed_class`` either way,
   pre-norm ``Block`` or ``ParallelScalingBlock``;
-* ``timm.models.deit.VisionTransformerDistilled`` (DeiT distilled): two prefix tokens, CLS and
-  distillation, and a learned table with rows for both; its logits are timm's mean of the two heads;
+* ``timm.models.deit.VisionTransformerDistilled`` (DeiT distilled): CLS and distillation tokens, timm's mean head;
 * ``timm.models.eva.Eva`` (EVA, EVA02, the ``*_rope_*`` ViTs, DINOv3): APE, axial RoPE
   (``RotaryEmbeddingCat``), mixed RoPE (``RotaryEmbeddingMixed``), DINOv3 RoPE, pre-norm
   ``EvaBlock``.
@@ -133,7 +132,6 @@ class TimmViT(AnalysisInterface, nn.Module):
         from timm.models.eva import Eva, EvaBlock
         from timm.models.vision_transformer import Block, ParallelScalingBlock, VisionTransformer
 
-        # A distilled DeiT is a VisionTransformer whose _pos_embed puts the distillation token after CLS.
         families = {VisionTransformer: "vit", VisionTransformerDistilled: "vit", Eva: "eva"}
         family = families.get(type(model))
         if family is None:
@@ -141,9 +139,8 @@ class TimmViT(AnalysisInterface, nn.Module):
                 f"timm model class {type(model).__module__}.{type(model).__name__} is not supported; "
                 f"supported: {'; '.join(SUPPORTED_FAMILIES)}"
             )
-        if getattr(model, "dist_token", None) is not None and getattr(model, "reg_token", None) is not None:
-            raise ConfigError("a distilled timm ViT with register tokens is not supported (timm's own forward "
-                              "leaves the register tokens out)")  # fmt: skip
+        if getattr(model, "dist_token", None) is not None and model.reg_token is not None:  # timm's forward drops them
+            raise ConfigError("a distilled timm ViT with register tokens is not supported")
         # The norm whose output each block's attention sees (the SSDC probe point), per block class.
         probe_norms: dict[type, str] = (
             {Block: "norm1", ParallelScalingBlock: "in_norm"} if family == "vit" else {EvaBlock: "norm1"}
@@ -273,8 +270,8 @@ class TimmViT(AnalysisInterface, nn.Module):
         """timm's ``_pos_embed`` order (CLS, the distillation token or registers, then patches), with the table
         scaled by α."""
         m = self.model
-        tokens = (m.cls_token, getattr(m, "dist_token", None), m.reg_token)
-        prefix = [t.expand(x.shape[0], -1, -1) for t in tokens if t is not None]
+        prefix = [t.expand(x.shape[0], -1, -1) for t in (m.cls_token, getattr(m, "dist_token", None), m.reg_token)
+                  if t is not None]  # fmt: skip
         pos = m.pos_embed  # (1, [P +] N, D) or None
         if pos is not None and alpha != 1.0:
             pos = pos * alpha
