@@ -16,7 +16,7 @@ Scores are NaN, and ``source["accuracy"]`` says why.
 
 Imports: torch; :mod:`peanchor.analysis`, :mod:`peanchor.adapters` (lazily), :mod:`peanchor.models`,
 :mod:`peanchor.data` (lazily), :mod:`peanchor.results`, :mod:`peanchor.presets` (a preset's shifts),
-:mod:`peanchor.errors`.
+:mod:`peanchor.lenses` (their names), :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -33,7 +33,8 @@ from torch import Tensor, nn
 from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
-from peanchor.analysis.plan import LENS_NAMES, AnalysisPlan, Metric, SSDCMode, resolve_plan
+from peanchor.analysis.plan import AnalysisPlan, Metric, SSDCMode, resolve_plan
+from peanchor.lenses import LENS_NAMES
 from peanchor.analysis.shifts import Shift
 from peanchor.errors import ConfigError, DataError
 from peanchor.models.interface import AnalysisInterface
@@ -42,8 +43,8 @@ from peanchor.results import AnalysisResult
 
 __all__ = ["LENSES", "AnalysisPlan", "analyze", "match_classes", "run_analysis", "wrap_model"]
 
-#: The lenses an analysis can report (the plan's names); SSDC is always measured (ΔSSDC and the α sweep are made
-#: of it).
+#: The lenses an analysis can report (the registry's names, a live view: plug-ins too); SSDC is always measured
+#: (ΔSSDC and the α sweep are made of it).
 LENSES = LENS_NAMES
 NO_HEAD = "none: the model has no classification head (accuracy and FS are NaN)"
 NO_LABELS = "none: no labels were given (accuracy and FS are NaN)"
@@ -245,6 +246,7 @@ def analyze(
     rpi_draws: int | None = None,
     lenses: Iterable[str] | None = None,
     interventions: Iterable[str] | None = None,
+    lens_options: Mapping[str, Mapping[str, Any]] | None = None,
     seed: int | None = None,
     ssdc_mode: SSDCMode | None = None,
     metric: Metric | None = None,
@@ -282,6 +284,8 @@ def analyze(
             and held-out fraction 0.5, all of :data:`LENSES` (``"ssdc"`` among them) reported, no edits
             (``interventions``: edit specs such as ``"rope_planes:freqs=0-3"``, docs/interventions.md; every pass,
             RPI and the α sweep included, runs under all of them).
+        lens_options: each lens's options, ``{lens: {option: value}}`` (``{"ssdc": {"bootstrap": 200}}``), as
+            ``--set analysis.lenses.<lens>.<option>=value`` sets them; over ``plan``'s, option by option.
         plan: a whole :class:`~peanchor.analysis.plan.AnalysisPlan` (e.g. ``AnalysisPlan.from_result`` of an
             earlier analysis), its shifts set for these images' size; not with ``preset``.
         device, progress: where to run (None: a GPU when there is one) and progress bars (None: only on a terminal).
@@ -330,7 +334,8 @@ def analyze(
     given = {"alphas": alphas, "rpi_draws": rpi_draws, "seed": seed, "ssdc_mode": ssdc_mode, "metric": metric,
              "bootstrap": bootstrap, "severities": severities, "batch_size": batch_size, "max_images": max_images,
              "probe_ridge": probe_ridge, "probe_holdout": probe_holdout, "lenses": lenses,
-             "interventions": list(interventions) if interventions is not None else None}  # fmt: skip
+             "interventions": list(interventions) if interventions is not None else None,
+             "lens_options": lens_options}  # fmt: skip
     size = evalset.img_size
     resolved = resolve_plan(
         size, defaults=plan, preset_shifts=preset_shifts(preset, size), given=given,

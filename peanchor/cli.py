@@ -6,8 +6,13 @@ User errors (:class:`~peanchor.errors.PeanchorError`) become one line on stderr 
 exit; ``--debug`` shows their traceback too. A run stopped by SIGTERM/SIGINT after saving its state
 (:class:`~peanchor.interrupts.Interrupted`) exits with 128 + the signal number: 143 or 130.
 
-Imports: :mod:`peanchor.errors`, :mod:`peanchor.interrupts` and the :mod:`peanchor.commands` modules (which
-import the rest lazily).
+Plug-ins: every command takes ``--plugin MODULE`` (repeatable), and ``PEANCHOR_PLUGINS`` names more
+(comma-separated); they are imported before the parser is built, so that their PEs, shift kinds, lenses and presets
+are in the help, the choices and the errors as the built-ins are (:mod:`peanchor.registry`; installed plug-ins come
+through entry points by themselves).
+
+Imports: :mod:`peanchor.errors`, :mod:`peanchor.interrupts`, :mod:`peanchor.registry` and the
+:mod:`peanchor.commands` modules (which import the rest lazily).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import NoReturn
 from peanchor import __version__
 from peanchor.errors import PeanchorError
 from peanchor.interrupts import Interrupted
+from peanchor.registry import PLUGINS_ENV, load_plugins, plugins_from_env
 
 COMMANDS = ("train", "analyze", "reproduce", "report", "data", "import_")
 
@@ -35,6 +41,37 @@ class _Parser(argparse.ArgumentParser):
 
 def _one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> str:
     return f"peanchor: warning: {message}\n"
+
+
+PLUGIN_HELP = (f"import MODULE first, a plug-in that registers PEs, shift kinds, lenses or presets (repeatable; "
+               f"{PLUGINS_ENV}=MOD1,MOD2 does the same; installed plug-ins load by themselves)")
+
+
+def plugin_modules(argv: Sequence[str]) -> list[str]:
+    """The ``--plugin MODULE`` / ``--plugin=MODULE`` values of ``argv`` (before a ``--``), in order.
+
+    >>> plugin_modules(["analyze", "RUN", "--plugin", "my_lab.shifts", "--plugin=my_lab.lenses"])
+    ['my_lab.shifts', 'my_lab.lenses']
+    """
+    modules = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--plugin" and i + 1 < len(argv):
+            modules.append(argv[i + 1])
+        elif arg.startswith("--plugin="):
+            modules.append(arg.partition("=")[2])
+    return modules
+
+
+def _add_plugin_flag(parser: argparse.ArgumentParser, top: bool) -> None:
+    """``--plugin`` on ``parser`` and on every sub-command below it (read by :func:`plugin_modules`)."""
+    parser.add_argument("--plugin", action="append", metavar="MODULE", help=PLUGIN_HELP,
+                        **({"default": []} if top else {"default": argparse.SUPPRESS}))  # fmt: skip
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                _add_plugin_flag(sub, top=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue  # a command still being written; the others stay usable
         module.add_parser(sub)
+    _add_plugin_flag(parser, top=True)
     return parser
 
 
@@ -69,6 +107,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    try:  # before the parser: the plug-ins' names are in its choices and help
+        load_plugins(plugins_from_env(), origin=PLUGINS_ENV)
+        load_plugins(plugin_modules(argv))
+    except PeanchorError as e:
+        if "--debug" in argv:
+            raise
+        print(f"peanchor: error: {e}", file=sys.stderr)
+        return e.exit_code
     parser = build_parser()
     # argparse exits 2 with its own one-line message for bad flags; keep that behaviour.
     args = parser.parse_args(argv)

@@ -1,5 +1,6 @@
 """Every preset in one place: the training config it starts from, its analysis defaults, and the shifts its
-models are measured under. The CLI's ``--preset`` choices and help come from :data:`PRESETS`.
+models are measured under. The CLI's ``--preset`` choices and help come from :data:`PRESETS`, a
+:class:`peanchor.registry.Registry` (plug-ins add presets with :func:`register_preset`).
 
 A run's config is resolved in layers, the later one winning::
 
@@ -13,8 +14,9 @@ Launch examples::
     peanchor reproduce --preset cpu --seeds 3              # every condition, trained, analysed and reported
 
 Imports: :mod:`peanchor.training.config` (the config dataclasses and ``--set``), :mod:`peanchor.conditions` (the
-paper's shifts). The config dataclasses are imported inside the functions that build configs (importing
-:mod:`peanchor.data` imports torch), so that building the command line from :data:`PRESETS` stays fast.
+paper's shifts), :mod:`peanchor.registry`. The config dataclasses are imported inside the functions that build
+configs (importing :mod:`peanchor.data` imports torch), so that building the command line from :data:`PRESETS` stays
+fast.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from peanchor.conditions import PAPER
-from peanchor.errors import ConfigError
+from peanchor.registry import NamesView, Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from peanchor.training.config import TrainConfig
@@ -38,6 +40,7 @@ __all__ = [
     "preset_config",
     "named_dataset",
     "preset_shifts",
+    "register_preset",
     "resolve_config",
 ]
 
@@ -148,26 +151,31 @@ _CPU_PE_KWARGS: dict[str, dict[str, Any]] = {"ape": {"init_std": 0.2}}
 # draw. cpu takes 5 points of the paper's grid (1.0, 0.9, ..., 0.1). RPI draws one permutation per forward call, so
 # the batch size sets how many permutations SSDC under RPI averages over: 20 per draw for cpu (2000 / 100), about
 # 20 for paper (5000 / 256), 8 for smoke.
-PRESETS: dict[str, Preset] = {
-    p.name: p
-    for p in (
-        Preset("smoke", "seconds, a sanity check", _smoke, {"alphas": (1.0, 0.5, 0.0), "batch_size": 25},
-               _CIFAR_C_SEVERITY_3, parallel_cells=False),  # one cell takes a second: worker start-up would dominate
-        Preset("cpu", "32 px scenes on 2 CPU cores (the default)", _cpu,
-               {"alphas": (1.0, 0.8, 0.6, 0.4, 0.2), "rpi_draws": 2, "batch_size": 100, "severities": True},
-               _CPU_SHIFTS, pe_kwargs=_CPU_PE_KWARGS),
-        Preset("paper", "ImageNet-100 as in the paper", _paper,
-               {"alphas": (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)}, PAPER.shifts, seeds=4),
-    )
-}  # fmt: skip
-PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
+PRESETS: Registry[Preset] = Registry("preset", "peanchor.presets")
+for _preset in (
+    Preset("smoke", "seconds, a sanity check", _smoke, {"alphas": (1.0, 0.5, 0.0), "batch_size": 25},
+           _CIFAR_C_SEVERITY_3, parallel_cells=False),  # one cell takes a second: worker start-up would dominate
+    Preset("cpu", "32 px scenes on 2 CPU cores (the default)", _cpu,
+           {"alphas": (1.0, 0.8, 0.6, 0.4, 0.2), "rpi_draws": 2, "batch_size": 100, "severities": True},
+           _CPU_SHIFTS, pe_kwargs=_CPU_PE_KWARGS),
+    Preset("paper", "ImageNet-100 as in the paper", _paper,
+           {"alphas": (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)}, PAPER.shifts, seeds=4),
+):  # fmt: skip
+    PRESETS.register(_preset)
+#: The preset names, built-ins and plug-ins (entry-point group ``peanchor.presets``); a live view.
+PRESET_NAMES = NamesView(PRESETS)
+
+
+def register_preset(preset: Preset) -> Preset:
+    """Add a preset of one's own (a plug-in module calls this; the name must be new)."""
+    if not isinstance(preset, Preset):
+        raise TypeError(f"register_preset takes a Preset, got {preset!r}")
+    return PRESETS.register(preset)
 
 
 def get_preset(name: str) -> Preset:
     """The preset called ``name``, or a :class:`ConfigError` listing the valid ones."""
-    if name not in PRESETS:
-        raise ConfigError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
-    return PRESETS[name]
+    return PRESETS.lookup(name)
 
 
 def preset_config(name: str) -> TrainConfig:

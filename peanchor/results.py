@@ -143,8 +143,7 @@ class ModelInfo:
 
 @dataclass(kw_only=True)
 class AnalysisSettings:
-    """How an analysis was made: the settings of its :class:`peanchor.analysis.plan.AnalysisPlan` (its shifts are
-    the result's ``shifts`` and ``shift_sources``), what a reused analysis must agree with."""
+    """How an analysis was made: its :class:`~peanchor.analysis.plan.AnalysisPlan`'s settings, shifts aside."""
 
     alphas: list[float]
     rpi_draws: int
@@ -161,6 +160,7 @@ class AnalysisSettings:
     max_images: int | None = _optional()  # the evaluation subset's size (None: every image)
     lenses: list[str] | None = _optional()  # the lenses measured (absent in files written before: the three of then)
     interventions: list[str] | None = _optional()  # the edits every pass ran under (absent in files before: none)
+    lens_options: dict[str, dict[str, Any]] | None = _optional()  # lens → option → value: a lens's own options
 
 
 @dataclass(kw_only=True)

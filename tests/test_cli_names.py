@@ -22,7 +22,7 @@ def test_the_names_are_the_registries() -> None:
     from peanchor.models import MODEL_SIZES
     from peanchor.pe import PE_NAMES
 
-    assert pe_names() == PE_NAMES and model_names() == tuple(MODEL_SIZES) and dataset_names() == tuple(DATASETS)
+    assert pe_names() == tuple(PE_NAMES) and model_names() == tuple(MODEL_SIZES) and dataset_names() == tuple(DATASETS)
 
 
 def test_did_you_mean_picks_the_closest_or_nothing() -> None:
@@ -69,8 +69,6 @@ def test_a_key_given_with_set_keeps_its_name_and_gets_a_suggestion(tmp_path, cap
 
 
 def test_the_help_texts_name_every_registered_lens(monkeypatch, capsys) -> None:
-    import types
-
     from peanchor.cli import build_parser
     from peanchor.lenses import LENSES
 
@@ -84,7 +82,8 @@ def test_the_help_texts_name_every_registered_lens(monkeypatch, capsys) -> None:
     for name, lens in LENSES.items():
         assert lens.title in analyze and f"({name})" in analyze and lens.title in reproduce
     assert f"analysis.lenses=[{','.join(LENSES)}]" in analyze.replace(" ", "") and "effective rank" in overview
-    monkeypatch.setitem(LENSES, "token_norm", types.SimpleNamespace(title="token norm"))  # a lens registered later
+    token_norm = type("TokenNorm", (LENSES["effective_rank"],), {"name": "token_norm", "title": "token norm"})
+    monkeypatch.setitem(LENSES, "token_norm", token_norm)  # a lens registered later, gone after the test
     overview, analyze, reproduce = (" ".join(h.split()) for h in helps())
     assert "effective rank (effective_rank), token norm (token_norm)" in analyze
     assert "effective rank and token norm" in reproduce and "effective rank and token norm" in overview

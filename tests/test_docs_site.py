@@ -59,7 +59,7 @@ def test_the_readme_is_a_landing_page():
     assert "https://arxiv.org/abs/2606.00124" in README  # the paper
     assert "](docs/index.md)" in README  # the docs
     assert re.search(r"^pip install -e \.", README, re.M)  # install from a clone
-    assert re.search(r"^peanchor reproduce\b", README, re.M)  # the main job
+    assert re.search(r"^pip install -e \. && peanchor reproduce\b", README, re.M)  # installs, then the main job
     assert len(re.findall(r"^!\[", README, re.M)) == 1  # one figure
     assert "mkdocs build" in README.split("## Development")[1]  # the docs' build command
     # passages that used to be said twice are now said once, in the docs

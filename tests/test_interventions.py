@@ -98,8 +98,15 @@ def test_a_kind_registered_later_is_listed_at_once() -> None:
     register_intervention(Nothing)
     try:
         assert "nothing_at_all" in names() and isinstance(Intervention.parse("nothing_at_all").edits[0], Nothing)
+        register_intervention(Nothing)  # the same class again: nothing changes (an entry point may name it too)
+
+        @dataclass(frozen=True)
+        class Other(Edit):
+            kind = "nothing_at_all"
+            summary = "another kind of the same name"
+
         with pytest.raises(ValueError, match="registered twice"):
-            register_intervention(Nothing)
+            register_intervention(Other)
     finally:
         del INTERVENTIONS["nothing_at_all"]
 

@@ -91,7 +91,7 @@ def test_a_mean_ablation_is_fitted_on_the_evaluation_images(data) -> None:
     "interventions, message",
     [
         (["rope_planes"], "rope_planes acts at rope.tables, which peanchor:ape does not have"),
-        (["pe_zreo"], "analysis.interventions: unknown intervention 'pe_zreo'; valid: "),
+        (["pe_zreo"], "analysis.interventions: unknown intervention 'pe_zreo' (did you mean 'pe_zero'?); valid: "),
         (["head_ablate:heads=7"], "head_ablate:heads=7: the model has 2 heads (0-1)"),
     ],
 )

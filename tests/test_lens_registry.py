@@ -124,7 +124,7 @@ def test_the_registry_refuses_what_it_cannot_hold():
     class Twin(TokenNorm):
         name = "ssdc"
 
-    with pytest.raises(TypeError, match="identifier"):
+    with pytest.raises(ConfigError, match="not an identifier"):
         register_lens(Nameless)
     with pytest.raises(ValueError, match="already registered"):
         register_lens(Twin)

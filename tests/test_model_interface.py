@@ -130,10 +130,19 @@ def test_the_checkpoint_stores_the_args_and_rebuilds_them(tmp_path):
         assert torch.equal(a, b)
 
 
-def test_a_model_built_without_create_model_has_no_model_args():
-    from peanchor.models import VisionTransformer
+def test_a_model_is_built_from_its_args_and_carries_them(tmp_path):
+    """``VisionTransformer(args: ViTArgs)``: the arguments are spelled once, in ViTArgs, and the model keeps them, so
+    a model built without create_model saves and loads like any other; anything else is refused in one line."""
+    from peanchor.checkpoint import load_model
+    from peanchor.models import VisionTransformer, ViTArgs
 
-    model = VisionTransformer(num_classes=2, img_size=8, patch_size=4, embed_dim=8, depth=1, num_heads=2)
-    assert getattr(model, "model_args", None) is None
+    args = ViTArgs(name="vit_micro", pe="rope", num_classes=2, img_size=8, patch_size=4, embed_dim=8, depth=1, num_heads=2)
+    model = VisionTransformer(args)
+    assert model.args is args and model.model_args == args.to_dict()
+    loaded = load_model(save_model(model, tmp_path / "m.safetensors"))
+    assert loaded.args == args
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+    with pytest.raises(TypeError, match="takes a ViTArgs"):
+        VisionTransformer(args.to_dict())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="no model_args"):
-        save_model(model, "unused.safetensors")
+        save_model(torch.nn.Linear(2, 2), tmp_path / "unused.safetensors")

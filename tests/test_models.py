@@ -9,6 +9,7 @@ import torch
 
 from peanchor.interventions import inverse_permutation, permute_tokens, random_permutation
 from peanchor.models import MODEL_SIZES, create_model
+from peanchor.models.vit import BlockPass
 from peanchor.pe import PE_NAMES, PE_REGISTRY, PEContext, create_pe
 from peanchor.pe.absolute import sincos_2d
 
@@ -124,8 +125,9 @@ def _unscaled_forward(model: torch.nn.Module, images: torch.Tensor, with_pe: boo
     x = pe.get("add", lambda t: t)(x)
     rope, bias = pe.get("rope"), pe.get("bias")
     for i, block in enumerate(model.blocks):
-        x, _ = block(x, rope.layer(i) if rope is not None else None,
-                     bias[i if bias.shape[0] > 1 else 0] if bias is not None else None, model.num_prefix)  # fmt: skip
+        x, _ = block(x, BlockPass(rope=rope.layer(i) if rope is not None else None,
+                                  bias=bias[i if bias.shape[0] > 1 else 0] if bias is not None else None,
+                                  num_prefix=model.num_prefix))  # fmt: skip
         x = pe.get("after", lambda _i, t: t)(i, x)
     return model.head(model.norm(x)[:, 0])  # (B, C)
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from peanchor.interventions import random_permutation
+from peanchor.models.vit import BlockPass
 from peanchor.pe import PE_REGISTRY, PEContext, create_pe
 from peanchor.pe.relative import relative_offset_index
 
@@ -84,7 +85,7 @@ def test_relbias_attention_scores_depend_only_on_relative_offset(alpha, micro):
         q, k, v = block.attn.qkv(x).view(2, 26, 3, heads, 32 // heads).permute(2, 0, 3, 1, 4)
         att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(32 // heads) + bias[layer], dim=-1)
         ref = block.attn.proj((att @ v).transpose(1, 2).reshape(2, 26, 32))
-        torch.testing.assert_close(block.attn(x, None, bias[layer], 1), ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(block.attn(x, BlockPass(bias=bias[layer])), ref, rtol=1e-5, atol=1e-6)
 
 
 def test_relbias_under_rpi_keeps_the_bias_on_slots(images, micro):

@@ -24,7 +24,7 @@ from peanchor.analysis.shifts import (
     get_kind,
 )
 from peanchor.cli import main
-from peanchor.commands.shared import SHIFT_HELP
+from peanchor.commands.shared import shift_help
 from peanchor.errors import ConfigError
 from peanchor.presets import PRESETS, preset_shifts
 
@@ -48,10 +48,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_help_names_every_kind_and_parameter():
     for kind, params in SHIFT_PARAMS.items():
         main = get_kind(kind).main
-        assert f"{kind}:{main}=" in SHIFT_HELP, kind  # the form --shift needs: the main parameter first
-        assert all(f"{p}=" in SHIFT_HELP for p in params), (kind, params)
-    assert "severity=1..5" in SHIFT_HELP and set(SHIFT_PARAMS) == set(SHIFT_KINDS)
-    assert "blur:sigma=S[,kernel_size=K]" in SHIFT_HELP and "gaussian_noise:sigma=S[,seed=N]" in SHIFT_HELP
+        assert f"{kind}:{main}=" in shift_help(), kind  # the form --shift needs: the main parameter first
+        assert all(f"{p}=" in shift_help() for p in params), (kind, params)
+    assert "severity=1..5" in shift_help() and set(SHIFT_PARAMS) == set(SHIFT_KINDS)
+    assert "blur:sigma=S[,kernel_size=K]" in shift_help() and "gaussian_noise:sigma=S[,seed=N]" in shift_help()
 
 
 @pytest.mark.parametrize("kind", SHIFT_KINDS)

@@ -3,7 +3,9 @@
 An :class:`AnalysisPlan` says what :func:`peanchor.analysis.evaluate.evaluate_model` measures and how: the shifts
 (already :class:`Shift` values resolved for the model's resolution, with where each came from), the α grid, the RPI
 draws, the seed, the batch size, the image subset, the severity sweeps, the SSDC variant, the bootstrap, the
-position probe's settings and the lenses. It is resolved once, by :func:`resolve_plan`, in three layers, the later
+position probe's settings, the lenses and each lens's options (``lens_options``: lens → option → value, set with
+``--set analysis.lenses.<lens>.<option>=...``; the SSDC and probe options keep their older plan fields, which the
+result files record). It is resolved once, by :func:`resolve_plan`, in three layers, the later
 one winning::
 
     defaults (a preset's analysis defaults, or a base plan)  ←  given (command-line flags, Python kwargs)
@@ -17,14 +19,16 @@ test (:func:`peanchor.study.pipeline.reusable`). ``analysis.json`` records the p
 ``shift_sources``, and :meth:`AnalysisPlan.from_result` reads it back; ``OUT/reproduce.json`` records
 :meth:`AnalysisPlan.to_dict`.
 
-Imports: :mod:`peanchor.analysis` (shifts, shift_specs), :mod:`peanchor.lenses` (their names),
-:mod:`peanchor.metrics` (the probe's defaults), :mod:`peanchor.interventions` (the edit specs, lazily),
-:mod:`peanchor.results` (the file record), :mod:`peanchor.training` (``--set`` item parsing, lazily).
+Imports: :mod:`peanchor.analysis` (shifts, shift_specs), :mod:`peanchor.lenses` (their names and options),
+:mod:`peanchor.interventions` (the edit specs, lazily),
+:mod:`peanchor.results` (the file record), :mod:`peanchor.training` (``--set`` item parsing, lazily); pydantic
+(checking a plug-in lens's options) when a plan has some.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,8 +38,10 @@ from typing import Any, Literal, get_args
 from peanchor.analysis.shift_specs import ShiftSpec, measured_shifts, parse_shift_specs, with_shift_specs
 from peanchor.analysis.shifts import Shift
 from peanchor.errors import ConfigError
-from peanchor.lenses import get_lens, lens_names
-from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE
+from peanchor.lenses import LENS_NAMES, get_lens, lens_names
+from peanchor.lenses.base import PLAN_KEY
+from peanchor.lenses.position_probe import PositionProbeOptions
+from peanchor.lenses.ssdc import SSDCOptions
 from peanchor.results import AnalysisResult, AnalysisSettings
 
 __all__ = [
@@ -45,9 +51,8 @@ __all__ = [
 
 # The paper's grid (1.0, 0.9, ..., 0.1) plus α = 0 (no positional information at all).
 DEFAULT_ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))
-#: The built-in lenses (:mod:`peanchor.lenses`); a plan measures every registered lens unless told otherwise, and
-#: SSDC always (ΔSSDC and the α sweep are made of it).
-LENS_NAMES: tuple[str, ...] = lens_names()
+# LENS_NAMES (from peanchor.lenses, a live view): a plan measures every registered lens unless told otherwise,
+# and SSDC always (ΔSSDC and the α sweep are made of it).
 #: The lenses of an analysis.json written before the plan recorded its lenses: the three there were then.
 LEGACY_LENSES: tuple[str, ...] = ("ssdc", "position_probe", "attention_distance")
 SSDCMode = Literal["mean_similarity", "per_image"]
@@ -90,17 +95,25 @@ class AnalysisPlan:
     batch_size: int = 256  # RPI draws a permutation per batch, so SSDC under RPI depends on it
     max_images: int | None = None  # the evaluation set is a deterministic subset of this many (None: all)
     severities: bool = False  # also the severity 1-5 sweep of every measured kind
-    ssdc_mode: SSDCMode = "mean_similarity"
-    metric: Metric = "manhattan"
-    bootstrap: int = 0  # replicates for per-layer confidence intervals (0: none)
-    probe_ridge: float = DEFAULT_RIDGE  # the position probe's λ relative to the mean feature variance
-    probe_holdout: float = DEFAULT_HOLDOUT  # the fraction of the images the probe is scored on
+    # The SSDC and probe options (SSDCOptions, PositionProbeOptions; analysis.lenses.ssdc.mode is ssdc_mode, ...)
+    ssdc_mode: SSDCMode = SSDCOptions.mode
+    metric: Metric = SSDCOptions.metric
+    bootstrap: int = SSDCOptions.bootstrap  # replicates for per-layer confidence intervals (0: none)
+    probe_ridge: float = PositionProbeOptions.ridge  # the position probe's λ relative to the mean feature variance
+    probe_holdout: float = PositionProbeOptions.holdout  # the fraction of the images the probe is scored on
     lenses: tuple[str, ...] | None = None  # which lenses are measured ("ssdc" always); None: every registered one
     interventions: tuple[str, ...] = ()  # edit specs every pass runs under (docs/interventions.md), in order
+    # lens → option → value, for the measured lenses with options of their own (all of them, defaults filled in);
+    # an option that is a plan field above (ssdc.mode) sets that field
+    lens_options: Mapping[str, Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         def store(name: str, value: Any) -> None:
             object.__setattr__(self, name, value)
+
+        own_options, aliased = split_lens_options(self.lens_options)
+        for key, value in aliased.items():
+            store(key, value)
 
         if not isinstance(self.shifts, Mapping) or not self.shifts:
             raise _fail("shifts", self.shifts, "expected at least one shift (accuracy under a shift is part of every "
@@ -135,6 +148,7 @@ class AnalysisPlan:
         store("probe_holdout", float(self.probe_holdout))
         store("lenses", self._lenses(self.lenses))
         store("interventions", self._interventions(self.interventions))
+        store("lens_options", self._lens_options(own_options, self.lenses))
 
     @staticmethod
     def _interventions(specs: Any) -> tuple[str, ...]:
@@ -182,8 +196,30 @@ class AnalysisPlan:
                         "it); list it too")  # fmt: skip
         return tuple(name for name in registered if name in chosen)
 
+    @staticmethod
+    def _lens_options(given: Mapping[str, Mapping[str, Any]], measured: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+        """Every option of every measured lens that has options of its own, checked against its dataclass (the
+        given value or its default); the plan fields' options are not repeated here."""
+        for name in given:
+            if name not in measured:
+                raise _fail(f"lenses.{name}", dict(given[name]), f"lens {name!r} is not measured; measured: "
+                            f"{', '.join(measured)}")  # fmt: skip
+        out: dict[str, dict[str, Any]] = {}
+        for name in measured:
+            options_type = get_lens(name).options_type
+            own = [f for f in dataclasses.fields(options_type) if PLAN_KEY not in f.metadata]
+            if own:
+                values = dict(given.get(name, {}))
+                out[name] = _checked_options(name, options_type, values, [f.name for f in own])
+        return out
+
+    def options(self, lens: str) -> Any:
+        """The typed options of ``lens`` (an instance of its ``options_type``), as this plan sets them."""
+        return get_lens(lens).options_from(self.settings())
+
     def __hash__(self) -> int:
-        return hash((frozenset(self.shifts.items()), *(getattr(self, key) for key in SETTINGS_KEYS)))
+        values = [json.dumps(v, sort_keys=True) if key == "lens_options" else v for key, v in self.settings().items()]
+        return hash((frozenset(self.shifts.items()), *values))
 
     # ---- the plan for one model ------------------------------------------------------------------
     def for_model(self, scalable: bool) -> AnalysisPlan:
@@ -192,13 +228,17 @@ class AnalysisPlan:
 
     def settings(self) -> dict[str, Any]:
         """Every setting but the shifts, by plan key (the values :func:`resolve_plan` takes as ``defaults``)."""
-        return {key: getattr(self, key) for key in SETTINGS_KEYS}
+        values = {key: getattr(self, key) for key in SETTINGS_KEYS}
+        values["lens_options"] = {name: dict(options) for name, options in self.lens_options.items()}
+        return values
 
     # ---- records ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``OUT/reproduce.json``'s ``"analysis"``): shifts as their descriptions, tuples as lists;
         :meth:`from_dict` reads it back exactly."""
         values = {key: list(v) if isinstance(v, tuple) else v for key, v in self.settings().items()}
+        if not values["lens_options"]:
+            del values["lens_options"]  # as analysis.json: absent when no lens has options of its own
         return {"shifts": {name: shift.describe() for name, shift in self.shifts.items()},
                 "shift_sources": dict(self.shift_sources), **values}  # fmt: skip
 
@@ -219,6 +259,7 @@ class AnalysisPlan:
         """What ``analysis.json`` records of the plan (its shifts go to the result's ``shifts`` and
         ``shift_sources``), with the evaluation set's fingerprint and the device it ran on."""
         values = {key: list(v) if isinstance(v, tuple) else v for key, v in self.settings().items()}
+        values["lens_options"] = values["lens_options"] or None  # absent from the file when no lens has options
         return AnalysisSettings(**values, evalset=evalset, device=device)
 
     @classmethod
@@ -240,6 +281,58 @@ class AnalysisPlan:
 
 #: The plan's settings: every field but the shifts (``AnalysisSettings`` records these).
 SETTINGS_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AnalysisPlan))[2:]
+
+
+def split_lens_options(lens_options: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """``lens → option → value`` → (the options of the lenses' own, the plan fields that the other options are:
+    ``{"ssdc": {"mode": "per_image"}}`` sets ``ssdc_mode``). Unknown lenses and options are one line each.
+
+    >>> split_lens_options({"ssdc": {"mode": "per_image"}, "position_probe": {"ridge": 0.1}})
+    ({}, {'ssdc_mode': 'per_image', 'probe_ridge': 0.1})
+    """
+    if lens_options is None:
+        return {}, {}
+    if not isinstance(lens_options, Mapping):
+        raise _fail("lens_options", lens_options, "expected a mapping lens → {option: value}")
+    own: dict[str, dict[str, Any]] = {}
+    aliased: dict[str, Any] = {}
+    for name, options in lens_options.items():
+        options_type = get_lens(name).options_type
+        if dataclasses.is_dataclass(options) and not isinstance(options, type):
+            options = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+        fields = {f.name: f for f in dataclasses.fields(options_type)}
+        if not isinstance(options, Mapping):
+            raise _fail(f"lenses.{name}", options, f"expected a mapping of its options ({', '.join(fields)})")
+        for option, value in options.items():
+            if option not in fields:
+                valid = ", ".join(f"{SET_PREFIX}lenses.{name}.{f}" for f in fields) or "none: it has no options"
+                raise ConfigError(f"unknown option {SET_PREFIX}lenses.{name}.{option}; valid: {valid}")
+            key = fields[option].metadata.get(PLAN_KEY)
+            if key is not None:
+                aliased[key] = value
+            else:
+                own.setdefault(name, {})[option] = value
+    return own, aliased
+
+
+def _checked_options(lens: str, options_type: type, values: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """``values`` (option → value, some of ``names``) checked by pydantic against ``options_type`` in strict JSON
+    mode (as ``train --set`` is), with the defaults filled in; the first error is one line."""
+    if not values:
+        defaults = options_type()
+        return {name: getattr(defaults, name) for name in names}
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        checked = TypeAdapter(options_type).validate_json(json.dumps(values), strict=True)
+    except (ValidationError, TypeError) as e:
+        if isinstance(e, TypeError):  # a value JSON cannot hold
+            raise _fail(f"lenses.{lens}", values, "expected JSON values (numbers, strings, lists)") from None
+        first = e.errors()[0]
+        option = ".".join(str(part) for part in first["loc"]) or "?"
+        raise _fail(f"lenses.{lens}.{option}", values.get(option, first.get("input")),
+                    first["msg"][0].lower() + first["msg"][1:]) from None  # fmt: skip
+    return {name: getattr(checked, name) for name in names}
 
 
 def split_plan_items(items: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -268,11 +361,20 @@ def parse_plan_items(items: Iterable[str]) -> dict[str, Any]:
     for item in items:
         key, value, _ = parse_set_item(item)
         name = key.removeprefix(SET_PREFIX)
-        if key == name or name not in SETTINGS_KEYS:
+        lens, _, option = name.removeprefix("lenses.").partition(".")
+        if name.startswith("lenses.") and lens and option and "." not in option:
+            get_lens(lens)  # an unknown lens is one line listing the registered ones
+            own, aliased = split_lens_options({lens: {option: value}})
+            values.update(aliased)
+            for lens_name, options in own.items():
+                values.setdefault("lens_options", {}).setdefault(lens_name, {}).update(options)
+            continue
+        if key == name or name not in SETTINGS_KEYS or name == "lens_options":
             if name in ("shifts", "shift_sources"):
                 raise ConfigError(f"--set {item!r}: the shifts are chosen with --shift KIND:key=value, not --set")
-            valid = ", ".join(SET_PREFIX + k for k in SETTINGS_KEYS)
-            raise ConfigError(f"--set {item!r}: unknown analysis key {key!r}; valid keys: {valid}")
+            valid = ", ".join(SET_PREFIX + k for k in SETTINGS_KEYS if k != "lens_options")
+            raise ConfigError(f"--set {item!r}: unknown analysis key {key!r}; valid keys: {valid}, and "
+                              f"{SET_PREFIX}lenses.<lens>.<option>")  # fmt: skip
         values[name] = value
     return values
 
@@ -306,13 +408,20 @@ def resolve_plan(
         raise ConfigError("shifts=[]: give at least one shift (accuracy under a shift is part of every analysis)")
     base = defaults if isinstance(defaults, AnalysisPlan) else None
     values: dict[str, Any] = {}
-    for layer in (base.settings() if base is not None else defaults or {}, given or {}):
+    lens_options: dict[str, dict[str, Any]] = {}  # merged option by option, layer by layer
+    set_values = parse_plan_items(set_items)
+    for layer in (base.settings() if base is not None else defaults or {}, given or {}, set_values):
         for key, value in layer.items():
             if key not in SETTINGS_KEYS:
                 raise ConfigError(f"unknown analysis setting {key!r}; valid: {', '.join(SETTINGS_KEYS)}")
-            if value is not None:
+            if key == "lens_options":
+                own, aliased = split_lens_options(value)
+                values.update(aliased)
+                for name, options in own.items():
+                    lens_options.setdefault(name, {}).update(options)
+            elif value is not None or layer is set_values:  # --set analysis.max_images=null means null
                 values[key] = value
-    values.update(parse_plan_items(set_items))
+    values["lens_options"] = lens_options
     if base is not None:
         shifts, sources = with_shift_specs(img_size, base.shifts, base.shift_sources, specs)
     else:

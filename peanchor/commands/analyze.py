@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from peanchor.commands.names import check_flags
-from peanchor.commands.shared import SHIFT_HELP, lens_descriptions, lens_list, lens_names, with_data_items
+from peanchor.commands.shared import lens_descriptions, lens_list, lens_names, lens_options_help, shift_help, with_data_items
 from peanchor.errors import ConfigError
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -62,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                       help="any other dataset key, e.g. --set data.image_column=img --set data.val_size=500, or an "
                       "analysis setting, e.g. --set analysis.rpi_draws=2 or "
                       f"analysis.lenses=[{','.join(lens_names())}] (over the flags below; repeatable; typed like "
-                      "train --set)")  # fmt: skip
+                      f"train --set), or a lens's option: {lens_options_help()}")  # fmt: skip
     ev = p.add_argument_group("evaluation")
     ev.add_argument("--rpi-draws", type=int, metavar="K", help="independent RPI permutation streams (mean ± std; "
                     "default: 1)")  # fmt: skip
@@ -71,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     ev.add_argument("--euclidean", action="store_true", help="Euclidean grid distance (default: Manhattan, the paper's)")
     ev.add_argument("--bootstrap", type=int, metavar="R", help="bootstrap replicates for per-layer SSDC "
                     "confidence intervals over images (default: 0, none)")  # fmt: skip
-    ev.add_argument("--shift", action="append", default=[], metavar="KIND:K=V[,K=V]", help=SHIFT_HELP)
+    ev.add_argument("--shift", action="append", default=[], metavar="KIND:K=V[,K=V]", help=shift_help())
     ev.add_argument("--severities", action="store_true", help="also the severity 1-5 sweep of every measured kind "
                     "(the ImageNet-C-style table for the model's resolution)")  # fmt: skip
     ev.add_argument("--probe-ridge", type=float, metavar="X", help="the position probe's ridge λ relative to the mean "

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from peanchor.commands.names import check_flags
-from peanchor.commands.shared import SHIFT_HELP, lens_list
+from peanchor.commands.shared import lens_list, lens_options_help, shift_help
 from peanchor.conditions import DEFAULT_CONDITIONS
 from peanchor.presets import PRESET_NAMES, PRESETS, preset_help
 
@@ -49,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "so a 0- or 1-based array runs every cell once); the report is written by `peanchor report OUT` "
                    "once every shard is done")
     p.add_argument("--shift", action="append", default=[], metavar="KIND:K=V[,K=V]",
-                   help=SHIFT_HELP + "; changing the shifts analyses every cell again (trained runs are reused)")
+                   help=shift_help() + "; changing the shifts analyses every cell again (trained runs are reused)")
     p.add_argument("--severities", action=argparse.BooleanOptionalAction, default=None,
                    help="measure (or not) the severity 1-5 sweep of every measured kind (the ImageNet-C-style table for "
                    "the preset's resolution; default: the preset's analysis defaults, on for cpu; "
@@ -57,8 +57,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config key for every cell (e.g. optim.lr=3e-4), or for one condition "
                    "with a prefix (e.g. ape:optim.pe_lr_mult=10), or an analysis setting for every cell (e.g. "
-                   "analysis.rpi_draws=2, analysis.alphas=[1,0.5,0]: analyses again, trained runs are reused); "
-                   "repeatable")
+                   "analysis.rpi_draws=2, analysis.alphas=[1,0.5,0]: analyses again, trained runs are reused), or a "
+                   f"lens's option ({lens_options_help()}); repeatable")
     p.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N: for training and analysis")
     p.add_argument("--jobs", default="auto", metavar="N",
                    help="cells trained and analysed at once, each in its own supervised process: on CPU "

@@ -1,41 +1,48 @@
-"""What more than one sub-command uses: the ``--shift`` help text, the lenses' names for the help texts and dataset
-keys set from flags and ``--set``.
+"""What more than one sub-command uses: the ``--shift`` help text (:func:`shift_help`), the lenses' names and
+options for the help texts (:func:`lens_list`, :func:`lens_options_help`), and dataset keys set from flags and
+``--set``.
 
-Imports: :mod:`peanchor.analysis` (the shift registry, light: no torch), :mod:`peanchor.lenses` (the lens
-registry, light too); :mod:`peanchor.training` (the typed ``--set``) when a command runs.
+Imports: :mod:`peanchor.analysis` (the shift registry, light: no torch), :mod:`peanchor.lenses` (the lens registry,
+light too); :mod:`peanchor.training` (the typed ``--set``) when a command runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from peanchor.analysis.shifts.registry import shift_help
+from peanchor.lenses import LENSES
 
-__all__ = ["SHIFT_HELP", "lens_descriptions", "lens_list", "lens_names", "with_data_items"]
+# shift_help(): the --shift help, from the registry (no torch), called when a parser is built, so that the kinds of
+# the plug-ins loaded by then are in it.
+__all__ = ["lens_descriptions", "lens_list", "lens_names", "lens_options_help", "shift_help", "with_data_items"]
 
-# The --shift help of analyze and reproduce, generated from the shift registry (which loads no torch).
-SHIFT_HELP = shift_help()
+
+def lens_options_help() -> str:
+    """``analysis.lenses.ssdc.{mode,metric,bootstrap}, ...``: every registered lens's options (plug-ins too), for
+    the ``--set`` help of ``analyze`` and ``reproduce``."""
+    forms = []
+    for name, lens in LENSES.items():
+        options = [f.name for f in dataclasses.fields(lens.options_type)]
+        if options:
+            forms.append(f"analysis.lenses.{name}.{{{','.join(options)}}}")
+    return ", ".join(forms)
 
 
 def lens_names() -> list[str]:
     """The registered lenses' names (the lens registry loads no torch), in report order."""
-    from peanchor.lenses import LENSES
-
     return list(LENSES)
 
 
 def lens_list() -> str:
     """The registered lenses' titles for a help text: ``SSDC, probe R², attention distance and effective rank``."""
-    from peanchor.lenses import LENSES
-
     titles = [lens.title for lens in LENSES.values()]
     return ", ".join(titles[:-1]) + (" and " if len(titles) > 1 else "") + titles[-1]
 
 
 def lens_descriptions() -> str:
     """Each registered lens in a phrase: its title and, in brackets, its key (``--set analysis.lenses``)."""
-    from peanchor.lenses import LENSES
-
     return ", ".join(f"{lens.title} ({name})" for name, lens in LENSES.items())
 
 

@@ -1,17 +1,30 @@
 """``peanchor train``: train one ViT condition into a resumable run directory.
 
-Imports: :mod:`peanchor.presets` (choices), :mod:`peanchor.commands` (names: the flags checked before torch
-loads); when run, :mod:`peanchor.training` and, with ``--tensorboard``, :mod:`peanchor.tracking`.
+Imports: :mod:`peanchor.presets` (choices), :mod:`peanchor.conditions` and :mod:`peanchor.registry` (the PE names in
+the help, without torch), :mod:`peanchor.commands` (names: the flags checked before torch loads); when run,
+:mod:`peanchor.training` and, with ``--tensorboard``, :mod:`peanchor.tracking`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from peanchor.commands.names import check_flags
+from peanchor.conditions import CONDITIONS
 from peanchor.presets import PRESET_NAMES, preset_help
+from peanchor.registry import entry_point_names
+
+
+def pe_choices() -> list[str]:
+    """The PE names for ``--pe``'s help, without importing torch: the registry's when a plug-in has loaded it
+    already, else the built-ins and the names installed plug-ins declare (``peanchor.pes`` entry points)."""
+    registry = sys.modules.get("peanchor.pe.registry")
+    builtin = dict.fromkeys(c.pe for c in CONDITIONS.values())  # the study's PEs, each in a condition
+    names = list(registry.pe_names()) if registry is not None else [*builtin, "..."]
+    return names + [n for n in entry_point_names("peanchor.pes") if n not in names]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -30,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--data-root", metavar="PATH", help="where the dataset lives")
     p.add_argument("--class-list", metavar="FILE", help="class subset, one WordNet id / class name per line")
     p.add_argument("--model", metavar="NAME", help="model size (vit_micro, vit_tiny, vit_small, vit_paper)")
-    p.add_argument("--pe", metavar="NAME", help="positional encoding (none, ape, sincos, rope, rope_mixed, ...)")
+    p.add_argument("--pe", metavar="NAME", help=f"positional encoding ({', '.join(pe_choices())})")
     p.add_argument(
         "--rpt", action="store_true", default=None, help="random patch-token permutation on every training step"
     )

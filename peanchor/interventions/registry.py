@@ -1,10 +1,10 @@
 """Edit kind name → class: :func:`register_intervention` and the reading of a spec into an edit.
 
-A thin decorator over a dict, with a live :func:`names` (a kind registered later, by a researcher's own module, is
-listed at once). ``peanchor/interventions/kinds/`` holds one module per kind; importing
+The kinds live in a :class:`peanchor.registry.Registry`, with a live :func:`names` (a kind registered later, by a
+researcher's own module or an installed plug-in, is listed at once). ``peanchor/interventions/kinds/`` holds one module per kind; importing
 :mod:`peanchor.interventions` imports them all.
 
-Imports: :mod:`peanchor.interventions` (edit, spec).
+Imports: :mod:`peanchor.interventions` (edit, spec), :mod:`peanchor.registry`.
 """
 
 from __future__ import annotations
@@ -15,26 +15,26 @@ from typing import TypeVar
 from peanchor.errors import ConfigError
 from peanchor.interventions.edit import Edit
 from peanchor.interventions.spec import split_spec
+from peanchor.registry import Registry
 
 __all__ = ["INTERVENTIONS", "edit_from_spec", "names", "register_intervention"]
 
-#: kind → its class (a frozen dataclass subclassing :class:`~peanchor.interventions.edit.Edit`).
-INTERVENTIONS: dict[str, type[Edit]] = {}
+#: kind → its class (a frozen dataclass subclassing :class:`~peanchor.interventions.edit.Edit`): the common plug-in
+#: registry (:mod:`peanchor.registry`), so a kind from a researcher's package is found through the entry-point group
+#: ``peanchor.interventions``, ``--plugin`` or ``PEANCHOR_PLUGINS`` like every other plug-in.
+INTERVENTIONS: Registry[type[Edit]] = Registry("intervention", "peanchor.interventions")
 
 K = TypeVar("K", bound=type[Edit])
 
 
 def register_intervention(cls: K) -> K:
-    """Register an edit kind under ``cls.kind``; a name registered twice is an error."""
-    if cls.kind in INTERVENTIONS:
-        raise ValueError(f"intervention kind {cls.kind!r} is registered twice")
-    INTERVENTIONS[cls.kind] = cls
-    return cls
+    """Register an edit kind under ``cls.kind`` (its spec name); a name registered twice is one line."""
+    return INTERVENTIONS.register(name=cls.kind)(cls)
 
 
 def names() -> tuple[str, ...]:
     """Every registered kind, in registration order (live)."""
-    return tuple(INTERVENTIONS)
+    return INTERVENTIONS.names()
 
 
 def parameters(cls: type[Edit]) -> dict[str, str]:
@@ -45,9 +45,7 @@ def parameters(cls: type[Edit]) -> dict[str, str]:
 def edit_from_spec(text: str) -> Edit:
     """One edit from its spec, ``kind:key=value,...``; an unknown kind, key or bad value is one ConfigError line."""
     kind, values = split_spec(text)
-    cls = INTERVENTIONS.get(kind)
-    if cls is None:
-        raise ConfigError(f"unknown intervention {kind!r}; valid: {', '.join(names())}")
+    cls = INTERVENTIONS.lookup(kind)  # an unknown kind: one line with the valid ones and the closest
     known = {f.name: f for f in fields(cls) if "reader" in f.metadata}  # type: ignore[arg-type]
     args = {}
     for key, value in values.items():

@@ -2,7 +2,8 @@
 tokens in order and under RPI, from the same passes as accuracy (:mod:`peanchor.lenses.base` is the interface).
 Every module here is imported, in name order, so a lens decorated with ``@register_lens`` in a new file of this
 folder is measured, written, logged and reported without editing anything else (docs/ARCHITECTURE.md, "How to add a
-lens"); :data:`LENSES` lists them in report order.
+lens"); :data:`LENSES` (a :class:`peanchor.registry.Registry`, with the plug-ins of the entry-point group
+``peanchor.lenses``) holds them in report order, :data:`LENS_NAMES` is a live view of their names.
 
 The accumulators behind the lenses (:mod:`peanchor.metrics`) and torch are imported when a lens measures, not when
 a record is read: reading result files needs neither.
@@ -21,14 +22,17 @@ from peanchor.lenses.base import (
     LensBatch,
     LensContext,
     LensFailure,
+    NoOptions,
     Row,
     UnknownLensRecord,
+    plan_option,
 )
-from peanchor.lenses.registry import LENSES, get_lens, lens_names, register_lens
+from peanchor.lenses.registry import LENS_NAMES, LENSES, RESERVED, get_lens, lens_names, register_lens
 
 for _module in pkgutil.iter_modules(__path__):  # sorted by name; the registry orders by each lens's `order`
     if _module.name not in ("base", "registry"):
         importlib.import_module(f"{__name__}.{_module.name}")  # registers the lens it defines
 
-__all__ = ["LENSES", "MODES", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext", "LensFailure", "Row", "UnknownLensRecord", "get_lens",
-           "lens_names", "register_lens"]  # fmt: skip
+__all__ = ["LENSES", "LENS_NAMES", "MODES", "RESERVED", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext",
+           "LensFailure", "NoOptions", "Row", "UnknownLensRecord", "get_lens", "lens_names", "plan_option",
+           "register_lens"]  # fmt: skip

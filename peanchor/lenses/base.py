@@ -7,7 +7,9 @@ A lens is one :class:`Lens` subclass in one file of this folder, registered with
 
 * once per analysis it builds the lens on a :class:`LensContext` (the model's patch grid, prefix tokens and depth,
   whether it hands out its attention weights, the number of evaluation images, the analysis plan's settings), if
-  :meth:`Lens.applies` to that context;
+  :meth:`Lens.applies` to that context; the lens reads its own typed options from ``self.options``, an instance of
+  its ``options_type`` dataclass that the plan holds per lens (``--set analysis.lenses.<lens>.<option>=...``;
+  :meth:`Lens.options_from`);
 * per full pass (clean at α = 1, and each RPI draw) it asks for a fresh :meth:`Lens.accumulator` and, after every
   batch's forward, calls :meth:`Lens.update` with a :class:`LensBatch`: the patch tokens each block's attention
   sees, ``(B, L, N, D)``, prefix tokens dropped. A lens that ``reads_attention`` is also handed every block's
@@ -37,7 +39,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from peanchor.fileio import Number
@@ -45,9 +47,8 @@ from peanchor.fileio import Number
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
 
-__all__ = ["MODES", "MODE_LABELS", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext", "LensFailure", "Row",
-           "UnknownLensRecord",
-           "layer_value", "mean_over_draws"]  # fmt: skip
+__all__ = ["MODES", "MODE_LABELS", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext", "LensFailure",
+           "NoOptions", "Row", "UnknownLensRecord", "layer_value", "mean_over_draws", "plan_option"]  # fmt: skip
 
 MODES: tuple[str, str] = ("normal", "rpi")  # tokens in order, and under RPI
 MODE_LABELS = {"normal": "normal", "rpi": "RPI   "}  # as the summary lines print them, aligned
@@ -62,7 +63,29 @@ class LensContext:
     depth: int  # blocks, i.e. layers of tokens
     num_images: int  # in the evaluation set
     has_attention_weights: bool  # whether the model hands out its attention weights during a pass
-    settings: Mapping[str, Any]  # the analysis plan's settings by name (seed, ssdc_mode, probe_ridge, ...)
+    settings: Mapping[str, Any]  # the analysis plan's settings by name (seed, lens_options, ...)
+
+    @property
+    def seed(self) -> int:
+        """The plan's seed (draw ``k`` is seeded ``seed + k``; the probe's split too)."""
+        return int(self.settings.get("seed", 0))
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of a lens that has none."""
+
+
+PLAN_KEY = "plan_key"
+
+
+def plan_option(default: Any, plan_key: str) -> Any:
+    """A lens option that an older analysis plan field also sets (SSDC's ``mode`` is ``analysis.ssdc_mode``): the
+    plan keeps that field, for the files that record it, and the option reads it. Use it as a dataclass field::
+
+        mode: str = plan_option("mean_similarity", "ssdc_mode")
+    """
+    return field(default=default, metadata={PLAN_KEY: plan_key})
 
 
 @dataclass(frozen=True)
@@ -167,10 +190,27 @@ class Lens(ABC):
     reads_attention: ClassVar[bool] = False  # fed the attention weights during each pass (:meth:`attend`)
     rpi: ClassVar[Literal["per_call", "per_image"]] = "per_call"  # its permutations under RPI
     zero_line: ClassVar[bool] = True  # the report's figure marks 0 on its axis
+    options_type: ClassVar[type] = NoOptions  # a frozen dataclass of its options, with their defaults
 
-    def __init__(self, context: LensContext) -> None:
+    def __init__(self, context: LensContext, options: Any = None) -> None:
         self.context = context
+        self.options = options if options is not None else self.options_from(context.settings)
         self.notes: list[str] = []  # what the analysis log and the record's notes should say of this measurement
+
+    @classmethod
+    def options_from(cls, settings: Mapping[str, Any]) -> Any:
+        """Its options from an analysis plan's settings (:meth:`AnalysisPlan.settings
+        <peanchor.analysis.plan.AnalysisPlan.settings>`): each from ``lens_options[name]``, or from the plan field a
+        :func:`plan_option` names; the dataclass's default where neither says."""
+        own = (settings.get("lens_options") or {}).get(cls.name, {})
+        values = {}
+        for f in fields(cls.options_type):
+            key = f.metadata.get(PLAN_KEY)
+            if key is not None and settings.get(key) is not None:
+                values[f.name] = settings[key]
+            elif f.name in own:
+                values[f.name] = own[f.name]
+        return cls.options_type(**values)
 
     # ---- the analysis ------------------------------------------------------------------------------------------
     @classmethod

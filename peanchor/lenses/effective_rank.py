@@ -7,9 +7,10 @@ that are all equal. The lens reports its mean over the evaluation images, per la
 RPI (one permutation per forward call, as SSDC; the mean over RPI draws). An image whose tokens are all zero has no
 effective rank and is left out of its layer's mean.
 
-The singular values are computed in float64 on the CPU and in float32 on a GPU (float64 tokens stay float64).
+The math, and the mean over images, are :mod:`peanchor.metrics.effective_rank`'s, as every lens's is in
+:mod:`peanchor.metrics`.
 
-Imports: :mod:`peanchor.lenses` (base, registry), :mod:`peanchor.fileio`; torch when measuring.
+Imports: :mod:`peanchor.lenses` (base, registry), :mod:`peanchor.fileio`; :mod:`peanchor.metrics` when measuring.
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ from peanchor.lenses.registry import register_lens
 __all__ = ["EffectiveRankLayers", "EffectiveRankLens", "effective_rank"]
 
 
+def effective_rank(tokens: Any) -> Any:
+    """:func:`peanchor.metrics.effective_rank.effective_rank`, the lens's math (imported with torch on first use)."""
+    from peanchor.metrics.effective_rank import effective_rank as of
+
+    return of(tokens)
+
+
 @dataclass(kw_only=True)
 class EffectiveRankLayers:
     """Mean effective rank of one image's patch tokens per layer, with tokens in order and under RPI."""
@@ -32,39 +40,6 @@ class EffectiveRankLayers:
     normal: list[Number]
     rpi: list[Number]  # mean over RPI draws
     max_rank: int  # min(N, D): the most it can be
-
-
-def effective_rank(tokens: Any) -> Any:
-    """``exp`` of the entropy of the normalised singular values of every ``(N, D)`` matrix of ``tokens (..., N, D)``:
-    a tensor of shape ``(...)``, in the tokens' dtype (NaN for an all-zero matrix)."""
-    import torch
-
-    sigma = torch.linalg.svdvals(tokens)  # (..., k), descending, >= 0
-    p = sigma / sigma.sum(dim=-1, keepdim=True)
-    return torch.exp(-torch.special.xlogy(p, p).sum(dim=-1))
-
-
-class _Mean:
-    """The running sum and count per layer of the images' effective ranks."""
-
-    def __init__(self) -> None:
-        self.total: Any = None  # (L,) float64
-        self.count: Any = None  # (L,) int64
-        self.max_rank = 0  # min(N, D) of the tokens seen
-
-    def add(self, values: Any) -> None:  # (B, L)
-        import torch
-
-        valid = torch.isfinite(values)
-        total = torch.where(valid, values, torch.zeros_like(values)).sum(dim=0).to(torch.float64)
-        count = valid.sum(dim=0)
-        self.total = total if self.total is None else self.total + total
-        self.count = count if self.count is None else self.count + count
-
-    def compute(self) -> Any:  # (L,) float64 on the CPU; NaN for a layer without an image
-        if self.total is None:
-            raise ValueError("the effective rank needs at least one batch")
-        return (self.total / self.count).cpu()
 
 
 @register_lens
@@ -82,18 +57,15 @@ class EffectiveRankLens(Lens):
     order = 30
     zero_line = False
 
-    def accumulator(self) -> _Mean:
-        return _Mean()
+    def accumulator(self) -> Any:  # peanchor.metrics.effective_rank.EffectiveRankAccumulator
+        from peanchor.metrics.effective_rank import EffectiveRankAccumulator
 
-    def update(self, state: _Mean, batch: LensBatch) -> None:
-        import torch
+        return EffectiveRankAccumulator()
 
-        tokens = batch.tokens
-        dtype = torch.float64 if tokens.dtype == torch.float64 or tokens.device.type == "cpu" else torch.float32
-        state.add(effective_rank(tokens.to(dtype)))  # (B, L)
-        state.max_rank = min(tokens.shape[-2], tokens.shape[-1])
+    def update(self, state: Any, batch: LensBatch) -> None:
+        state.update(batch.tokens)
 
-    def record(self, normal: _Mean, rpi: Sequence[_Mean]) -> EffectiveRankLayers:
+    def record(self, normal: Any, rpi: Sequence[Any]) -> EffectiveRankLayers:
         return EffectiveRankLayers(normal=normal.compute().tolist(), rpi=mean_over_draws([r.compute() for r in rpi]),
                                    max_rank=normal.max_rank)  # fmt: skip
 

@@ -28,13 +28,21 @@ from peanchor.lenses.base import (
     Row,
     layer_value,
     mean_over_draws,
+    plan_option,
 )
 from peanchor.lenses.registry import register_lens
 
-__all__ = ["PositionProbeLayers", "PositionProbeLens"]
+__all__ = ["PositionProbeLayers", "PositionProbeLens", "PositionProbeOptions"]
 
-_DEFAULT_RIDGE = 1e-3  # peanchor.metrics.position_probe's defaults, for a context without the plan's settings
-_DEFAULT_HOLDOUT = 0.5
+
+@dataclass(frozen=True)
+class PositionProbeOptions:
+    """The probe's settings (``--set analysis.lenses.position_probe.<option>=...``; the plan also keeps them as
+    ``analysis.probe_ridge`` and ``analysis.probe_holdout``). The defaults are
+    :mod:`peanchor.metrics.position_probe`'s (a test keeps them equal)."""
+
+    ridge: float = plan_option(1e-3, "probe_ridge")  # λ relative to the mean feature variance
+    holdout: float = plan_option(0.5, "probe_holdout")  # the fraction of the images the probe is scored on
 
 
 @dataclass(kw_only=True)
@@ -63,14 +71,15 @@ class PositionProbeLens(Lens):
     table_note = "probe R²: held-out, mean of row and column"
     order = 10
     rpi = "per_image"
+    options_type = PositionProbeOptions
+    options: PositionProbeOptions
 
-    def __init__(self, context: LensContext) -> None:
+    def __init__(self, context: LensContext, options: PositionProbeOptions | None = None) -> None:
         from peanchor.metrics.position_probe import heldout_mask
 
-        super().__init__(context)
-        s = context.settings
-        self.ridge = float(s.get("probe_ridge", _DEFAULT_RIDGE))
-        self.heldout = heldout_mask(context.num_images, s.get("probe_holdout", _DEFAULT_HOLDOUT), s.get("seed", 0))
+        super().__init__(context, options)
+        self.ridge = float(self.options.ridge)
+        self.heldout = heldout_mask(context.num_images, self.options.holdout, context.seed)
 
     @classmethod
     def applies(cls, context: LensContext) -> bool:

@@ -1,40 +1,57 @@
-"""The registry of lenses: :func:`register_lens` adds a :class:`~peanchor.lenses.base.Lens` class under its
-``name``; :data:`LENSES` holds them in their report order (``order``, then name).
+"""The registry of lenses: :data:`LENSES`, a :class:`peanchor.registry.Registry` of :class:`~peanchor.lenses.base.Lens`
+classes by ``name`` in their report order (``order``, then name), with plug-ins from the entry-point group
+``peanchor.lenses``; :func:`register_lens` is its decorator.
 
-Imports: :mod:`peanchor.lenses.base`, :mod:`peanchor.errors`.
+A lens's record sits beside the result files' own keys (``analysis.json``'s ``settings``, a model's ``seed`` in
+``results.json``), so those names are reserved (:data:`RESERVED`; a test keeps it in step with
+:mod:`peanchor.results`).
+
+Imports: :mod:`peanchor.lenses.base`, :mod:`peanchor.registry`, :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations
 
-from peanchor.errors import ConfigError
-from peanchor.lenses.base import Lens
+from typing import Any
 
-__all__ = ["LENSES", "get_lens", "lens_names", "register_lens"]
+from peanchor.lenses.base import Lens, NoOptions
+from peanchor.registry import NamesView, Registry
 
-LENSES: dict[str, type[Lens]] = {}
+__all__ = ["LENSES", "LENS_NAMES", "RESERVED", "get_lens", "lens_names", "register_lens"]
+
+#: The keys of ``analysis.json`` and of a model in ``results.json`` that are not lens records (``notes``: the
+#: analysis log's lines, reserved ahead of the field).
+RESERVED: tuple[str, ...] = (
+    "acc", "alpha_sweep", "analysis_seconds", "clean_acc", "condition", "delta_ssdc", "forward_passes", "fragility",
+    "lenses", "model", "name", "notes", "num_images", "passes", "pe", "rpi_acc", "rpt", "run_dir", "schema",
+    "schema_version", "seconds", "seed", "settings", "severities", "severity_fragility", "severity_shifts",
+    "severity_table", "shift_sources", "shifts", "source", "timing", "train",
+)  # fmt: skip
+
+
+def _check(cls: Any) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Lens)):
+        raise TypeError(f"register_lens takes a Lens subclass, got {cls!r}")
+    options = cls.options_type
+    if options is not NoOptions and not (isinstance(options, type) and hasattr(options, "__dataclass_fields__")):
+        raise TypeError(f"{cls.__name__}.options_type must be a dataclass, got {options!r}")
+
+
+LENSES: Registry[type[Lens]] = Registry("lens", "peanchor.lenses", reserved=RESERVED, check=_check,
+                                        order=lambda lens: (lens.order, lens.name))  # fmt: skip
+#: Every registered lens, in report order; a live view (a lens registered later is in it).
+LENS_NAMES = NamesView(LENSES)
 
 
 def register_lens(cls: type[Lens]) -> type[Lens]:
-    """Class decorator: register ``cls`` under ``cls.name`` (a second lens of the same name is refused)."""
-    name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not name.isidentifier():
-        raise TypeError(f"{cls.__name__}.name must be an identifier, got {name!r}")
-    if name in LENSES and LENSES[name] is not cls:
-        raise ValueError(f"a lens named {name!r} is already registered ({LENSES[name].__name__})")
-    LENSES[name] = cls
-    ordered = sorted(LENSES.values(), key=lambda lens: (lens.order, lens.name))
-    LENSES.clear()
-    LENSES.update((lens.name, lens) for lens in ordered)
-    return cls
+    """Class decorator: register ``cls`` under ``cls.name`` (a taken or reserved name is one line's refusal)."""
+    return LENSES.register(cls)
 
 
 def lens_names() -> tuple[str, ...]:
     """Every registered lens, in report order."""
-    return tuple(LENSES)
+    return LENSES.names()
 
 
 def get_lens(name: str) -> type[Lens]:
-    """The lens called ``name``, or one :class:`ConfigError` line listing the registered ones."""
-    if name not in LENSES:
-        raise ConfigError(f"unknown lens {name!r}; valid: {', '.join(LENSES)}")
-    return LENSES[name]
+    """The lens called ``name``, or one :class:`~peanchor.errors.ConfigError` line listing the registered ones."""
+    return LENSES.lookup(name)

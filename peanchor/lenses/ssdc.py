@@ -15,13 +15,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from peanchor.fileio import Number
-from peanchor.lenses.base import Lens, LensBatch, Row
+from peanchor.lenses.base import Lens, LensBatch, Row, plan_option
 from peanchor.lenses.registry import register_lens
 
-__all__ = ["CI_LEVEL", "SSDCLayers", "SSDCLens", "mean_and_std"]
+__all__ = ["CI_LEVEL", "SSDCLayers", "SSDCLens", "SSDCOptions", "mean_and_std"]
 
 CI_LEVEL = 0.95
 _OMIT = {"omit_if_none": True}  # an optional part that was not measured is absent from the file, not null
@@ -59,6 +59,17 @@ def mean_and_std(draws: Sequence[Sequence[float]]) -> tuple[list[float], list[fl
     return _floats(mean), _floats(std)
 
 
+@dataclass(frozen=True)
+class SSDCOptions:
+    """How SSDC is measured (``--set analysis.lenses.ssdc.<option>=...``; the plan also keeps them as
+    ``analysis.ssdc_mode``, ``analysis.metric`` and ``analysis.bootstrap``, the names its files record)."""
+
+    mode: Literal["mean_similarity", "per_image"] = plan_option("mean_similarity", "ssdc_mode")  # Spearman of
+    # the mean similarity matrix, or the mean of each image's Spearman
+    metric: Literal["manhattan", "euclidean"] = plan_option("manhattan", "metric")  # the grid distance
+    bootstrap: int = plan_option(0, "bootstrap")  # replicates for per-layer confidence intervals (0: none)
+
+
 @register_lens
 class SSDCLens(Lens):
     name = "ssdc"
@@ -71,14 +82,15 @@ class SSDCLens(Lens):
     stat_label = "max SSDC"
     order = 0
     required = True
+    options_type = SSDCOptions
+    options: SSDCOptions
 
     def accumulator(self) -> Any:  # peanchor.metrics.SSDCAccumulator
         from peanchor.metrics import SSDCAccumulator
 
-        s = self.context.settings
-        return SSDCAccumulator(self.context.grid, metric=s.get("metric", "manhattan"),
-                               mode=s.get("ssdc_mode", "mean_similarity"), bootstrap=s.get("bootstrap", 0),
-                               seed=s.get("seed", 0))  # fmt: skip
+        o = self.options
+        return SSDCAccumulator(self.context.grid, metric=o.metric, mode=o.mode, bootstrap=o.bootstrap,
+                               seed=self.context.seed)  # fmt: skip
 
     def update(self, state: Any, batch: LensBatch) -> None:
         state.update(batch.tokens)
@@ -88,7 +100,7 @@ class SSDCLens(Lens):
         mean, std = mean_and_std(draws)
         record = SSDCLayers(normal=_floats(normal.compute()), rpi=mean, rpi_std=std,
                             rpi_draws=draws if len(draws) > 1 else None)  # fmt: skip
-        if self.context.settings.get("bootstrap", 0):
+        if self.options.bootstrap:
             bounds = [normal.confidence_interval(CI_LEVEL), rpi[0].confidence_interval(CI_LEVEL)]
             record.normal_ci, record.rpi_ci = ([_floats(low), _floats(high)] for low, high in bounds)
             record.ci_level = CI_LEVEL

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -42,6 +43,19 @@ from peanchor.pe import PEContext, RotaryTables, create_pe
 #: An edit pass's hook inside a block: ``site(name, x)`` for name in ``attn.heads``, ``attn``, ``mlp``.
 Site = Callable[[str, Tensor], Tensor]
 
+
+@dataclass(frozen=True)
+class BlockPass:
+    """What one block needs to know of the pass it is part of, besides its input: the PE's rotation and attention
+    bias for this block (None: the PE has none), the prefix tokens (CLS) that rotation skips, where the attention
+    weights go when an analysis reads them, and an edit pass's hook (docs/interventions.md)."""
+
+    rope: RotaryTables | None = None
+    bias: Tensor | None = None  # (H, T, T)
+    num_prefix: int = 1
+    weights_sink: Callable[[Tensor], None] | None = None
+    site: Site | None = None
+
 # Attention weights materialised at a time when an analysis asks for them (floats): about 1 MB on the CPU.
 _CPU_WEIGHT_CHUNK = 1 << 18
 _WEIGHT_CHUNK = 1 << 28
@@ -58,28 +72,21 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    def forward(
-        self,
-        x: Tensor,
-        rope: RotaryTables | None,
-        bias: Tensor | None,
-        num_prefix: int,
-        weights_sink: Callable[[Tensor], None] | None = None,
-        site: Site | None = None,
-    ) -> Tensor:
+    def forward(self, x: Tensor, ctx: BlockPass) -> Tensor:
         b, t, d = x.shape
+        rope, bias, site = ctx.rope, ctx.bias, ctx.site
         # One Linear, split into q, k, v in that order, each (heads, head_dim): the paper's layout.
         q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)  # (B, H, T, hd)
         if rope is not None:
-            q, k = rope.apply(q, num_prefix), rope.apply(k, num_prefix)
+            q, k = rope.apply(q, ctx.num_prefix), rope.apply(k, ctx.num_prefix)
         if bias is not None:
             bias = bias.to(q.dtype)
-        if weights_sink is None:
+        if ctx.weights_sink is None:
             x = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=bias, dropout_p=self.attn_drop if self.training else 0.0
             )  # (B, H, T, hd)
         else:
-            x = self._attention_with_weights(q, k, v, bias, weights_sink)
+            x = self._attention_with_weights(q, k, v, bias, ctx.weights_sink)
         heads = x.transpose(1, 2)  # (B, T, H, hd)
         if site is not None:
             heads = site("attn.heads", heads)
@@ -142,17 +149,10 @@ class Block(nn.Module):
         self.mlp = Mlp(dim, int(dim * mlp_ratio), drop)
         self.drop_path = StochasticDepth(drop_path, "row")
 
-    def forward(
-        self,
-        x: Tensor,
-        rope: RotaryTables | None,
-        bias: Tensor | None,
-        num_prefix: int,
-        weights_sink: Callable[[Tensor], None] | None = None,
-        site: Site | None = None,
-    ) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, ctx: BlockPass = BlockPass()) -> tuple[Tensor, Tensor]:
         h = self.norm1(x)  # (B, T, D): what attention sees
-        attn = self.attn(h, rope, bias, num_prefix, weights_sink, site)  # (B, T, D)
+        attn = self.attn(h, ctx)  # (B, T, D)
+        site = ctx.site
         x = x + self.drop_path(attn if site is None else site("attn", attn))
         mlp = self.mlp(self.norm2(x))  # (B, T, D)
         x = x + self.drop_path(mlp if site is None else site("mlp", mlp))
@@ -177,55 +177,33 @@ class VisionTransformer(AnalysisInterface, nn.Module):
     num_prefix = 1
     has_attention_weights = True
 
-    def __init__(
-        self,
-        *,
-        pe: str = "none",
-        num_classes: int,
-        img_size: int,
-        patch_size: int,
-        embed_dim: int,
-        depth: int,
-        num_heads: int,
-        mlp_ratio: float = 4.0,
-        drop_rate: float = 0.0,
-        attn_drop_rate: float = 0.0,
-        head_drop_rate: float | None = None,
-        drop_path_rate: float = 0.0,
-        final_norm: bool = False,
-        norm_eps: float = 1e-5,
-        qkv_bias: bool = True,
-        pe_kwargs: dict[str, Any] | None = None,
-    ):
+    def __init__(self, args: ViTArgs):
         super().__init__()
-        self.patch_embed = PatchEmbed(img_size, patch_size, embed_dim)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
-        ctx = PEContext(embed_dim=embed_dim, num_heads=num_heads, depth=depth, grid=self.patch_embed.grid)
-        self.pe = create_pe(pe, ctx, **(pe_kwargs or {}))
-        self.pos_drop = nn.Dropout(drop_rate)
-        dpr = torch.linspace(0, drop_path_rate, depth).tolist()  # stochastic depth grows with depth
-        self.blocks = nn.ModuleList(
-            Block(embed_dim, num_heads, mlp_ratio, drop_rate, attn_drop_rate, p, norm_eps, qkv_bias) for p in dpr
-        )
-        self.norm = nn.LayerNorm(embed_dim, eps=norm_eps) if final_norm else nn.Identity()
-        self.head_drop = nn.Dropout(drop_rate if head_drop_rate is None else head_drop_rate)  # on the CLS token
-        self.head = nn.Linear(embed_dim, num_classes)
+        if not isinstance(args, ViTArgs):
+            raise TypeError(f"VisionTransformer(args) takes a ViTArgs (create_model builds one), got {type(args).__name__}")
+        a = args
+        self.args = args  # the checkpoint's model_args
+        self.patch_embed = PatchEmbed(a.img_size, a.patch_size, a.embed_dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, a.embed_dim))
+        ctx = PEContext(embed_dim=a.embed_dim, num_heads=a.num_heads, depth=a.depth, grid=self.patch_embed.grid)
+        self.pe = create_pe(a.pe, ctx, **dict(a.pe_kwargs))
+        self.pos_drop = nn.Dropout(a.drop_rate)
+        dpr = torch.linspace(0, a.drop_path_rate, a.depth).tolist()  # stochastic depth grows with depth
+        self.blocks = nn.ModuleList(Block(a.embed_dim, a.num_heads, a.mlp_ratio, a.drop_rate, a.attn_drop_rate, p,
+                                          a.norm_eps, a.qkv_bias) for p in dpr)  # fmt: skip
+        self.norm = nn.LayerNorm(a.embed_dim, eps=a.norm_eps) if a.final_norm else nn.Identity()
+        self.head_drop = nn.Dropout(a.drop_rate if a.head_drop_rate is None else a.head_drop_rate)  # on the CLS token
+        self.head = nn.Linear(a.embed_dim, a.num_classes)
         self._init_weights()
-        self.args: ViTArgs | None = None  # set by from_args (create_model); the checkpoint's model_args
 
     @classmethod
     def from_args(cls, args: ViTArgs) -> VisionTransformer:
-        """The model ``args`` describe (what ``create_model`` and ``load_model`` build)."""
-        model = cls(pe=args.pe, num_classes=args.num_classes, img_size=args.img_size, patch_size=args.patch_size,
-                    pe_kwargs=dict(args.pe_kwargs), **args.architecture())  # fmt: skip
-        model.args = args
-        return model
+        """The model ``args`` describe (what ``create_model`` and ``load_model`` build): ``VisionTransformer(args)``."""
+        return cls(args)
 
     @property
     def model_args(self) -> dict[str, Any]:
         """``args`` in JSON form, as a checkpoint stores them: ``create_model(**model_args)`` rebuilds this model."""
-        if self.args is None:
-            raise AttributeError("this VisionTransformer was not built by create_model: it has no model_args")
         return self.args.to_dict()
 
     def _init_weights(self) -> None:
@@ -282,14 +260,13 @@ class VisionTransformer(AnalysisInterface, nn.Module):
             if not head and i == count - 1:
                 probes.append(block.norm1(x)[:, self.num_prefix :])  # the last probe needs no attention/MLP
                 break
-            x, h = block(
-                x,
-                rope.layer(i) if rope is not None else None,
-                bias[i if bias.shape[0] > 1 else 0] if bias is not None else None,
-                self.num_prefix,
-                functools.partial(attention, i) if attention is not None else None,
-                run.at_layer(i) if run is not None else None,
-            )
+            x, h = block(x, BlockPass(
+                rope=rope.layer(i) if rope is not None else None,
+                bias=bias[i if bias.shape[0] > 1 else 0] if bias is not None else None,
+                num_prefix=self.num_prefix,
+                weights_sink=functools.partial(attention, i) if attention is not None else None,
+                site=run.at_layer(i) if run is not None else None,
+            ))  # fmt: skip
             if i < count:
                 probes.append(h[:, self.num_prefix :])  # (B, N, D)
             x = self.pe.after_block(i, x, alpha)

@@ -14,13 +14,15 @@ from peanchor.pe.base import PEContext, PositionalEncoding
 from peanchor.pe.registry import register_pe
 
 
-@register_pe("ape")
+@register_pe
 class LearnedAbsolutePE(PositionalEncoding):
     """A learned table with one row per slot, CLS included, added after the CLS concat.
 
     The paper initialises it N(0, 1) (``init_std=1.0``). The init size decides how strongly and how
     early it anchors tokens to indices: timm's 0.02 starts almost position-free.
     """
+
+    name = "ape"
 
     anchoring = "indices, by construction; geometry only once training makes the table smooth"
     scalable = True
@@ -66,13 +68,15 @@ def sincos_2d(grid: tuple[int, int], dim: int, temperature: float = 10000.0) -> 
     return torch.cat((ax.sin(), ax.cos(), ay.sin(), ay.cos()), dim=1).float()  # (N, dim)
 
 
-@register_pe("sincos")
+@register_pe
 class SinCos2DPE(PositionalEncoding):
     """Fixed 2D sin-cos code on the patch tokens (the paper's SPE).
 
     The paper does not say what the CLS slot gets. ``cls="zero"`` (our default) adds nothing to CLS;
     ``cls="learned"`` adds a learned vector, zero-initialised.
     """
+
+    name = "sincos"
 
     anchoring = "indices and grid geometry, by construction (a fixed smooth code)"
     scalable = True

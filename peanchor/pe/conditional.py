@@ -39,7 +39,7 @@ from peanchor.pe.base import PEContext, PositionalEncoding
 from peanchor.pe.registry import register_pe
 
 
-@register_pe("peg")
+@register_pe
 class PositionalEncodingGenerator(PositionalEncoding):
     """CPVT's PEG: ``x_patch + alpha * dwconv3x3(x_patch)`` after block ``block`` (default 0, the first).
 
@@ -48,6 +48,8 @@ class PositionalEncodingGenerator(PositionalEncoding):
     ``none`` model with the same other weights. The model's init gives the conv trunc-normal(0.02)
     weights and a zero bias, so a fresh PEG starts as a small perturbation.
     """
+
+    name = "peg"
 
     anchoring = (
         "the slot grid, but not by a table: a depth-wise conv over slot neighbours whose zero padding "

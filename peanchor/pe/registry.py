@@ -1,41 +1,53 @@
-"""Name → positional-encoding class.
+"""Name → positional-encoding class: :data:`PE_REGISTRY`, a :class:`peanchor.registry.Registry` (plug-ins from the
+entry-point group ``peanchor.pes``), :func:`register_pe` and :func:`create_pe`.
 
-Imports: :mod:`peanchor.pe.base`.
+Imports: :mod:`peanchor.pe.base`, :mod:`peanchor.registry`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from peanchor.pe.base import PEContext, PositionalEncoding
+from peanchor.registry import NamesView, Registry
 
-PE_REGISTRY: dict[str, type[PositionalEncoding]] = {"none": PositionalEncoding}
+__all__ = ["PE_NAMES", "PE_REGISTRY", "create_pe", "pe_names", "register_pe"]
+
+PE_REGISTRY: Registry[type[PositionalEncoding]] = Registry("positional encoding", "peanchor.pes")
+PE_REGISTRY.register(PositionalEncoding)  # "none": no positional information
+#: The registered names, always current (a live view: a PE registered later is in it).
+PE_NAMES = NamesView(PE_REGISTRY)
 
 T = TypeVar("T", bound=type[PositionalEncoding])
 
 
-def register_pe(name: str) -> Callable[[T], T]:
-    def wrap(cls: T) -> T:
-        if name in PE_REGISTRY:
-            raise ValueError(f"positional encoding {name!r} is registered twice")
-        cls.name = name
-        PE_REGISTRY[name] = cls
-        return cls
+@overload
+def register_pe(cls: T) -> T: ...
+@overload
+def register_pe(cls: str) -> Callable[[T], T]: ...
 
-    return wrap
+
+def register_pe(cls: Any) -> Any:
+    """Class decorator: register a :class:`PositionalEncoding` subclass under its ``name``. (The older spelling
+    ``@register_pe("name")``, which sets ``name``, still works.)"""
+    if isinstance(cls, str):
+        return PE_REGISTRY.register(name=cls)
+    if not (isinstance(cls, type) and issubclass(cls, PositionalEncoding)):
+        raise TypeError(f"register_pe takes a PositionalEncoding subclass, got {cls!r}")
+    if "name" not in vars(cls):
+        raise TypeError(f"{cls.__name__} needs its own name (name = '...') to be registered")
+    return PE_REGISTRY.register(cls)
 
 
 def pe_names() -> tuple[str, ...]:
-    return tuple(PE_REGISTRY)
+    """Every registered positional encoding, now."""
+    return PE_REGISTRY.names()
 
 
 def create_pe(name: str, ctx: PEContext, **kwargs: Any) -> PositionalEncoding:
-    """Build the PE registered as ``name``; an unknown name raises ``ValueError`` listing the valid ones."""
-    try:
-        cls = PE_REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown positional encoding {name!r}; valid: {', '.join(PE_REGISTRY)}") from None
+    """Build the PE registered as ``name``; an unknown name raises a ``ValueError`` listing the valid ones."""
+    cls = PE_REGISTRY.lookup(name)
     try:
         return cls(ctx, **kwargs)
     except TypeError as e:

@@ -43,7 +43,7 @@ def relative_offset_index(grid: tuple[int, int]) -> Tensor:
     return dy * (2 * cols - 1) + dx  # (N, N)
 
 
-@register_pe("relbias")
+@register_pe
 class RelativePositionBias(PositionalEncoding):
     """A learned 2D relative position bias per head, one table per block (``shared=True``: one for all).
 
@@ -55,6 +55,8 @@ class RelativePositionBias(PositionalEncoding):
     learned per-head scalars per table (BEiT's choice): CLS→patch, patch→CLS and CLS→CLS; they are
     constant over slots, so they carry no positional information either.
     """
+
+    name = "relbias"
 
     anchoring = "relative offsets between slots, by construction (a learned bias per (dy, dx) offset)"
     scalable = True

@@ -17,13 +17,15 @@ from peanchor.pe.base import PEContext, PositionalEncoding, RotaryTables
 from peanchor.pe.registry import register_pe
 
 
-@register_pe("rope")
+@register_pe
 class AxialRoPE(PositionalEncoding):
     """Axial 2D RoPE as in the paper: the head is split into quarters of ``hd/4`` channels.
 
     Quarters 1–2 rotate as pairs ``(j, j + hd/4)`` by ``x·f_j``; quarters 3–4 likewise by ``y·f_j``,
     with ``f_j = theta^(-j / (hd/4))``, x the column and y the row on the integer grid.
     """
+
+    name = "rope"
 
     anchoring = "relative offsets between slots, by construction (q·k depends on index differences)"
     scalable = True
@@ -60,7 +62,7 @@ class AxialRoPE(PositionalEncoding):
         return f"grid={self.ctx.grid}, theta={self.theta:g}"
 
 
-@register_pe("rope_mixed")
+@register_pe
 class MixedRoPE(PositionalEncoding):
     """RoPE-Mixed: learnable 2D frequencies per layer and head, angle ``x·fx + y·fy``.
 
@@ -68,6 +70,8 @@ class MixedRoPE(PositionalEncoding):
     orthogonal directions at a random orientation, so heads can learn diagonal and mixed-axis
     frequencies. Pairs are ``(j, j + hd/2)``.
     """
+
+    name = "rope_mixed"
 
     anchoring = "relative offsets between slots, by construction (learned 2D frequencies)"
     scalable = True

@@ -14,7 +14,8 @@ worker takes the dead one's place for the cells still pending.
 
 Imports: :mod:`peanchor.study.pipeline` (what one cell does), :mod:`peanchor.study.options`,
 :mod:`peanchor.study.resources`, :mod:`peanchor.study.cells`, :mod:`peanchor.interrupts`, :mod:`peanchor.presets`
-(whether a preset's cells run in parallel), :mod:`peanchor.training` (the run directory's file names).
+(whether a preset's cells run in parallel), :mod:`peanchor.training` (the run directory's file names),
+:mod:`peanchor.registry` (the plug-ins a worker loads).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from peanchor.errors import ConfigError
 from peanchor.interrupts import Interrupted
 from peanchor.presets import get_preset
+from peanchor.registry import plugins_in_environment
 from peanchor.study.cells import Cell
 from peanchor.study.options import ReproduceOptions
 from peanchor.study.pipeline import Evaluation, attempt, stderr_log
@@ -216,7 +218,8 @@ class _Supervisor:
             target=_worker_main, name=f"peanchor-cell-worker-{slot}",
             args=(child_end, self.options, os.getpid(), slot, self.gpus, self.threads, self.cpus),
         )  # fmt: skip
-        process.start()
+        with plugins_in_environment():  # the worker imports this process's --plugin modules before its arguments
+            process.start()
         child_end.close()  # the worker's death then reads as EOF here
         worker = _Worker(slot, process, parent_end)
         self.workers[slot] = worker

@@ -5,8 +5,8 @@ A kind is one module under :mod:`peanchor.analysis.shifts.kinds`; see docs/ARCHI
 Kernels map a uint8 batch ``(B, C, H, W)`` to a uint8 batch of the same shape and are deterministic; a noise kind
 seeds its draws per image index (:func:`image_generator`), so chunking a set never changes its result.
 
-Imports: :mod:`peanchor.errors`; torch only inside :func:`image_generator` and :func:`to_uint8`'s callers (building
-the CLI's help reads the registry and must not load torch).
+Imports: :mod:`peanchor.errors`, :mod:`peanchor.registry`; torch only inside :func:`image_generator` and
+:func:`to_uint8`'s callers (building the CLI's help reads the registry and must not load torch).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from peanchor.errors import ConfigError
+from peanchor.registry import Registry
 
 if TYPE_CHECKING:
     import torch
@@ -141,15 +142,9 @@ class ShiftKind:
         raise NotImplementedError
 
 
-# The registry: kind name → kind, filled by @register as peanchor.analysis.shifts.registry imports the kinds.
-KINDS: dict[str, ShiftKind] = {}
-
-
-def register(cls: type[ShiftKind]) -> type[ShiftKind]:
-    """Class decorator: add a :class:`ShiftKind` to the registry (its tables are checked here, once)."""
+def _check_kind(cls: type[ShiftKind]) -> None:
+    """A kind's parameters and tables, checked once, when it is registered."""
     kind = cls()
-    if not kind.name.isidentifier() or kind.name in KINDS:
-        raise ValueError(f"shift kind name {kind.name!r} is not an identifier or is registered twice")
     names = kind.param_names
     if len(set(names)) != len(names) or "kind" in names or "severity" in names or not kind.table_params:
         raise ValueError(f"shift kind {kind.name!r}: parameter names must be distinct, not 'kind' or 'severity'")
@@ -159,8 +154,19 @@ def register(cls: type[ShiftKind]) -> type[ShiftKind]:
         width = {len(r) if isinstance(r, tuple) else 1 for r in rows}
         if table not in TABLE_NAMES or len(rows) != 5 or width != {len(kind.table_params)}:
             raise ValueError(f"shift kind {kind.name!r}: table {table!r} needs 5 rows of {kind.table_params}")
-    KINDS[kind.name] = kind
-    return cls
+
+
+# The registry: kind name → kind (an instance of its class), filled by @register as
+# peanchor.analysis.shifts.registry imports the kinds, and by plug-ins (entry-point group "peanchor.shifts").
+KINDS: Registry[ShiftKind] = Registry("shift kind", "peanchor.shifts", make=lambda cls: cls(), check=_check_kind)
+
+
+def register(cls: type[ShiftKind]) -> type[ShiftKind]:
+    """Class decorator: add a :class:`ShiftKind` to the registry under its ``name`` (its tables are checked here,
+    once)."""
+    if not (isinstance(cls, type) and issubclass(cls, ShiftKind)):
+        raise TypeError(f"register takes a ShiftKind subclass, got {cls!r}")
+    return KINDS.register(cls)
 
 
 def image_seed(seed: int, index: int) -> int:

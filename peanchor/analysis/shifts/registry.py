@@ -1,33 +1,42 @@
 """The registry of shift kinds: every module of :mod:`peanchor.analysis.shifts.kinds` is imported here, in name
-order, and registers its kind; everything else reads the kinds from here (:func:`get_kind`, :data:`SHIFT_KINDS`,
-:data:`SHIFT_PARAMS`, :data:`SEVERITY_TABLES`, :func:`shift_help`).
+order, and registers its kind, and plug-ins add theirs (entry-point group ``peanchor.shifts``, ``--plugin``);
+everything else reads the kinds from here (:func:`get_kind`, :data:`SHIFT_KINDS`, :data:`SHIFT_PARAMS`,
+:data:`SEVERITY_TABLES`, :func:`shift_help`). The three data views are live: they read the registry when used.
 
 Imports: :mod:`peanchor.analysis.shifts.base`, :mod:`peanchor.analysis.shifts.kinds` (all of it),
-:mod:`peanchor.errors`.
+:mod:`peanchor.registry`, :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Mapping
 from typing import Any
 
 from peanchor.analysis.shifts import kinds as _kinds
 from peanchor.analysis.shifts.base import KINDS, TABLE_NAMES, ShiftKind
 from peanchor.errors import ConfigError
+from peanchor.registry import DerivedView, NamesView
 
 __all__ = ["KINDS", "SEVERITY_TABLES", "SHIFT_KINDS", "SHIFT_PARAMS", "get_kind", "kinds_line", "shift_help"]
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(_kinds.__path__)):
     importlib.import_module(f"{_kinds.__name__}.{_module}")
 
-# The kinds, in module-name order, and each one's parameters (in the order names and descriptions list them).
-SHIFT_KINDS: tuple[str, ...] = tuple(KINDS)
-SHIFT_PARAMS: dict[str, tuple[str, ...]] = {name: kind.param_names for name, kind in KINDS.items()}
+# The kinds, built-ins in module-name order, then plug-ins, and each one's parameters (in the order names and
+# descriptions list them).
+SHIFT_KINDS = NamesView(KINDS)
+SHIFT_PARAMS: Mapping[str, tuple[str, ...]] = DerivedView(lambda: {n: k.param_names for n, k in KINDS.items()})
+
+
+def _severity_tables() -> dict[str, dict[str, tuple[Any, ...]]]:
+    return {table: {name: kind.tables[table] for name, kind in KINDS.items() if table in kind.tables}
+            for table in TABLE_NAMES}  # fmt: skip
+
+
 # Table → kind → severity 1..5 rows, as the generation scripts write them (a value, or a tuple of values).
-SEVERITY_TABLES: dict[str, dict[str, tuple[Any, ...]]] = {
-    table: {name: kind.tables[table] for name, kind in KINDS.items() if table in kind.tables} for table in TABLE_NAMES
-}
+SEVERITY_TABLES: Mapping[str, dict[str, tuple[Any, ...]]] = DerivedView(_severity_tables)
 
 
 def kinds_line() -> str:
@@ -39,7 +48,7 @@ def get_kind(name: str) -> ShiftKind:
     """The registered kind ``name``, or a :class:`ConfigError` that lists the valid ones."""
     kind = KINDS.get(name)
     if kind is None:
-        raise ConfigError(f"unknown shift kind {name!r}; expected one of {', '.join(KINDS)}")
+        raise ConfigError(KINDS.unknown(name, valid_word="expected one of"))
     return kind
 
 
