@@ -1,14 +1,14 @@
 """The Python API: ``peanchor.analyze(model, data, ...)`` and the one analysis path that ``peanchor analyze`` shares.
 
 :func:`analyze` takes a peanchor model, a timm ViT or a transformers vision model (wrapped by
-:mod:`peanchor.adapters`), and data as a uint8 image tensor with labels, a dataset or a ``DataLoader`` of
-``(image, label)``, or a dataset name (``"scenes"``) or :class:`~peanchor.data.DataSpec`. It returns the
+:mod:`peanchor.adapters`), and data as a uint8 image tensor with labels (or without: then no accuracy), a
+dataset or a ``DataLoader`` of ``(image, label)``, or a dataset name (``"scenes"``) or :class:`~peanchor.data.DataSpec`. It returns the
 :class:`~peanchor.results.AnalysisResult` that the CLI writes (``result.save(dir)`` writes ``analysis.json``).
 
 :func:`run_analysis` is the part both front ends run once they have a model, an evaluation set and its
 :class:`~peanchor.analysis.plan.AnalysisPlan`: :func:`evaluate_model`, then the record of where model and data
-came from. :func:`analyze`'s keyword arguments are the plan's "given" layer (:func:`resolve_plan`), over a
-``plan=`` of the caller's or the plan's defaults. One choice is the API's own: ``shifts=`` is the whole list of
+came from (and NaN accuracies for a model without a head, or images without labels). :func:`analyze`'s keyword
+arguments are the plan's "given" layer (:func:`resolve_plan`), over a ``plan=`` of the caller's or the plan's defaults. One choice is the API's own: ``shifts=`` is the whole list of
 shifts (the CLI's ``--shift`` replaces or adds to the preset's). ``lenses=`` leaves out the lenses not asked for
 from the result (they are still computed: the lens code cannot skip them yet). A model without a classification
 head (a transformers backbone such as ``Dinov2Model``) is analysed for geometry; its accuracies and Fragility
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -46,6 +47,7 @@ __all__ = ["LENSES", "AnalysisPlan", "analyze", "match_classes", "run_analysis",
 #: (ΔSSDC and the α sweep are made of it).
 LENSES = LENS_NAMES
 NO_HEAD = "none: the model has no classification head (accuracy and FS are NaN)"
+NO_LABELS = "none: no labels were given (accuracy and FS are NaN)"
 
 
 def wrap_model(model: Any, img_size: int | None = None) -> AnalysisInterface:
@@ -121,11 +123,15 @@ def run_analysis(
     if getattr(model, "has_head", True) is False:
         _without_accuracy(result)
         result.source["accuracy"] = NO_HEAD
+    elif evalset.source.get("labels") is False:
+        _without_accuracy(result)
+        result.source["accuracy"] = NO_LABELS
     return result
 
 
 def match_classes(model: Any, classes: list[str]) -> None:
-    """Make the model's outputs line up with the dataset's classes, or refuse.
+    """Make the model's outputs line up with the dataset's classes, or refuse (a peanchor model with more outputs
+    than the dataset has classes is scored with a warning instead).
 
     An ImageNet-1k head (timm's or a transformers classifier's) evaluated on an ImageNet subset (classes named by
     WordNet id, e.g. ImageNet-100) keeps the logits of those classes, in the dataset's order (timm's class list
@@ -133,7 +139,9 @@ def match_classes(model: Any, classes: list[str]) -> None:
     """
     if getattr(model, "has_head", True) is False:
         return  # a transformers backbone: no accuracy to line up (the analysis reports none)
-    head = getattr(model, "num_classes", None) or getattr(getattr(model, "model", None), "num_classes", None)
+    args = getattr(model, "model_args", None) or {}
+    head = (getattr(model, "num_classes", None) or getattr(getattr(model, "model", None), "num_classes", None)
+            or args.get("num_classes"))  # fmt: skip
     if head is None or head == len(classes):
         return
     wordnet = bool(classes) and all(c.startswith("n") and c[1:].isdigit() for c in classes)
@@ -150,24 +158,30 @@ def match_classes(model: Any, classes: list[str]) -> None:
             model.restrict_to_classes([synsets[c] for c in classes])
             return
         raise ConfigError(f"classes {', '.join(missing[:3])} are not ImageNet-1k WordNet ids")
-    transformers = (getattr(model, "model_args", None) or {}).get("source") == "transformers"
-    hint = ("a transformers head needs config.num_labels equal to the number of classes" if transformers
-            else "a timm model needs num_classes equal to it: --num-classes on the command line")  # fmt: skip
+    if args.get("source") not in ("timm", "transformers") and head > len(classes):
+        # A peanchor run on data with fewer classes (a 10-class run on a 2-class folder): scored as it is, its
+        # labels taken as its first outputs; the same warning from the CLI and from Python.
+        warnings.warn(f"the model has {head} outputs but the dataset has {len(classes)} classes: its accuracy and FS "
+                      f"take the dataset's classes for its first {len(classes)} outputs (the geometry does not depend "
+                      "on them)", UserWarning, stacklevel=2)  # fmt: skip
+        return
+    hint = {"transformers": "a transformers head needs config.num_labels equal to the number of classes",
+            "timm": "a timm model needs num_classes equal to it: --num-classes on the command line"}.get(
+        args.get("source"), "a peanchor model is scored on data with the classes it was trained on")  # fmt: skip
     raise ConfigError(
         f"the model has {head} outputs but the dataset has {len(classes)} classes; "
         f"accuracy and FS need matching classes ({hint})"
     )
 
 
-def _images_from(data: Any, labels: Any) -> tuple[Tensor, Tensor]:
-    """``data`` (a tensor with ``labels``, an ``(images, labels)`` pair, a dataset or an iterable of batches)
-    as one uint8 ``(N, 3, S, S)`` tensor and its labels ``(N,)``."""
+def _images_from(data: Any, labels: Any) -> tuple[Tensor, Tensor | None]:
+    """``data`` (a tensor with or without ``labels``, an ``(images, labels)`` pair, a dataset or an iterable of
+    batches, of ``(image, label)`` or of images alone) as one uint8 ``(N, 3, S, S)`` tensor and its labels ``(N,)``,
+    None when none were given."""
     if isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[0], Tensor) and labels is None:
         data, labels = data
     if isinstance(data, Tensor):
-        if labels is None:
-            raise DataError("images given as a tensor need their labels: analyze(model, images, labels, ...)")
-        images, labels = data, torch.as_tensor(labels)
+        images, labels = data, None if labels is None else torch.as_tensor(labels)
     else:
         from torch.utils.data import DataLoader, Dataset
 
@@ -176,10 +190,14 @@ def _images_from(data: Any, labels: Any) -> tuple[Tensor, Tensor]:
         if not isinstance(data, Iterable):
             raise DataError(f"cannot read images from a {type(data).__name__}: expected a uint8 tensor (N, 3, S, S) "
                             "with labels, a dataset or a DataLoader of (image, label), or a dataset name")  # fmt: skip
-        parts = [(x, torch.as_tensor(y)) for x, y in data]
-        if not parts or not all(isinstance(x, Tensor) for x, _ in parts):
-            raise DataError("the data gave no image tensors: expected (uint8 image (3, S, S), label) items")
-        images, labels = torch.cat([x for x, _ in parts]), torch.cat([y.reshape(-1) for _, y in parts])
+        parts = [(item, None) if isinstance(item, Tensor) else tuple(item) for item in data]  # images alone, or pairs
+        if not parts or not all(len(p) == 2 and isinstance(p[0], Tensor) for p in parts):
+            raise DataError("the data gave no image tensors: expected (uint8 image (3, S, S), label) items, or images")
+        unlabelled = [y is None for _, y in parts]
+        if any(unlabelled) and not all(unlabelled):
+            raise DataError("the data gave labels for some batches and not for others")
+        images = torch.cat([x for x, _ in parts])
+        labels = None if all(unlabelled) else torch.cat([torch.as_tensor(y).reshape(-1) for _, y in parts])
     if images.dim() >= 1 and images.shape[0] == 0:
         raise DataError("the evaluation set is empty: no images given")
     if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[1] != 3:
@@ -187,6 +205,8 @@ def _images_from(data: Any, labels: Any) -> tuple[Tensor, Tensor]:
                         f"{tuple(images.shape)}")  # fmt: skip
     if images.shape[-1] != images.shape[-2]:
         raise DataError(f"images must be square (N, 3, S, S), got {tuple(images.shape)}")
+    if labels is None:
+        return images, None
     if labels.dim() != 1 or labels.shape[0] != images.shape[0] or labels.is_floating_point():
         raise DataError(f"labels must be integers of shape ({images.shape[0]},), got {labels.dtype} "
                         f"{tuple(labels.shape)}")  # fmt: skip
@@ -203,13 +223,16 @@ def _evalset(data: Any, labels: Any, img_size: int | None, max_images: int | Non
         evalset = EvalSet.from_spec(spec, max_images, progress=progress)
         evalset.source = {**evalset.source, "kind": "dataset"}
         return evalset
-    images, labels = _images_from(data, labels)
+    images, given = _images_from(data, labels)
+    # Without labels every image is class 0: the passes need a label per image, and the accuracies they give are
+    # replaced by NaN (analyze: NO_LABELS).
+    labels = given if given is not None else torch.zeros(images.shape[0], dtype=torch.long)
     classes = int(labels.max()) + 1
     # A placeholder for the normalisation: analyze() always sets mean/std before the analysis runs.
     info = DataInfo(num_classes=classes, img_size=int(images.shape[-1]), mean=(0.0,) * 3, std=(1.0,) * 3,
                     name="tensors")  # fmt: skip
     evalset = EvalSet.from_tensors(images, labels, info, max_images=max_images)
-    evalset.source = {**evalset.source, "kind": "tensors", "num_images": len(evalset)}
+    evalset.source = {**evalset.source, "kind": "tensors", "num_images": len(evalset), "labels": given is not None}
     return evalset
 
 
@@ -246,8 +269,10 @@ def analyze(
     Args:
         model: a peanchor model, a timm ViT, or a transformers ViT / DeiT / DINOv2 / CLIP / SigLIP / DINOv3.
         data: uint8 images ``(N, 3, S, S)`` (then ``labels``), an ``(images, labels)`` pair, a dataset or
-            ``DataLoader`` of ``(image, label)``, or a dataset name / :class:`~peanchor.data.DataSpec` (read at
-            the model's resolution). ``S`` must be the model's resolution (a transformers model adapts).
+            ``DataLoader`` of ``(image, label)`` or of images alone, or a dataset name /
+            :class:`~peanchor.data.DataSpec` (read at the model's resolution). ``S`` must be the model's resolution
+            (a transformers model adapts). Labels are optional: without them every accuracy and Fragility Score
+            is NaN and ``source["accuracy"]`` says why; the geometry (SSDC, ΔSSDC, the lenses) is the same.
         shifts: ``Shift`` objects or strings such as ``"jpeg:quality=10"`` (the CLI's ``--shift`` syntax),
             the whole list; None: ``plan``'s shifts, else the ``preset``'s (its name: its shifts at its own
             resolution), else the resolution rule.
@@ -264,8 +289,9 @@ def analyze(
         plan: a whole :class:`~peanchor.analysis.plan.AnalysisPlan` (e.g. ``AnalysisPlan.from_result`` of an
             earlier analysis), its shifts set for these images' size; not with ``preset``.
         device, progress: where to run (None: a GPU when there is one) and progress bars (None: only on a terminal).
-        mean, std: the normalisation the model expects; default the adapter's (timm, transformers) or the
-            named dataset's. Tensors for a peanchor model need them.
+        mean, std: the normalisation the model expects; default the model's own (a model from
+            :func:`peanchor.load_model` carries its dataset's; timm's and transformers' adapters theirs), else the
+            named dataset's. Tensors for a peanchor model from ``create_model`` need them.
 
     Example::
 
@@ -302,7 +328,8 @@ def analyze(
         match_classes(probed, list(info.classes))
     outputs = (getattr(probed, "model_args", None) or {}).get("num_classes")
     has_head = getattr(probed, "has_head", True)
-    if has_head and isinstance(outputs, int) and outputs and int(evalset.labels.max()) >= outputs:
+    labelled = evalset.source.get("labels") is not False
+    if labelled and has_head and isinstance(outputs, int) and outputs and int(evalset.labels.max()) >= outputs:
         raise DataError(f"labels go up to {int(evalset.labels.max())} but the model has {outputs} outputs")
     given = {"alphas": alphas, "rpi_draws": rpi_draws, "seed": seed, "ssdc_mode": ssdc_mode, "metric": metric,
              "bootstrap": bootstrap, "severities": severities, "batch_size": batch_size, "max_images": max_images,

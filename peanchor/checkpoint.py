@@ -5,7 +5,8 @@
 the weights strictly. Nothing here ever unpickles: a ``torch.save`` file is refused before a byte of
 it is interpreted (reading and strict loading: :mod:`peanchor.weights`).
 
-Imports: :mod:`peanchor.weights`, :mod:`peanchor.fileio`, and :mod:`peanchor.models` (to rebuild a model).
+Imports: :mod:`peanchor.weights`, :mod:`peanchor.fileio`, :mod:`peanchor.models` (to rebuild a model) and
+:mod:`peanchor.data` (its dataset's normalisation).
 """
 
 from __future__ import annotations
@@ -136,7 +137,9 @@ def _decode_model_args(path: Path, raw: str) -> dict[str, Any]:
 def load_model(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> nn.Module:
     """Rebuild a model from a run directory or a ``.safetensors`` file written by :func:`save_model`.
 
-    The model comes back in eval mode on ``map_location``. A missing, truncated or foreign file
+    The model comes back in eval mode on ``map_location``, with ``model.mean`` and ``model.std``: the
+    normalisation of the dataset it was trained on (from the training config in its metadata; absent without
+    one), which :func:`peanchor.analyze` uses. A missing, truncated or foreign file
     (no ``model_args``, different parameter names or shapes) raises :class:`CheckpointError`.
     """
     from peanchor.models import create_model
@@ -154,7 +157,23 @@ def load_model(path: str | os.PathLike[str], map_location: str | torch.device = 
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{p}: cannot rebuild the model from its model_args: {e}") from e
     load_strict(model, tensors, f"{p} does not match its model_args")
+    normalization = _normalization(metadata.get("config"))
+    if normalization is not None:  # what peanchor.analyze normalises tensors with when given no mean=/std=
+        model.mean, model.std = normalization
     return model.to(map_location).eval()
+
+
+def _normalization(config: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """The (mean, std) the model was trained with, from the training config in its metadata (its dataset's
+    normalisation); None when the metadata has no config or its dataset cannot say (a prepared folder moved away)."""
+    from peanchor.data import DataSpec, normalization
+    from peanchor.errors import PeanchorError
+
+    try:
+        data = json.loads(config).get("data") if isinstance(config, str) else None
+        return normalization(DataSpec.from_dict(data)) if isinstance(data, dict) else None
+    except (ValueError, AttributeError, PeanchorError):
+        return None
 
 
 def model_digest(path: str | os.PathLike[str]) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from peanchor.errors import ConfigError
+from peanchor.errors import ConfigError, did_you_mean
 
 __all__ = [
     "CONDITIONS",
@@ -195,14 +195,17 @@ def condition_name(pe: str, rpt: bool) -> str:
     return "rpt" if pe == "ape" else f"{pe}-rpt"
 
 
-def parse_condition(text: str) -> Condition:
-    """``"ape"`` → APE; ``"rpt"`` → APE with RPT; ``"rope-rpt"`` (or ``"rpt-rope"``) → RoPE with RPT.
+def parse_condition(text: str, pe_names: Sequence[str] | None = None) -> Condition:
+    """``"ape"`` → APE; ``"rpt"`` → APE with RPT; ``"rope-rpt"`` (or ``"rpt-rope"``) → RoPE with RPT. The PEs are
+    the registry's (``pe_names``: a list of them, for a check that loads no torch).
 
     >>> parse_condition("rpt"), parse_condition("rpt-sincos").name
     (Condition(name='rpt', pe='ape', rpt=True), 'sincos-rpt')
     """
-    from peanchor.pe import PE_NAMES
+    if pe_names is None:
+        from peanchor.pe import PE_NAMES as pe_names
 
+    PE_NAMES = tuple(pe_names)
     name = text.strip().lower()
     if name == "rpt":
         pe, rpt = "ape", True
@@ -216,18 +219,19 @@ def parse_condition(text: str) -> Condition:
         raise ConfigError(
             f"unknown condition {text!r}; expected a positional encoding ({', '.join(PE_NAMES)}), "
             "'rpt' (APE trained with RPT) or '<pe>-rpt'"
+            + did_you_mean(name, [*PE_NAMES, "rpt"] if not rpt else [f"{p}-rpt" for p in PE_NAMES])
         )
     canonical = condition_name(pe, rpt)
     return CONDITIONS.get(canonical) or Condition(canonical, pe, rpt)
 
 
-def parse_conditions(text: str | Sequence[str]) -> list[Condition]:
+def parse_conditions(text: str | Sequence[str], pe_names: Sequence[str] | None = None) -> list[Condition]:
     """A comma-separated list (or a sequence) of conditions, duplicates dropped, order kept."""
     items = text.split(",") if isinstance(text, str) else list(text)
     out: list[Condition] = []
     for item in items:
         if item.strip():
-            c = parse_condition(item)
+            c = parse_condition(item, pe_names)
             if c not in out:
                 out.append(c)
     if not out:

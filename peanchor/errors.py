@@ -9,6 +9,21 @@ Imports: nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+
+def did_you_mean(value: object, choices: Iterable[str]) -> str:
+    """`` (did you mean rope?)`` for the valid choice closest to ``value``, or ``""`` when none is close; for the
+    end of an error message that lists the valid ones.
+
+    >>> did_you_mean("rop", ["none", "ape", "rope", "rope_mixed"]), did_you_mean("xyz", ["ape"])
+    (' (did you mean rope?)', '')
+    """
+    import difflib
+
+    close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
 
 class PeanchorError(Exception):
     """A problem with the user's input, data or environment (not a bug in peanchor)."""

@@ -23,7 +23,7 @@ there). A new lens therefore needs nothing here. Any other new measure of a mode
 model (or sweep row) of results.json by itself; the CSV's rows are listed in :func:`analysis_rows`.
 
 Imports: :mod:`peanchor.fileio`, :mod:`peanchor.errors`, :mod:`peanchor.lenses` (the records); pydantic lazily
-(to read).
+(to read), :mod:`peanchor.tables` lazily (``to_pandas``, the summary a notebook shows).
 """
 
 from __future__ import annotations
@@ -186,6 +186,22 @@ class AnalysisResult(Measures):
         """Write ``analysis.json`` and ``analysis.csv`` into ``out_dir`` (:func:`write_analysis`); returns the JSON."""
         return write_analysis(self, out_dir)
 
+    def to_pandas(self) -> Any:
+        """The rows of ``analysis.csv`` as a pandas DataFrame, numeric columns float64 (:mod:`peanchor.tables`)."""
+        from peanchor.tables import analysis_frame
+
+        return analysis_frame(self)
+
+    def __repr__(self) -> str:
+        from peanchor.tables import summary_repr
+
+        return summary_repr(self)
+
+    def _repr_html_(self) -> str:  # a notebook shows the summary table
+        from peanchor.tables import summary_html
+
+        return summary_html(self)
+
 
 # ----------------------------------------------------------------------------------------------
 # A study's results
@@ -268,6 +284,12 @@ class Results:
     severity_table: str | None = _optional()
     shift_sources: dict[str, str] | None = _optional()  # shift name → where it came from (preset, --shift, rule)
     analysis: dict[str, Any] | None = _optional()  # the grid's analysis plan
+
+    def to_pandas(self) -> Any:
+        """Every model's ``analysis.csv`` rows, led by its name, condition, seed, PE and RPT (:mod:`peanchor.tables`)."""
+        from peanchor.tables import results_frame
+
+        return results_frame(self)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -414,33 +436,11 @@ CSV_COLUMNS: tuple[str, ...] = ("metric", "layer", "head", "alpha", "shift", "se
 
 
 def analysis_rows(result: AnalysisResult) -> Iterator[dict[str, Any]]:
-    """One row per (metric, layer / α / shift / severity) of an analysis: the long format of ``analysis.csv``."""
+    """One row per (metric, layer / α / shift / severity) of an analysis: ``analysis.csv``'s long format; a column
+    that does not apply is None (:func:`peanchor.tables.measure_rows`)."""
+    from peanchor.tables import measure_rows
 
-    def row(metric: str, value: Any, layer: Any = "", alpha: Any = 1.0, shift: str = "", severity: Any = "",
-            head: Any = "") -> dict:  # fmt: skip
-        return {"metric": metric, "layer": layer, "head": head, "alpha": alpha, "shift": shift, "severity": severity,
-                "value": value}  # fmt: skip
-
-    yield row("clean_acc", result.clean_acc)
-    yield row("rpi_acc", result.rpi_acc)
-    for name, lens in LENSES.items():
-        record = result.lens(name)
-        for r in lens.rows(record) if record is not None else ():
-            yield row(r.metric, r.value, layer=r.layer, head=r.head)
-    yield row("delta_ssdc", result.delta_ssdc)
-    for name, v in result.acc.items():
-        yield row("acc", v, shift=name)
-        yield row("fragility", result.fragility[name], shift=name)
-    for kind, accs in (result.severities or {}).items():
-        for i, a in enumerate(accs):
-            yield row("acc", a, shift=kind, severity=i + 1)
-            yield row("fragility", (result.severity_fragility or {})[kind][i], shift=kind, severity=i + 1)
-    for e in result.alpha_sweep:
-        yield row("sweep_delta_ssdc", e.delta_ssdc, alpha=e.alpha)
-        yield row("sweep_clean_acc", e.clean_acc, alpha=e.alpha)
-        for name, v in e.acc.items():
-            yield row("sweep_acc", v, alpha=e.alpha, shift=name)
-            yield row("sweep_fragility", e.fragility[name], alpha=e.alpha, shift=name)
+    return measure_rows(result, result.alpha_sweep)
 
 
 def _csv_text(rows: Iterator[Mapping[str, Any]]) -> str:

@@ -88,7 +88,6 @@ def test_bad_input_is_one_line(model, data) -> None:
         (dict(model=torch.nn.Linear(3, 3), data=images, labels=labels), "cannot analyse a torch.nn.modules.linear.Linear"),
         (dict(model=model, data=images.float(), labels=labels), "images must be uint8 (N, 3, S, S)"),
         (dict(model=model, data=images[:, :1], labels=labels), "got torch.uint8 (12, 1, 16, 16)"),
-        (dict(model=model, data=images, labels=None), "need their labels"),
         (dict(model=model, data=images, labels=labels[:5]), "labels must be integers of shape (12,)"),
         (dict(model=model, data=torch.zeros(2, 3, 32, 32, dtype=torch.uint8), labels=torch.zeros(2, dtype=torch.long)),
          "images are 32 px but the model takes 16 px (its 4x4 patch grid)"),
@@ -103,6 +102,53 @@ def test_bad_input_is_one_line(model, data) -> None:
     with pytest.raises(ConfigError) as e:
         peanchor.analyze(model, images, labels, **FAST)
     assert "pass mean= and std=" in _one_line(e)
+
+
+def test_labels_are_optional_when_accuracy_is_not_needed(model, data) -> None:
+    images, labels = data
+    labelled = peanchor.analyze(model, images, labels, shifts=["jpeg:quality=10"], **STATS, **FAST)
+    for form in ((images,), (DataLoader(images, batch_size=5),)):  # a tensor alone, a loader of image batches
+        bare = peanchor.analyze(model, *form, shifts=["jpeg:quality=10"], **STATS, **FAST)
+        assert bare.ssdc == labelled.ssdc and bare.delta_ssdc == labelled.delta_ssdc  # the geometry is the same
+        assert bare.position_probe == labelled.position_probe and bare.lens("effective_rank") == labelled.lens("effective_rank")
+        assert math.isnan(bare.clean_acc) and math.isnan(bare.rpi_acc) and math.isnan(bare.fragility["jpeg"])
+        assert all(math.isnan(p.clean_acc) and math.isnan(p.fragility["jpeg"]) for p in bare.alpha_sweep)
+        assert bare.source["accuracy"] == "none: no labels were given (accuracy and FS are NaN)"
+        assert "no labels were given" in repr(bare)
+    assert "accuracy" not in labelled.source and math.isfinite(labelled.clean_acc)
+    mixed = [(images[:6], labels[:6]), images[6:]]
+    with pytest.raises(DataError, match="labels for some batches and not for others"):
+        peanchor.analyze(model, mixed, **STATS, **FAST)
+
+
+def test_a_loaded_model_carries_its_normalisation(model, data, tmp_path) -> None:
+    from peanchor.checkpoint import save_model
+    from peanchor.data import IMAGENET_MEAN, IMAGENET_STD
+
+    images, labels = data
+    config = {"data": {"name": "scenes", "img_size": 16}}
+    save_model(model, tmp_path / "model.safetensors", extra_metadata={"config": config})
+    loaded = peanchor.load_model(tmp_path)
+    assert (loaded.mean, loaded.std) == (IMAGENET_MEAN, IMAGENET_STD)  # the dataset it was trained on
+    result = peanchor.analyze(loaded, images, labels, shifts=["jpeg:quality=10"], **FAST)  # no mean=/std=
+    given = peanchor.analyze(model, images, labels, shifts=["jpeg:quality=10"], mean=IMAGENET_MEAN,
+                             std=IMAGENET_STD, **FAST)  # fmt: skip
+    assert result.ssdc == given.ssdc and result.acc == given.acc
+    other = peanchor.analyze(loaded, images, labels, shifts=["jpeg:quality=10"], **STATS, **FAST)  # mean= wins
+    assert other.ssdc != result.ssdc
+    save_model(model, tmp_path / "bare.safetensors")  # no training config: nothing to carry
+    assert not hasattr(peanchor.load_model(tmp_path / "bare.safetensors"), "mean")
+
+
+def test_a_prepared_dataset_carries_its_own_normalisation(tmp_path) -> None:
+    from peanchor.data import DataSpec, normalization
+    from peanchor.data.prepared import FORMAT, VERSION
+
+    meta = {"format": FORMAT, "version": VERSION, "mean": [0.1, 0.2, 0.3], "std": [0.4, 0.5, 0.6]}
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    assert normalization(DataSpec(name="prepared", root=str(tmp_path), img_size=16)) == ((0.1, 0.2, 0.3), (0.4, 0.5, 0.6))
+    with pytest.raises(DataError, match="meta.json is missing"):
+        normalization(DataSpec(name="prepared", root=str(tmp_path / "gone"), img_size=16))
 
 
 def test_save_writes_analysis_json_that_reads_back(model, data, tmp_path) -> None:

@@ -31,6 +31,7 @@ MODELS = [
     ("ape_cls", "vit_small_patch16_224", {}, "timm:ape"),
     ("none", "vit_small_patch16_224", {"pos_embed": "none"}, "timm:none"),
     ("ape_no_embed_class", "deit3_small_patch16_224", {}, "timm:ape"),
+    ("ape_cls_dist", "deit_small_distilled_patch16_224", {}, "timm:ape"),  # DeiT distilled: CLS + distillation
     ("ape_reg4_gap", "vit_base_patch16_reg4_gap_256", {}, "timm:ape"),
     ("ape_cls_reg4", "vit_small_patch14_reg4_dinov2", {}, "timm:ape"),
     ("ape_dynamic", "vit_small_patch16_224", {"dynamic_img_size": True}, "timm:ape"),
@@ -284,9 +285,25 @@ def test_malicious_pickle_is_refused_without_running_it(tmp_path):
 # ---- errors ---------------------------------------------------------------------------------
 
 
+def test_a_distilled_deit_has_two_prefix_tokens_and_timms_averaged_head():
+    model = build("deit_small_distilled_patch16_224", {}, lively=True)
+    assert model.num_prefix == 2 and model.model.pos_embed.shape[1] == 2 + model.num_patches
+    x = images()
+    with torch.no_grad():
+        m = model.model
+        feats = m.forward_features(x)  # (B, 2 + N, D), after the final norm
+        averaged = (m.head(feats[:, 0]) + m.head_dist(feats[:, 1])) / 2  # DeiT's inference head, by hand
+        torch.testing.assert_close(model(x), averaged, rtol=0, atol=1e-6)
+        perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(0))
+        moved = model.spatial_tokens(x, token_perm=perm, pe_scale=0.0)  # no position signal: equivariant
+        torch.testing.assert_close(moved, model.spatial_tokens(x, pe_scale=0.0)[:, :, perm], rtol=0, atol=1e-5)
+        assert not torch.allclose(model.spatial_tokens(x, token_perm=perm), model.spatial_tokens(x)[:, :, perm],
+                                  atol=1e-4)  # fmt: skip
+
+
 def test_unsupported_and_unknown_models():
-    with pytest.raises(ConfigError, match="VisionTransformerDistilled is not supported; supported: timm.models"):
-        load_timm_model("deit_tiny_distilled_patch16_224", **SMALL)
+    with pytest.raises(ConfigError, match="VisionTransformerRelPos is not supported; supported: timm.models"):
+        load_timm_model("vit_relpos_small_patch16_224", **SMALL)
     with pytest.raises(ConfigError, match="ResPostBlock"):
         load_timm_model("vit_base_patch16_rpn_224", **SMALL)
     with pytest.raises(ConfigError, match="unknown timm model 'vit_smal_patch16_224'; did you mean"):

@@ -350,7 +350,7 @@ def test_unknown_pe_from_the_cli_is_a_config_error(capsys):
 
     assert main(["train", "--preset", "smoke", "--pe", "nope"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("peanchor: error: model.pe='nope'") and "valid: none, ape" in err and "\n" not in err
+    assert err.startswith("peanchor: error: --pe nope: unknown") and "valid: none, ape" in err and "\n" not in err
 
 
 @pytest.mark.parametrize("rpt", [True, False])

@@ -25,6 +25,7 @@ Supported families (exact classes, so subclasses with their own forward are refu
 * ``timm.models.vision_transformer.VisionTransformer``: learned ``pos_embed`` or
   ``pos_embed='none'``, with or without CLS, register tokens, ``no_embed_class`` either way,
   pre-norm ``Block`` or ``ParallelScalingBlock``;
+* ``timm.models.deit.VisionTransformerDistilled`` (DeiT distilled): CLS and distillation tokens, timm's mean head;
 * ``timm.models.eva.Eva`` (EVA, EVA02, the ``*_rope_*`` ViTs, DINOv3): APE, axial RoPE
   (``RotaryEmbeddingCat``), mixed RoPE (``RotaryEmbeddingMixed``), DINOv3 RoPE, pre-norm
   ``EvaBlock``.
@@ -63,6 +64,7 @@ from peanchor.weights import load_strict, read_state_dict as read_weights_file
 
 SUPPORTED_FAMILIES = (
     "timm.models.vision_transformer.VisionTransformer (learned pos_embed or pos_embed='none'; CLS/register tokens)",
+    "timm.models.deit.VisionTransformerDistilled (DeiT distilled: CLS and distillation tokens)",
     "timm.models.eva.Eva (EVA/EVA02, *_rope_* and DINOv3 ViTs: APE, axial RoPE, mixed RoPE, DINOv3 RoPE)",
 )
 WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin")
@@ -126,16 +128,19 @@ class TimmViT(AnalysisInterface, nn.Module):
     def __init__(self, model: nn.Module, *, model_args: dict[str, Any] | None = None):
         super().__init__()
         timm = _require_timm()
+        from timm.models.deit import VisionTransformerDistilled
         from timm.models.eva import Eva, EvaBlock
         from timm.models.vision_transformer import Block, ParallelScalingBlock, VisionTransformer
 
-        families = {VisionTransformer: "vit", Eva: "eva"}
+        families = {VisionTransformer: "vit", VisionTransformerDistilled: "vit", Eva: "eva"}
         family = families.get(type(model))
         if family is None:
             raise ConfigError(
                 f"timm model class {type(model).__module__}.{type(model).__name__} is not supported; "
                 f"supported: {'; '.join(SUPPORTED_FAMILIES)}"
             )
+        if getattr(model, "dist_token", None) is not None and model.reg_token is not None:  # timm's forward drops them
+            raise ConfigError("a distilled timm ViT with register tokens is not supported")
         # The norm whose output each block's attention sees (the SSDC probe point), per block class.
         probe_norms: dict[type, str] = (
             {Block: "norm1", ParallelScalingBlock: "in_norm"} if family == "vit" else {EvaBlock: "norm1"}
@@ -206,7 +211,7 @@ class TimmViT(AnalysisInterface, nn.Module):
 
     @property
     def num_prefix(self) -> int:
-        """Tokens in front of the patches (CLS and register tokens), dropped from the probes."""
+        """Tokens in front of the patches (CLS, a distillation token, register tokens), dropped from the probes."""
         return int(self.model.num_prefix_tokens)
 
     @property
@@ -262,9 +267,11 @@ class TimmViT(AnalysisInterface, nn.Module):
         return x  # (B, N, D), row-major slots
 
     def _add_prefix_and_ape(self, x: Tensor, alpha: float) -> Tensor:
-        """timm's ``_pos_embed`` order (CLS, registers, then patches), with the table scaled by α."""
+        """timm's ``_pos_embed`` order (CLS, the distillation token or registers, then patches), with the table
+        scaled by α."""
         m = self.model
-        prefix = [t.expand(x.shape[0], -1, -1) for t in (m.cls_token, m.reg_token) if t is not None]
+        prefix = [t.expand(x.shape[0], -1, -1) for t in (m.cls_token, getattr(m, "dist_token", None), m.reg_token)
+                  if t is not None]  # fmt: skip
         pos = m.pos_embed  # (1, [P +] N, D) or None
         if pos is not None and alpha != 1.0:
             pos = pos * alpha

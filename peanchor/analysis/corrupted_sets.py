@@ -1,8 +1,8 @@
 """Whole evaluation sets corrupted once: :func:`corrupt` (chunked, on the CPU) and :class:`CorruptedCache`, which
 hands the same corrupted copy to every model and α (in memory, and optionally as memory-mapped ``.npy`` files).
 
-Imports: :mod:`peanchor.fileio`, :mod:`peanchor.errors`. A shift is anything with ``name``, ``describe()`` and
-``__call__(images, start_index=)``, e.g. :class:`peanchor.analysis.shifts.Shift`.
+Imports: :mod:`peanchor.fileio`, :mod:`peanchor.bars`, :mod:`peanchor.errors`. A shift is anything with ``name``,
+``describe()`` and ``__call__(images, start_index=)``, e.g. :class:`peanchor.analysis.shifts.Shift`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from peanchor import fileio
+from peanchor.bars import progress_bar
 from peanchor.errors import ConfigError, DataError
 
 __all__ = ["CorruptedCache", "check_batch", "corrupt", "fingerprint"]
@@ -63,8 +63,7 @@ def corrupt(
     n = images.shape[0]
     if out is None:
         out = torch.empty(images.shape, dtype=torch.uint8)
-    disable = None if progress is None else not progress
-    with tqdm(total=n, desc=f"corrupt {shift.name}", unit="img", disable=disable, leave=False) as bar:
+    with progress_bar(total=n, desc=f"corrupt {shift.name}", unit="img", show=progress, leave=False) as bar:
         for start in range(0, n, chunk_size):
             chunk = images[start : start + chunk_size].to("cpu")  # (b, C, H, W)
             out[start : start + chunk.shape[0]] = shift(chunk, start_index=start).to(out.device)

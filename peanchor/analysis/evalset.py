@@ -1,6 +1,6 @@
 """The evaluation images, loaded once: a deterministic subset of a dataset's evaluation split as one uint8 tensor.
 
-Imports: :mod:`peanchor.data`, :mod:`peanchor.analysis.shifts` (the pixel fingerprint).
+Imports: :mod:`peanchor.data`, :mod:`peanchor.analysis.shifts` (the pixel fingerprint), :mod:`peanchor.bars`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from peanchor.analysis.corrupted_sets import fingerprint
+from peanchor.bars import progress_bar
 from peanchor.errors import ConfigError, DataError
 
 __all__ = ["EvalSet", "subset_indices"]
@@ -108,7 +108,7 @@ def _load_all(dataset: Any, idx: Tensor, progress: bool | None) -> tuple[Tensor,
     workers = min(8, os.cpu_count() or 1) if len(idx) > 2048 else 0
     loader = DataLoader(Subset(dataset, idx.tolist()), batch_size=chunk, num_workers=workers)
     images, labels = [], []
-    for x, y in tqdm(loader, desc="load eval set", unit="batch", disable=None if progress is None else not progress, leave=False):
+    for x, y in progress_bar(loader, desc="load eval set", unit="batch", show=progress, leave=False):
         images.append(x)
         labels.append(torch.as_tensor(y))
     return torch.cat(images), torch.cat(labels)

@@ -41,7 +41,8 @@ anything. An adapter around a foreign model (a timm or transformers ViT) is ther
 is an :class:`peanchor.results.AnalysisResult` (written as analysis.json by :func:`peanchor.results.write_analysis`).
 
 Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes), :mod:`peanchor.lenses`, :mod:`peanchor.metrics`,
-:mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits).
+:mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits), :mod:`peanchor.bars`,
+:mod:`peanchor.devices`.
 """
 
 from __future__ import annotations
@@ -55,11 +56,12 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.plan import DEFAULT_ALPHAS, AnalysisPlan, resolve_plan
 from peanchor.analysis.shifts import Shift, severity_table, table_name
+from peanchor.bars import progress_bar
+from peanchor.devices import resolve_device
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.passes import PassRunner, PassSpec, is_scalable
 from peanchor.errors import ConfigError, DataError
@@ -112,12 +114,6 @@ def _record(lens: Lens, runner: PassRunner, clean: PassSpec, rpi: Sequence[PassS
         return LensFailure.of(e)
 
 
-def _resolve_device(device: str | torch.device | None) -> torch.device:
-    if device is None or str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
 def evaluate_model(
     model: nn.Module,
     evalset: EvalSet,
@@ -167,7 +163,7 @@ def evaluate_model(
     # The severity sweeps: every measured kind, from the table for this resolution (each kind has one).
     kinds = list(dict.fromkeys(s.kind for s in shifts.values()))
     severity_shifts = severity_table(evalset.img_size, kinds) if severities else {}
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     cache = cache if cache is not None else CorruptedCache(progress=progress)
 
     # Corrupt every set once (CPU, memoised in the cache across models and α values).
@@ -211,8 +207,8 @@ def evaluate_model(
     model.to(dev).eval()
     t_passes = time.perf_counter()
     try:
-        with tqdm(total=(len(passes) + own_passes) * batches_per_pass, desc="evaluate", unit="batch", disable=None if progress is None else not progress,
-                  leave=False) as bar:  # fmt: skip
+        with progress_bar(total=(len(passes) + own_passes) * batches_per_pass, desc="evaluate", unit="batch",
+                          show=progress, leave=False) as bar:  # fmt: skip
             runner = PassRunner(
                 model, evalset, info.mean, info.std, sets=sets, batch_size=batch_size, device=dev, seed=seed,
                 lenses=lenses, bar=bar, edits=Intervention.parse(applied.interventions).edits,
@@ -299,12 +295,12 @@ def measure_lenses(
     clean = PassSpec("clean", 1.0, "all", None)
     rpi = [PassSpec("clean", 1.0, "all", k) for k in range(applied.rpi_draws)]
     own = applied.rpi_draws if any(lens.rpi == "per_image" for lens in lenses.values()) else 0
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     was_training = model.training
     model.to(dev).eval()
     try:
-        with tqdm(total=(1 + len(rpi) + own) * math.ceil(len(evalset) / applied.batch_size), desc="lenses",
-                  unit="batch", disable=None if progress is None else not progress, leave=False) as bar:  # fmt: skip
+        with progress_bar(total=(1 + len(rpi) + own) * math.ceil(len(evalset) / applied.batch_size), desc="lenses",
+                          unit="batch", show=progress, leave=False) as bar:  # fmt: skip
             runner = PassRunner(model, evalset, info.mean, info.std, sets={"clean": evalset.images},
                                 batch_size=applied.batch_size, device=dev, seed=applied.seed, lenses=lenses, bar=bar,
                                 edits=Intervention.parse(applied.interventions).edits, eager_attention=eager)  # fmt: skip

@@ -10,10 +10,11 @@ model (``--timm NAME [--weights FILE]``) or a transformers ``save_pretrained`` f
 evaluation flags, ``--set analysis.KEY=VALUE``); the analysis itself is :func:`peanchor.api.run_analysis`, the
 function that ``peanchor.analyze`` runs too.
 
-Imports: at parse time :mod:`peanchor.commands` (shared: the ``--shift`` help, from the shift registry, which loads
-no torch); when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`, :mod:`peanchor.presets` (the run's preset's
+Imports: at parse time :mod:`peanchor.commands` (shared: the ``--shift`` help and the lenses' names, from their
+registries, which load no torch); when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`, :mod:`peanchor.presets` (the run's preset's
 shifts), :mod:`peanchor.training` (a run's config), :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`,
-:mod:`peanchor.data`, :mod:`peanchor.lenses` (the summary), :mod:`peanchor.tracking` (``--tensorboard``).
+:mod:`peanchor.data`, :mod:`peanchor.lenses` (the summary), :mod:`peanchor.tracking` (``--tensorboard``),
+:mod:`peanchor.devices` (``--device``, checked first).
 """
 
 from __future__ import annotations
@@ -25,17 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from peanchor.commands.shared import lens_options_help, shift_help, with_data_items
+from peanchor.commands.names import check_flags
+from peanchor.commands.shared import lens_descriptions, lens_list, lens_names, lens_options_help, shift_help, with_data_items
 from peanchor.errors import ConfigError
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "analyze",
-        help="measure SSDC, attention distance and a position probe (normal / RPI), ΔSSDC, Fragility Scores and "
-        "the α sweep of a trained model",
-        description="Evaluate one model: per layer, with and without random permutation at inference (RPI), SSDC, "
-        "the mean attention distance of every head and the held-out R² of a linear probe for each token's grid row "
-        "and column; ΔSSDC = SSDC_RPI(layer 1) - SSDC_RPI(layer 0), top-1 accuracy clean and under the preset's "
+        help=f"measure the lenses ({lens_list()}; normal / RPI), ΔSSDC, Fragility Scores and the α sweep of a "
+        "trained model",
+        description="Evaluate one model: per layer, with and without random permutation at inference (RPI), every "
+        f"lens: {lens_descriptions()}; ΔSSDC = SSDC_RPI(layer 1) - SSDC_RPI(layer 0), top-1 accuracy clean and "
+        "under the preset's "
         "shifts (JPEG and blur; --shift changes or adds one), the Fragility Score 1 - acc/clean, and for scalable PEs "
         "(ape, sincos, rope, ...) the PE-scale (α) sweep. Writes analysis.json and analysis.csv (tidy, long format).",
     )
@@ -58,8 +60,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     data.add_argument("--images", type=int, metavar="N", help="a deterministic random subset of N evaluation images")
     data.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="any other dataset key, e.g. --set data.image_column=img --set data.val_size=500, or an "
-                      "analysis setting, e.g. --set analysis.rpi_draws=2 (over the flags below; repeatable; typed "
-                      f"like train --set), or a lens's option: {lens_options_help()}")  # fmt: skip
+                      "analysis setting, e.g. --set analysis.rpi_draws=2 or "
+                      f"analysis.lenses=[{','.join(lens_names())}] (over the flags below; repeatable; typed like "
+                      f"train --set), or a lens's option: {lens_options_help()}")  # fmt: skip
     ev = p.add_argument_group("evaluation")
     ev.add_argument("--rpi-draws", type=int, metavar="K", help="independent RPI permutation streams (mean ± std; "
                     "default: 1)")  # fmt: skip
@@ -122,25 +125,44 @@ class Subject:
     preset: str | None = None  # the run's preset: its shifts are the ones the model is measured under
 
 
-def subject_from_run_dir(run_dir: str | Path) -> Subject:
-    """The model and data spec of a run directory (``model.safetensors`` + ``config.yaml``)."""
+def subject_from_run_dir(run_dir: str | Path, data: str | None = None) -> Subject:
+    """The model and data spec of a run directory (``model.safetensors`` + ``config.yaml``). A ``.safetensors``
+    file stands for the run directory holding it (its weights are read); a folder with a model but no
+    ``config.yaml`` is analysed on ``data`` (``--data``) when it is given."""
     import peanchor
-    from peanchor.checkpoint import model_digest
+    from peanchor.checkpoint import MODEL_FILE, model_digest
     from peanchor.errors import CheckpointError
     from peanchor.training.config import load_config
 
-    run = Path(run_dir)
-    if not run.is_dir():
+    run = weights = Path(run_dir)
+    if run.is_file():
+        run = run.parent
+        if not (run / "config.yaml").is_file() and data is None:
+            raise CheckpointError(f"{weights} is a weights file, and {run} beside it has no config.yaml: give a run "
+                                  "directory, or say what to evaluate it on with --data NAME (for a timm model's "
+                                  "weights: --timm NAME --weights FILE)")  # fmt: skip
+    elif not run.is_dir():
         raise CheckpointError(f"run directory {run} does not exist")
+    else:
+        weights = run / MODEL_FILE
     cfg_path = run / "config.yaml"
     if not cfg_path.is_file():
-        raise CheckpointError(f"{run} has no config.yaml: not a peanchor run directory (pass --data to say what to evaluate on)")
+        if data is None:
+            raise CheckpointError(f"{run} has no config.yaml: not a peanchor run directory (pass --data to say what to "
+                                  "evaluate on)")  # fmt: skip
+        if not weights.is_file():
+            raise CheckpointError(f"{run} has no config.yaml and no {MODEL_FILE}: not a peanchor run directory")
+        model = peanchor.load_model(weights)
+        source = {"kind": "weights", "weights": str(weights), "model_digest": model_digest(weights),
+                  "model_args": getattr(model, "model_args", None)}  # fmt: skip
+        carried = (model.mean, model.std) if hasattr(model, "mean") else None  # what it was trained with
+        return Subject(model, None, run.name, run / "analysis", source, normalization=carried)
     config = load_config(cfg_path)
-    model = peanchor.load_model(run)
+    model = peanchor.load_model(weights)
     source = {
         "kind": "run_dir",
         "run_dir": str(run),
-        "model_digest": model_digest(run),
+        "model_digest": model_digest(weights),
         "model_args": getattr(model, "model_args", None),
         "condition": config.condition,
         "seed": config.train.seed,
@@ -205,7 +227,7 @@ def resolve_subject(args: argparse.Namespace) -> Subject:
     if args.hf:
         return subject_from_hf(args)
     if args.run_dir:
-        return subject_from_run_dir(args.run_dir)
+        return subject_from_run_dir(args.run_dir, args.data)
     raise ConfigError("analyze needs a RUN_DIR (from peanchor train or peanchor import), --timm NAME or --hf DIR")
 
 
@@ -255,11 +277,14 @@ def plan_for(subject: Subject, args: argparse.Namespace, img_size: int, shift_sp
 
 
 def run(args: argparse.Namespace) -> int:
+    check_flags(args)  # a misspelt name fails here, before torch loads
     from peanchor.analysis.evalset import EvalSet
     from peanchor.analysis.shift_specs import parse_shift_specs
     from peanchor.api import match_classes, run_analysis
+    from peanchor.devices import resolve_device
 
     shift_specs = parse_shift_specs(args.shift)  # a bad --shift fails before the model is read
+    device = resolve_device(args.device)  # and a device this machine does not have
     if args.tensorboard:
         from peanchor.tracking import require_tensorboard
 
@@ -275,9 +300,11 @@ def run(args: argparse.Namespace) -> int:
     info = evalset.info
     if subject.normalization is not None:
         info = dataclasses.replace(info, mean=tuple(subject.normalization[0]), std=tuple(subject.normalization[1]))
-        match_classes(subject.model, list(info.classes))  # an ImageNet-1k head on an ImageNet subset, or refuse
+    # The classes must match, as peanchor.analyze checks for a named dataset: an ImageNet-1k head on an ImageNet
+    # subset keeps those logits; any other mismatch (a 10-class run on a 2-class folder) is one line.
+    match_classes(subject.model, list(info.classes))
     result = run_analysis(subject.model, evalset, info, plan, source={**subject.source, "data": spec.to_dict()},
-                          device=args.device, progress=progress)  # fmt: skip
+                          device=device, progress=progress)  # fmt: skip
     path = result.save(out)
     print(summary_text(result, subject.name))
     print(f"wrote {path} and {path.with_suffix('.csv')}")

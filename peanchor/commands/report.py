@@ -1,10 +1,13 @@
-"""``peanchor report OUT``: assemble ``OUT/results.json`` from the result files under OUT and write the report.
+"""``peanchor report PATH...``: write one report from result files.
 
-Reads result files only (run summaries, analyses, statuses), never models. ``OUT`` may also be a
-``results.json`` file (or a directory holding only one): then it is rendered as it is.
+Reads result files only (run summaries, analyses, statuses), never models. One reproduce directory is assembled
+into ``OUT/results.json`` from the files under it, and its report written there. Anything else is read as it is
+and gathered into one report (:func:`peanchor.report.inputs.gather`): any mix of analysis directories (or
+``analysis.json`` files), run directories analysed by ``peanchor analyze``, ``results.json`` files and the
+reproduce directories holding them, each named ``NAME=PATH`` or by what its run recorded (its condition and seed)
+or its directory.
 
-Imports: when run, :mod:`peanchor.study` (assembly), :mod:`peanchor.report`, :mod:`peanchor.results`,
-:mod:`peanchor.fileio` (the lock).
+Imports: when run, :mod:`peanchor.study` (assembly), :mod:`peanchor.report`, :mod:`peanchor.fileio` (the lock).
 """
 
 from __future__ import annotations
@@ -12,18 +15,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+DEFAULT_REPORT_DIR = Path("runs") / "report"  # the report of several inputs, unless --report-dir says
+
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "report",
-        help="assemble results.json from a reproduce directory and write report.md/.html with figures",
-        description="Assemble OUT/results.json from the analyses of the cells under OUT/runs (e.g. after sharded "
-        "`peanchor reproduce --shard i/n` runs) and write OUT/report.md, OUT/report.html and OUT/figures/. Given a "
-        "results.json (or a directory with one and no runs/), render that file as it is.",
+        help="write report.md/.html with figures from a reproduce directory, or from any analyses and results files",
+        description="Given one reproduce directory OUT, assemble OUT/results.json from the analyses of the cells "
+        "under OUT/runs (e.g. after sharded `peanchor reproduce --shard i/n` runs) and write OUT/report.md, "
+        "OUT/report.html and OUT/figures/. Given anything else, read it as it is and write one report of it all: "
+        "analysis directories (or analysis.json), run directories analysed by `peanchor analyze`, results.json "
+        "files, in any mix; NAME=PATH names a model (a condition in the report: ape, rope, ... get the study's "
+        "styles), otherwise its name is the condition its run recorded, or its directory's name.",
     )
-    p.add_argument("out", metavar="OUT", help="a reproduce output directory, or a results.json file")
-    p.add_argument("--report-dir", metavar="DIR", help="where to write the report when OUT is a results.json file "
-                   "(default: its directory)")  # fmt: skip
+    p.add_argument("paths", nargs="+", metavar="[NAME=]PATH", help="a reproduce directory, or analyses and results "
+                   "files to report on together")  # fmt: skip
+    p.add_argument("--report-dir", metavar="DIR", help="where to write the report (default: the one input's own "
+                   f"directory, {DEFAULT_REPORT_DIR} for several)")  # fmt: skip
     p.set_defaults(func=run)
     return p
 
@@ -31,27 +40,39 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from peanchor import fileio
     from peanchor.errors import DataError
+    from peanchor.report.inputs import input_arg
     from peanchor.study import MANIFEST, write_results_and_report
 
-    target = Path(args.out)
+    inputs = [input_arg(text) for text in args.paths]
+    for _, path in inputs:
+        if not path.exists():
+            raise DataError(f"{path} does not exist (expected a reproduce directory, an analysis directory, a run "
+                            "directory, analysis.json or results.json)")  # fmt: skip
+    (name, target), many = inputs[0], len(inputs) > 1
     is_grid = target.is_dir() and ((target / MANIFEST).exists() or (target / "runs").is_dir())
-    if not is_grid:
-        from peanchor.report import write_report
-        from peanchor.results import read_results
-
-        if not target.exists():
-            raise DataError(f"{target} does not exist (expected a reproduce directory or a results.json)")
-        results = read_results(target)
-        report_dir = Path(args.report_dir) if args.report_dir else (target if target.is_dir() else target.parent)
-        write_report(results, report_dir)
-        print(f"report: {report_dir / 'report.md'} and {report_dir / 'report.html'}")
+    if is_grid and not many and name is None and not args.report_dir:
+        with fileio.RunLock(target):
+            results, _ = write_results_and_report(target, force=True)
+        missing = results.missing
+        print(f"{target}: {len(results.models)} models, {len(results.alpha_sweep)} α-sweep points, "
+              f"{len(results.failed)} failed, {len(missing)} missing")  # fmt: skip
+        if missing:
+            print(f"not analysed yet: {', '.join(missing)}")
+        print(f"results: {target / 'results.json'}\nreport: {target / 'report.md'} and {target / 'report.html'}")
         return 0
-    with fileio.RunLock(target):
-        results, _ = write_results_and_report(target, force=True)
-    missing = results.missing
-    print(f"{target}: {len(results.models)} models, {len(results.alpha_sweep)} α-sweep points, "
-          f"{len(results.failed)} failed, {len(missing)} missing")  # fmt: skip
-    if missing:
-        print(f"not analysed yet: {', '.join(missing)}")
-    print(f"results: {target / 'results.json'}\nreport: {target / 'report.md'} and {target / 'report.html'}")
+    from peanchor.report import write_report
+    from peanchor.report.inputs import gather_items
+
+    results = gather_items([(n, str(p)) for n, p in inputs])
+    if args.report_dir:
+        report_dir = Path(args.report_dir)
+    elif many:
+        report_dir = DEFAULT_REPORT_DIR
+    else:
+        report_dir = target if target.is_dir() else target.parent
+    write_report(results, report_dir)
+    conditions = ", ".join(results.conditions)
+    print(f"{len(results.models)} models ({conditions}), {len(results.alpha_sweep)} α-sweep points")
+    print(f"report: {report_dir / 'report.md'} and {report_dir / 'report.html'}")
     return 0
+

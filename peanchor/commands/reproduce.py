@@ -4,7 +4,7 @@ With no arguments: the ``cpu`` preset (32 px scenes, embedded) into ``runs/repro
 continues where an interrupted run stopped and does only what is missing.
 
 Imports: :mod:`peanchor.presets` and :mod:`peanchor.conditions` (choices and defaults), :mod:`peanchor.commands`
-(shared: the ``--shift`` help); when run, :mod:`peanchor.study`.
+(shared: the ``--shift`` help, the lenses' names); when run, :mod:`peanchor.study`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from peanchor.commands.shared import lens_options_help, shift_help
+from peanchor.commands.names import check_flags
+from peanchor.commands.shared import lens_list, lens_options_help, shift_help
 from peanchor.conditions import DEFAULT_CONDITIONS
 from peanchor.presets import PRESET_NAMES, PRESETS, preset_help
 
@@ -23,8 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "reproduce",
         help="train + analyse every condition and seed, then write results.json and the report (resumable)",
         description="Reproduce the study on a grid of conditions × seeds: each cell is trained into "
-        "OUT/runs/<condition>-s<seed> and analysed (SSDC normal/RPI, ΔSSDC, FS under the preset's shifts and any "
-        "--shift, the α sweep for "
+        f"OUT/runs/<condition>-s<seed> and analysed (the lenses normal/RPI: {lens_list()}; ΔSSDC, FS under the "
+        "preset's shifts and any --shift, the α sweep for "
         "ape/sincos/rope/rope_mixed), then OUT/results.json and OUT/report.md/.html are written. Incremental: "
         "finished cells are reused. A failed cell, or one whose process dies (e.g. killed for memory), is reported "
         "in one line and the others go on (exit code 1 at the end). "
@@ -118,6 +119,7 @@ def _echo_args(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_flags(args)  # a misspelt name fails here, before torch loads
     from peanchor.study import list_commands, reproduce
 
     options = options_from_args(args)

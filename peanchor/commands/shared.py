@@ -1,5 +1,6 @@
-"""What more than one sub-command uses: the ``--shift`` help text (:func:`shift_help`), the lenses' options for
-``--set``'s help (:func:`lens_options_help`), and dataset keys set from flags and ``--set``.
+"""What more than one sub-command uses: the ``--shift`` help text (:func:`shift_help`), the lenses' names and
+options for the help texts (:func:`lens_list`, :func:`lens_options_help`), and dataset keys set from flags and
+``--set``.
 
 Imports: :mod:`peanchor.analysis` (the shift registry, light: no torch), :mod:`peanchor.lenses` (the lens registry,
 light too); :mod:`peanchor.training` (the typed ``--set``) when a command runs.
@@ -15,7 +16,7 @@ from peanchor.lenses import LENSES
 
 # shift_help(): the --shift help, from the registry (no torch), called when a parser is built, so that the kinds of
 # the plug-ins loaded by then are in it.
-__all__ = ["lens_options_help", "shift_help", "with_data_items"]
+__all__ = ["lens_descriptions", "lens_list", "lens_names", "lens_options_help", "shift_help", "with_data_items"]
 
 
 def lens_options_help() -> str:
@@ -27,6 +28,22 @@ def lens_options_help() -> str:
         if options:
             forms.append(f"analysis.lenses.{name}.{{{','.join(options)}}}")
     return ", ".join(forms)
+
+
+def lens_names() -> list[str]:
+    """The registered lenses' names (the lens registry loads no torch), in report order."""
+    return list(LENSES)
+
+
+def lens_list() -> str:
+    """The registered lenses' titles for a help text: ``SSDC, probe R², attention distance and effective rank``."""
+    titles = [lens.title for lens in LENSES.values()]
+    return ", ".join(titles[:-1]) + (" and " if len(titles) > 1 else "") + titles[-1]
+
+
+def lens_descriptions() -> str:
+    """Each registered lens in a phrase: its title and, in brackets, its key (``--set analysis.lenses``)."""
+    return ", ".join(f"{lens.title} ({name})" for name, lens in LENSES.items())
 
 
 def with_data_items(spec: Any, flags: dict[str, Any], set_items: list[str]) -> Any:  # DataSpec -> DataSpec

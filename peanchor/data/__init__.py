@@ -22,7 +22,7 @@ from torch.utils.data import Dataset, Subset
 from peanchor.data import cifar, folder, hf, imagenet100, scenes
 from peanchor.data.arrays import ArrayDataset, defer_augmentation
 from peanchor.data.imagenet100 import materialize_imagenet100, read_class_list
-from peanchor.data.prepared import build_prepared, decode_throughput, prepare_dataset
+from peanchor.data.prepared import build_prepared, decode_throughput, prepare_dataset, read_meta
 from peanchor.data.scenes import SCENES_CLASSES, generate_scenes, save_sample_grid
 from peanchor.data.spec import AUGMENT_POLICIES, DataInfo, DataSpec
 from peanchor.data.transforms import (
@@ -33,7 +33,7 @@ from peanchor.data.transforms import (
     resolve_augment,
     train_transform,
 )
-from peanchor.errors import ConfigError, DataError
+from peanchor.errors import ConfigError, DataError, did_you_mean
 
 __all__ = [
     "AUGMENT_POLICIES",
@@ -52,6 +52,7 @@ __all__ = [
     "eval_transform",
     "generate_scenes",
     "materialize_imagenet100",
+    "normalization",
     "normalize",
     "prepare_dataset",
     "read_class_list",
@@ -77,6 +78,15 @@ def normalize(
     m = torch.as_tensor(mean, dtype=dtype, device=images.device).view(-1, 1, 1)  # (3, 1, 1)
     s = torch.as_tensor(std, dtype=dtype, device=images.device).view(-1, 1, 1)
     return images.to(dtype).div_(255.0).sub_(m).div_(s)  # (..., 3, H, W)
+
+
+def normalization(spec: DataSpec) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The ``(mean, std)`` a dataset's images are normalised with, without building it: ImageNet's for every
+    dataset but a prepared one, whose ``meta.json`` records its own (a missing one is a :class:`DataError`)."""
+    if spec.name == "prepared" and spec.root:
+        meta = read_meta(spec.root)
+        return tuple(float(v) for v in meta["mean"]), tuple(float(v) for v in meta["std"])
+    return IMAGENET_MEAN, IMAGENET_STD
 
 
 def _info(name: str, classes: list[str], img_size: int) -> DataInfo:
@@ -167,7 +177,8 @@ DATASETS: dict[str, Builder] = {
 def _builder(spec: DataSpec) -> Builder:
     spec.validate()
     if spec.name not in DATASETS:
-        raise ConfigError(f"unknown dataset {spec.name!r}; valid: {', '.join(DATASETS)}")
+        raise ConfigError(f"unknown dataset {spec.name!r}; valid: {', '.join(DATASETS)}"
+                          + did_you_mean(spec.name, DATASETS))  # fmt: skip
     return DATASETS[spec.name]
 
 

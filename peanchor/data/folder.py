@@ -161,12 +161,19 @@ def imagefolder_samples(
 ) -> tuple[list[str], list[tuple[Path, int]] | None, list[tuple[Path, int]]]:
     """``(classes, train samples or None, val samples)`` of an ImageFolder root.
 
-    Classes are the sorted folders of ``root/train``; ``root/val`` must hold the same ones.
+    Classes are the sorted folders of ``root/train``; ``root/val`` must hold the same ones. For evaluation alone
+    (``train=False``) ``root/val`` is enough: without ``root/train`` its own folders are the classes.
     """
     layout = FOLDER_LAYOUT.replace("ROOT", str(root))
     train_dir, val_dir = root / "train", root / "val"
-    require_dir(train_dir, layout)
+    if train or train_dir.exists():
+        require_dir(train_dir, layout)
     require_dir(val_dir, layout)
+    if not train_dir.exists():  # an evaluation folder: val/ alone
+        classes = class_dirs(val_dir)
+        if not classes:
+            raise DataError(f"{val_dir} has no class folders: expected {val_dir}/<class>/<image>")
+        return classes, None, scan_classes(val_dir, classes)
     classes = class_dirs(train_dir)
     if not classes:
         raise DataError(f"{train_dir} has no class folders: expected {train_dir}/<class>/<image>")

@@ -2,7 +2,8 @@
 
 ``write_report(results, out_dir)`` writes ``out_dir/figures/*.png|pdf``, ``out_dir/report.md`` and a
 self-contained ``out_dir/report.html`` for a :class:`peanchor.results.Results` (read one with
-:func:`peanchor.results.read_results`):
+:func:`peanchor.results.read_results`), or for analyses and result files gathered into one
+(:mod:`~peanchor.report.inputs`):
 
 * :mod:`~peanchor.report.summary`: the numbers (grouping, statistics over seeds, the ΔSSDC–FS correlation);
 * :mod:`~peanchor.report.prose`: the text and tables, as a :class:`~peanchor.report.document.Report`;
@@ -16,22 +17,29 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from peanchor import fileio
 from peanchor.report.figures import make_figures
 from peanchor.report.html import render_html
+from peanchor.report.inputs import gather
 from peanchor.report.markdown import render_markdown
 from peanchor.report.prose import build_report
 from peanchor.results import Results
 
-__all__ = ["build_report", "render_html", "render_markdown", "write_report"]
+__all__ = ["build_report", "gather", "render_html", "render_markdown", "write_report"]
 
 
-def write_report(results: Results, out_dir: str | os.PathLike[str]) -> list[Path]:
+def write_report(results: Results | Any, out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write ``out_dir/figures/*.png|pdf``, ``out_dir/report.md`` and ``out_dir/report.html``; return the paths.
 
-    Every file is written atomically; figures whose data is missing are skipped.
+    ``results`` is a :class:`Results`, or anything :func:`peanchor.report.inputs.gather` reads: analyses, grids
+    and paths to their files, in a mapping ``name → ...`` or a list (names inferred), e.g.
+    ``write_report({"ape": "runs/ape", "mine": result}, "out")``. Every file is written atomically; figures whose
+    data is missing are skipped.
     """
+    if not isinstance(results, Results):
+        results = gather(results)
     out = Path(out_dir)
     figures = make_figures(results, out / "figures")
     report = build_report(results, figures)

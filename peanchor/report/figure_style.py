@@ -27,12 +27,16 @@ from peanchor.report.summary import finite
 
 __all__ = [
     "DPI", "condition_style", "condition_styles", "figure_file", "finish", "group_values", "mean_std", "new_figure", "save",
+    "legend_entries", "select_panels",
 ]
 
 DPI = 150
+# Models that are not the study's conditions: Paul Tol's muted colours (none of the conditions' Okabe-Ito ones, no
+# grey), markers and dash patterns no condition uses; the three lengths are coprime, so the first 9 * 8 * 5 = 360
+# models each get their own combination; the first five differ in all three, the first nine in colour at least.
 _SPARE_MARKERS = ("h", "<", ">", "p", "d", "8", "H", "1")
-_SPARE_LINES: tuple[Any, ...] = ((0, (2, 2)), (0, (8, 2, 2, 2)), (0, (4, 1, 1, 1)), (0, (1, 2)))
-_SPARE_COLOURS = ("#444444", "#882255", "#117733", "#332288")
+_SPARE_LINES: tuple[Any, ...] = ((0, (2, 2)), (0, (8, 2, 2, 2)), (0, (4, 1, 1, 1)), (0, (1, 2)), (0, (5, 1)))
+_SPARE_COLOURS = ("#882255", "#117733", "#332288", "#44AA99", "#999933", "#AA4499", "#CC6677", "#88CCEE", "#DDCC77")
 
 
 def condition_style(condition: str, index: int = 0) -> dict[str, Any]:
@@ -104,14 +108,21 @@ def new_figure(
     return fig, list(axes)
 
 
-def finish(fig: Figure, axes: Sequence[Axes]) -> None:
-    """Put one shared legend under the panels and set margins (in inches) around them."""
-    handles, labels = [], []
+def legend_entries(axes: Sequence[Axes]) -> tuple[list[Any], list[str]]:
+    """The legend handles and labels of all ``axes``, each label once, in the order drawn."""
+    handles: list[Any] = []
+    labels: list[str] = []
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
+    return handles, labels
+
+
+def finish(fig: Figure, axes: Sequence[Axes]) -> None:
+    """Put one shared legend under the panels and set margins (in inches) around them."""
+    handles, labels = legend_entries(axes)
     # Our conditions first, the paper's reference lines last.
     order = sorted(range(len(labels)), key=lambda i: PAPER.label in labels[i])
     handles, labels = [handles[i] for i in order], [labels[i] for i in order]
@@ -134,3 +145,21 @@ def figure_file(fig: Figure | None, directory: Path, stem: str, title: str, capt
         return None
     png, pdf = save(fig, directory, stem)
     return FigureFile(stem, title, caption, png, pdf)
+
+
+def select_panels(what: str, available: Sequence[str], panels: Sequence[str] | None,
+                  axes: Sequence[Axes] | None) -> list[str]:  # fmt: skip
+    """The panels to draw of a figure that has ``available`` ones: ``panels`` (all when None), checked by name, and
+    as many as the ``axes`` given to draw them in; one :class:`DataError` line otherwise."""
+    from peanchor.errors import DataError
+
+    chosen = list(available) if panels is None else [str(p) for p in panels]
+    unknown = [p for p in chosen if p not in available]
+    if unknown or not chosen:
+        raise DataError(f"{what}: no panel {unknown[0] if unknown else '(none chosen)'!r}; its panels are "
+                        f"{', '.join(available)}")  # fmt: skip
+    if axes is not None and len(axes) != len(chosen):
+        raise DataError(f"{what}: {len(chosen)} panel{'s' if len(chosen) > 1 else ''} ({', '.join(chosen)}) but "
+                        f"{len(axes)} Axes given: pass one Axes per panel, or panels=[{chosen[0]!r}] to draw "
+                        "fewer")  # fmt: skip
+    return chosen

@@ -13,6 +13,7 @@ Imports: matplotlib, :mod:`peanchor.report` (summary, document, figure_style, le
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from peanchor.report.figure_style import (
     mean_std,
     new_figure,
     save,
+    select_panels,
 )
 from peanchor.report.summary import (
     correlation_points,
@@ -41,17 +43,26 @@ from peanchor.report.summary import (
 )
 from peanchor.results import Results
 
-__all__ = ["draw_alpha_sweep", "draw_ssdc_per_layer", "make_figures"]
+__all__ = ["SSDC_PANELS", "draw_alpha_sweep", "draw_ssdc_per_layer", "make_figures"]
 
-def _draw_ssdc_per_layer(results: Results) -> tuple[Figure, bool] | None:
-    """The figure, and whether a single seed's band is its spread over RPI draws or its CI."""
+SSDC_PANELS = {"normal": "tokens in order", "rpi": "under RPI (tokens shuffled)"}
+
+
+def _draw_ssdc_per_layer(results: Results, axes: list[Axes] | None = None,
+                         panels: Sequence[str] | None = None) -> tuple[Figure | None, bool] | None:  # fmt: skip
+    """The figure (None when drawn into the caller's ``axes``), and whether a single seed's band is its spread
+    over RPI draws or its CI."""
     groups = models_by_condition(results)
     if not groups:
         return None
+    modes = select_panels("SSDC per layer", list(SSDC_PANELS), panels, axes)
     styles = condition_styles(list(groups))
-    fig, axes = new_figure(2, sharey=True)
+    fig = None
+    if axes is None:
+        fig, axes = new_figure(len(modes), sharey=True)
     single_band = False
-    for ax, mode, title in zip(axes, ("normal", "rpi"), ("tokens in order", "under RPI (tokens shuffled)")):
+    for ax, mode in zip(axes, modes):
+        title = SSDC_PANELS[mode]
         for c, ms in groups.items():
             rows = [[float(v) if finite(v) else math.nan for v in getattr(m.ssdc, mode)] for m in ms]
             rows = [r for r in rows if r]
@@ -83,19 +94,22 @@ def _draw_ssdc_per_layer(results: Results) -> tuple[Figure, bool] | None:
         if ax is axes[0]:  # the y axis is shared
             ax.set_ylabel("SSDC")
         ax.xaxis.get_major_locator().set_params(integer=True)
-    finish(fig, axes)
+    if fig is not None:
+        finish(fig, axes)
     return fig, single_band
 
 
-def draw_ssdc_per_layer(results: Results) -> Figure | None:
-    """SSDC per layer, tokens in order (left) and under RPI (right), one line per condition; None without models."""
-    drawn = _draw_ssdc_per_layer(results)
+def draw_ssdc_per_layer(results: Results, axes: list[Axes] | None = None,
+                        panels: Sequence[str] | None = None) -> Figure | None:  # fmt: skip
+    """SSDC per layer, tokens in order (left, panel ``normal``) and under RPI (right, ``rpi``), one line per
+    condition; None without models, or when drawn into ``axes`` (one per panel)."""
+    drawn = _draw_ssdc_per_layer(results, axes, panels)
     return drawn[0] if drawn is not None else None
 
 
 def _plot_ssdc_per_layer(results: Results, directory: Path) -> FigureFile | None:
     drawn = _draw_ssdc_per_layer(results)
-    if drawn is None:
+    if drawn is None or drawn[0] is None:
         return None
     fig, single_band = drawn
     png, pdf = save(fig, directory, "ssdc_per_layer")
@@ -106,20 +120,25 @@ def _plot_ssdc_per_layer(results: Results, directory: Path) -> FigureFile | None
     return FigureFile("ssdc_per_layer", "SSDC per layer", caption + ".", png, pdf)
 
 
-def draw_alpha_sweep(results: Results, paper_reference: bool = True) -> Figure | None:
-    """ΔSSDC (under RPI) and the Fragility Score of each shift against α, one line per condition, with the paper's
-    APE sweep as a reference line unless ``paper_reference`` is False; None without a sweep."""
+def draw_alpha_sweep(results: Results, paper_reference: bool = True, axes: list[Axes] | None = None,
+                     panels: Sequence[str] | None = None) -> Figure | None:  # fmt: skip
+    """ΔSSDC (under RPI, panel ``delta_ssdc``) and the Fragility Score of each shift (a panel per shift name)
+    against α, one line per condition, with the paper's APE sweep as a reference line unless ``paper_reference``
+    is False; None without a sweep, or when drawn into ``axes`` (one per panel)."""
     sweep = [p for p in results.alpha_sweep if finite(p.alpha)]
     if not sweep:
         return None
     conds = ordered(p.condition for p in sweep)
     styles = condition_styles(conds)
     keys = [k for k in shift_keys(results) if any(finite(p.fragility.get(k)) for p in sweep)]
-    fig, axes = new_figure(1 + len(keys), width_per_panel=4.0)
+    chosen = select_panels("α sweep", ["delta_ssdc", *keys], panels, axes)
+    fig = None
+    if axes is None:
+        fig, axes = new_figure(len(chosen), width_per_panel=4.0)
     same_shifts = results.shifts.get("jpeg") == PAPER.shifts["jpeg"]
-    panels: list[tuple[Axes, str, Any]] = [(axes[0], "ΔSSDC (under RPI)", lambda p: p.delta_ssdc)]
-    panels += [(ax, f"FS ({k})", (lambda p, k=k: p.fragility.get(k))) for ax, k in zip(axes[1:], keys)]
-    for ax, panel, get in panels:
+    getters: dict[str, tuple[str, Any]] = {"delta_ssdc": ("ΔSSDC (under RPI)", lambda p: p.delta_ssdc)}
+    getters |= {k: (f"FS ({k})", (lambda p, k=k: p.fragility.get(k))) for k in keys}
+    for ax, (panel, get) in zip(axes, (getters[c] for c in chosen)):
         for c in conds:
             xs, means, stds = group_values((p.alpha, get(p)) for p in sweep if p.condition == c)
             if xs.size == 0:
@@ -137,7 +156,8 @@ def draw_alpha_sweep(results: Results, paper_reference: bool = True) -> Figure |
         ax.set_ylabel(panel)
         ax.set_title(f"{panel} vs α", fontsize=10)
         ax.set_xlim(-0.02, 1.05)
-    finish(fig, axes)
+    if fig is not None:
+        finish(fig, axes)
     return fig
 
 

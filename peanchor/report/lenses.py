@@ -9,28 +9,34 @@ value over layers or the mean over layers (``stat``). Models analysed before a l
 apply, e.g. a model that does not hand out its attention weights) simply have no entry.
 
 Imports: matplotlib, :mod:`peanchor.report` (summary, document, figure_style), :mod:`peanchor.conditions`,
-:mod:`peanchor.lenses`, :mod:`peanchor.results`.
+:mod:`peanchor.lenses`, :mod:`peanchor.results`, :mod:`peanchor.tables` (a lens's one number).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from peanchor import tables
 from peanchor.conditions import label
 from peanchor.lenses import LENSES, Lens
 from peanchor.report.document import FigureFile, Table
-from peanchor.report.figure_style import condition_styles, figure_file, finish, mean_std
+from peanchor.report.figure_style import condition_styles, figure_file, finish, mean_std, select_panels
 from peanchor.report.summary import finite, fmt, models_by_condition, summarise
 
 if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 from peanchor.results import ModelResult, Results
 
-__all__ = ["lens_gaps", "lens_intro", "lens_sentences", "lens_table", "plot_attention_heads", "plot_lenses_per_layer"]
+__all__ = [
+    "lens_gaps", "lens_intro", "lens_panels", "lens_sentences", "lens_table", "plot_attention_heads",
+    "plot_lenses_per_layer",
+]
 
 
 # ---- per-model numbers ---------------------------------------------------------------------------
@@ -42,10 +48,7 @@ def lens_layers(m: ModelResult, lens: type[Lens], mode: str) -> list[float]:
 
 def lens_number(m: ModelResult, lens: type[Lens], mode: str) -> float:
     """The lens's one number for model ``m``: the highest finite value over layers, or their mean (NaN if none)."""
-    values = [v for v in lens_layers(m, lens, mode) if finite(v)]
-    if not values:
-        return math.nan
-    return max(values) if lens.stat == "max" else sum(values) / len(values)
+    return tables.lens_number(lens, m.lens(lens.name), mode)
 
 
 def _reference(lens: type[Lens], models: list[ModelResult]) -> float:
@@ -130,9 +133,17 @@ def lens_sentences(results: Results) -> list[str]:
 
 
 # ---- figures -------------------------------------------------------------------------------------
-def draw_lenses_per_layer(results: Results) -> Figure | None:
+def lens_panels(results: Results) -> list[str]:
+    """The panels of :func:`draw_lenses_per_layer`: each lens shown in order (its name), then under RPI
+    (``<name>_rpi``)."""
+    shown = _shown(_lens_groups(results))
+    return [lens.name for lens in shown] + [f"{lens.name}_rpi" for lens in shown]
+
+
+def draw_lenses_per_layer(results: Results, axes: Sequence[Axes] | None = None,
+                          panels: Sequence[str] | None = None) -> Figure | None:  # fmt: skip
     """Each lens per layer, tokens in order (top row) and under RPI (bottom row), one line per condition; None
-    without lens records."""
+    without lens records, or when drawn into ``axes`` (one per panel of :func:`lens_panels`)."""
     groups = _lens_groups(results)
     if not groups:
         return None
@@ -141,11 +152,20 @@ def draw_lenses_per_layer(results: Results) -> Figure | None:
     styles = condition_styles(list(groups))
     shown = _shown(groups)
     models = [m for ms in groups.values() for m in ms]
-    fig = Figure(figsize=(4.2 * len(shown), 6.4))
-    grid = fig.subplots(2, len(shown), squeeze=False, sharex="col", sharey="col")
+    chosen = select_panels("the lenses per layer", lens_panels(results), panels, axes)
+    fig = None
+    if axes is None and panels is None:
+        fig = Figure(figsize=(4.2 * len(shown), 6.4))
+        axes = [ax for r in fig.subplots(2, len(shown), squeeze=False, sharex="col", sharey="col") for ax in r]
+    elif axes is None:
+        fig = Figure(figsize=(4.2 * len(chosen), 3.6))
+        axes = list(fig.subplots(1, len(chosen), squeeze=False)[0])
+    where = dict(zip(chosen, axes))
     for row, (mode, title) in enumerate((("normal", "tokens in order"), ("rpi", "under RPI"))):
-        for col, lens in enumerate(shown):
-            ax = grid[row][col]
+        for lens in shown:
+            ax = where.get(lens.name if mode == "normal" else f"{lens.name}_rpi")
+            if ax is None:
+                continue
             ax.grid(True, color="0.85", linewidth=0.6)
             ax.set_axisbelow(True)
             for c, ms in groups.items():
@@ -165,12 +185,12 @@ def draw_lenses_per_layer(results: Results) -> Figure | None:
                 ax.axhline(0.0, color="0.4", linewidth=0.7)
             ax.set_title(f"{lens.title}, {title}", fontsize=10)
             ax.set_ylabel(lens.ylabel)
-            if row == 1:
+            if row == 1 or panels is not None:
                 ax.set_xlabel("layer")
             ax.xaxis.get_major_locator().set_params(integer=True)
-    axes = [ax for r in grid for ax in r]
-    finish(fig, axes)
-    fig.subplots_adjust(hspace=0.35)
+    if fig is not None:
+        finish(fig, axes)
+        fig.subplots_adjust(hspace=0.35)
     return fig
 
 
@@ -185,9 +205,11 @@ def plot_lenses_per_layer(results: Results, directory: Path) -> FigureFile | Non
                        caption)  # fmt: skip
 
 
-def draw_attention_heads(results: Results) -> Figure | None:
+def draw_attention_heads(results: Results, axes: Sequence[Axes] | None = None,
+                         panels: Sequence[str] | None = None) -> Figure | None:  # fmt: skip
     """Every head's mean attention distance against its layer, one panel per condition (Dosovitskiy et al.'s view),
-    filled in order and hollow under RPI; all seeds' heads are shown. None without attention records."""
+    filled in order and hollow under RPI; all seeds' heads are shown. None without attention records, or when
+    drawn into ``axes`` (one per panel: a condition's name)."""
     groups = {c: [m for m in ms if m.attention_distance is not None] for c, ms in _lens_groups(results).items()}
     groups = {c: ms for c, ms in groups.items() if ms}
     if not groups:
@@ -195,10 +217,14 @@ def draw_attention_heads(results: Results) -> Figure | None:
     from matplotlib.figure import Figure
 
     styles = condition_styles(list(groups))
-    fig = Figure(figsize=(3.0 * len(groups), 3.4))
-    axes = list(fig.subplots(1, len(groups), squeeze=False, sharey=True)[0])
+    chosen = select_panels("attention distance per head", list(groups), panels, axes)
+    fig = None
+    if axes is None:
+        fig = Figure(figsize=(3.0 * len(chosen), 3.4))
+        axes = list(fig.subplots(1, len(chosen), squeeze=False, sharey=True)[0])
+    axes = list(axes)
     uniform = _reference(LENSES["attention_distance"], [m for ms in groups.values() for m in ms])
-    for ax, (c, ms) in zip(axes, groups.items()):
+    for ax, (c, ms) in zip(axes, ((c, groups[c]) for c in chosen)):
         ax.grid(True, color="0.85", linewidth=0.6)
         ax.set_axisbelow(True)
         st = styles[c]
@@ -222,7 +248,8 @@ def draw_attention_heads(results: Results) -> Figure | None:
     for ax in axes[1:]:  # one legend entry per mode, not per condition
         for coll in ax.collections:
             coll.set_label("_")
-    finish(fig, axes)
+    if fig is not None:
+        finish(fig, axes)
     return fig
 
 

@@ -32,7 +32,7 @@ from typing_extensions import TypedDict, is_typeddict  # pydantic needs typing_e
 
 from peanchor.conditions import condition_name
 from peanchor.data.spec import PATH_FIELDS, DataSpec, resolved_path
-from peanchor.errors import ConfigError
+from peanchor.errors import ConfigError, did_you_mean
 from peanchor.models.args import Architecture, field_types
 
 # Keys that change how a run executes but not what it computes: a rerun may change them.
@@ -201,7 +201,9 @@ def _config_error(error: Any, key: str, shown: str) -> ConfigError:
     path, tp = _annotation_at(loc)
     if first["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
         _, section = _annotation_at(loc[:-1])
-        return ConfigError(f"unknown config key {key!r}; valid keys here: {_valid_keys(section, path)}")
+        valid = _valid_keys(section, path)
+        return ConfigError(f"unknown config key {key!r}; valid keys here: {valid}"
+                           + did_you_mean(key, valid.split(", ")))  # fmt: skip
     where = ".".join(path) or key
     if _section_fields(tp) is not None and not is_typeddict(tp):
         return ConfigError(f"{where} is a section; set one of its keys: {_valid_keys(tp, path)}")
@@ -306,9 +308,11 @@ def _check_names(model: ModelConfig) -> None:
     from peanchor.pe import PE_NAMES
 
     if model.name not in MODEL_SIZES:
-        raise ConfigError(f"model.name={model.name!r}: unknown model; valid: {', '.join(MODEL_SIZES)}")
+        raise ConfigError(f"model.name={model.name!r}: unknown model; valid: {', '.join(MODEL_SIZES)}"
+                          + did_you_mean(model.name, MODEL_SIZES))  # fmt: skip
     if model.pe not in PE_NAMES:
-        raise ConfigError(f"model.pe={model.pe!r}: unknown positional encoding; valid: {', '.join(PE_NAMES)}")
+        raise ConfigError(f"model.pe={model.pe!r}: unknown positional encoding; valid: {', '.join(PE_NAMES)}"
+                          + did_you_mean(model.pe, PE_NAMES))  # fmt: skip
 
 
 def apply_overrides(

@@ -3,7 +3,7 @@ rank-0-only sections that stop every rank cleanly when rank 0 fails.
 
 Single-process runs use the same interface with ``world_size == 1``; every call is then a no-op.
 
-Imports: torch; :mod:`peanchor.errors`.
+Imports: torch; :mod:`peanchor.devices`, :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
+from peanchor import devices
 from peanchor.errors import ConfigError, PeanchorError
 
 T = TypeVar("T")
@@ -74,16 +75,9 @@ class DistContext:
 
 
 def resolve_device(preference: str, local_rank: int = 0) -> torch.device:
-    """``auto`` → the local CUDA device if there is one, else CPU."""
-    if preference == "auto":
-        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-    if preference.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ConfigError(f"train.device={preference!r}, but CUDA is not available here; use --device cpu")
-        return torch.device(preference if ":" in preference else f"cuda:{local_rank}")
-    if preference == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        raise ConfigError("train.device='mps', but MPS is not available here; use --device cpu")
-    return torch.device(preference)
+    """``auto`` → the local CUDA device if there is one, else CPU; a device not here is one line
+    (:func:`peanchor.devices.resolve_device`, which ``analyze`` shares)."""
+    return devices.resolve_device(preference, setting="train.device", local_rank=local_rank)
 
 
 def setup_distributed(device_preference: str) -> DistContext:

@@ -9,8 +9,8 @@ preceded by a read) and the last good checkpoint stays.
 Every random stream of a step is keyed by where the run is (:func:`seed_step`), so that a run resumed at
 any step continues exactly as it would have.
 
-Imports: torch; :mod:`peanchor.data`, :mod:`peanchor.interrupts`, :mod:`peanchor.errors`, the rest of
-:mod:`peanchor.training`.
+Imports: torch; :mod:`peanchor.data`, :mod:`peanchor.interrupts`, :mod:`peanchor.bars`, :mod:`peanchor.errors`,
+the rest of :mod:`peanchor.training`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
 from peanchor import interrupts
+from peanchor.bars import progress_bar
 from peanchor.data import batch_augment, normalize
 from peanchor.errors import TrainingDiverged
 from peanchor.training.config import TrainConfig
@@ -129,8 +129,8 @@ def train_one_epoch(
     augment_gen = torch.Generator(device=device)
     rpt_gen = torch.Generator(device=device)
     lr, checked, t0 = o.lr, start, time.perf_counter()
-    bar = tqdm(total=steps, initial=start, desc=f"epoch {epoch + 1}", leave=False,
-               disable=None if progress and ctx.is_main else True)  # fmt: skip
+    bar = progress_bar(total=steps, initial=start, desc=f"epoch {epoch + 1}", leave=False,
+                       show=None if progress and ctx.is_main else False)  # fmt: skip
     try:
         for i, (images, labels) in enumerate(DeviceBatches(run.data.loader, device), start):
             step = epoch * steps + i

@@ -16,7 +16,7 @@ writes. On CUDA the step runs with fused AdamW, TF32, bf16 autocast, pinned pref
 persistent workers and, for array datasets, augmentation on the device batch (:mod:`peanchor.training.step`).
 
 Imports: :mod:`peanchor.models`, :mod:`peanchor.data`, :mod:`peanchor.checkpoint`, :mod:`peanchor.fileio`,
-:mod:`peanchor.interrupts`, the rest of :mod:`peanchor.training`.
+:mod:`peanchor.interrupts`, :mod:`peanchor.bars`, the rest of :mod:`peanchor.training`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-from tqdm.auto import tqdm
 
 from peanchor import fileio, interrupts
+from peanchor.bars import progress_bar
 from peanchor.checkpoint import MODEL_FILE, save_model
 from peanchor.data import DataInfo, build_datasets
 from peanchor.errors import ConfigError, RunDirError
@@ -273,8 +273,8 @@ def _run(
         save=save,
     )  # fmt: skip
     stop_at = t.epochs if max_epochs is None else min(t.epochs, max_epochs)
-    epochs_bar = tqdm(total=t.epochs, initial=state.epoch, desc="epochs",
-                      disable=None if progress and ctx.is_main else True)  # fmt: skip
+    epochs_bar = progress_bar(total=t.epochs, initial=state.epoch, desc="epochs",
+                              show=None if progress and ctx.is_main else False)  # fmt: skip
     with interrupts.deferred(), contextlib.closing(epochs_bar):
         for epoch in range(state.epoch, stop_at):
             resumed = state.step_in_epoch if epoch == state.epoch else 0
