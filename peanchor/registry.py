@@ -75,12 +75,13 @@ def plugins_from_env() -> tuple[str, ...]:
 
 def load_plugins(modules: Iterable[str], origin: str = "--plugin") -> None:
     """Import each of ``modules`` (each registers what it defines), once; a module that does not import is one
-    :class:`RegistryError` line naming it."""
+    :class:`RegistryError` line naming it. Modules named on the command line are recorded for the worker processes
+    (:func:`loaded_plugins`); those of ``PEANCHOR_PLUGINS`` reach them through the environment already."""
     for module in modules:
         if not module or not all(part.isidentifier() for part in module.split(".")):
             raise RegistryError(f"{origin} {module!r}: expected a module name such as my_lab.peanchor_plugins")
         _import_plugin(module, origin)
-        if module not in _LOADED:
+        if origin != PLUGINS_ENV and module not in _LOADED:
             _LOADED.append(module)
 
 

@@ -170,6 +170,7 @@ def test_plugins_from_the_environment_and_for_workers(tmp_path, monkeypatch):
     fresh: R.Registry[object] = R.Registry("shape", "peanchor.test-none")
     try:
         assert fresh.names() == () and sys.modules["env_plugin"].LOADED
+        assert "env_plugin" not in R.loaded_plugins()  # the environment's reach the workers by themselves
         monkeypatch.setattr(R, "_LOADED", ["cli_plugin"])  # as --plugin cli_plugin leaves it
         with R.plugins_in_environment():  # what a spawned worker inherits
             import os

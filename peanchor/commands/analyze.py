@@ -45,7 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="where to write analysis.json/.csv (default: RUN_DIR/analysis, "
                    "or runs/analyze-timm-NAME with --timm, runs/analyze-hf-NAME with --hf)")  # fmt: skip
     timm = p.add_argument_group("a timm model instead of a run directory (pip install 'peanchor[timm]')")
-    timm.add_argument("--timm", metavar="NAME", help="a timm ViT or EVA-family RoPE ViT, e.g. vit_small_patch16_224")
+    timm.add_argument("--timm", metavar="NAME|DIR", help="a timm ViT or EVA-family RoPE ViT, e.g. vit_small_patch16_224, "
+                      "or a timm model folder (config.json + model.safetensors, as timm's save_for_hf writes)")
     timm.add_argument("--weights", metavar="FILE", help="its weights: .safetensors, or .pt/.pth read with weights_only")
     timm.add_argument("--num-classes", type=int, metavar="N", help="output classes (default: from the weights' head)")
     timm.add_argument("--timm-arg", action="append", default=[], metavar="KEY=VALUE",
@@ -173,11 +174,11 @@ def subject_from_run_dir(run_dir: str | Path, data: str | None = None) -> Subjec
 
 def subject_from_timm(args: argparse.Namespace) -> Subject:
     """A timm model (random init unless ``--weights``; never downloaded) evaluated on ``--data``."""
-    from peanchor.adapters import load_timm_model
+    from peanchor.adapters import load_timm
 
     if not args.data:
         raise ConfigError("--timm needs --data NAME (and --data-root PATH) to say what to evaluate on")
-    model = load_timm_model(args.timm, weights=args.weights, num_classes=args.num_classes, **parse_timm_args(args.timm_arg))
+    model = load_timm(args.timm, weights=args.weights, num_classes=args.num_classes, **parse_timm_args(args.timm_arg))
     source = {"kind": "timm", "model_args": model.model_args, "pe": model.pe_name}
     safe = args.timm.replace("/", "_")
     return Subject(model, None, args.timm, Path("runs") / f"analyze-timm-{safe}", source, None, (model.mean, model.std))

@@ -29,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "warn, fail or n/a (with the reason) and what was measured. Exit status 1 when a check fails.",
     )
     p.add_argument("run_dir", nargs="?", metavar="MODEL", help="a run directory (from peanchor train or import)")
-    p.add_argument("--timm", metavar="NAME", help="a timm ViT or Eva model, random unless --weights "
+    p.add_argument("--timm", metavar="NAME|DIR", help="a timm ViT or Eva model (random unless --weights), or a timm "
+                   "model folder (config.json + model.safetensors) "
                    "(pip install 'peanchor[timm]')")  # fmt: skip
     p.add_argument("--weights", metavar="FILE", help="the timm model's weights: .safetensors, or .pt/.pth read with "
                    "weights_only")  # fmt: skip
@@ -52,10 +53,10 @@ def load_subject(args: argparse.Namespace) -> tuple[Any, str]:
     if (args.weights or args.timm_arg) and not args.timm:
         raise ConfigError("--weights and --timm-arg go with --timm NAME")
     if args.timm:
-        from peanchor.adapters import load_timm_model
+        from peanchor.adapters import load_timm
         from peanchor.commands.analyze import parse_timm_args
 
-        return load_timm_model(args.timm, weights=args.weights, **parse_timm_args(args.timm_arg)), f"timm:{args.timm}"
+        return load_timm(args.timm, weights=args.weights, **parse_timm_args(args.timm_arg)), f"timm:{args.timm}"
     if args.hf:
         from peanchor.adapters.hf_vit import load_hf_model
 
