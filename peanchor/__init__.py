@@ -14,8 +14,9 @@ Imports: nothing at import time; lazily ``create_model`` / ``MODEL_SIZES`` from 
 ``load_model`` from :mod:`peanchor.checkpoint`, ``PE_NAMES`` from :mod:`peanchor.pe`, ``analyze`` / ``LENSES``
 from :mod:`peanchor.api`, ``AnalysisPlan`` from :mod:`peanchor.analysis`, ``read_analysis`` / ``read_results`` /
 ``AnalysisResult`` from :mod:`peanchor.results`, the ``plot_*`` functions from :mod:`peanchor.report.plots`,
-``compare`` from :mod:`peanchor.tables`, ``write_report`` from :mod:`peanchor.report`, ``audit`` (a callable
-package: ``peanchor.audit(model)``) and ``AuditReport`` from :mod:`peanchor.audit`.
+``compare`` from :mod:`peanchor.tables`, ``write_report`` from :mod:`peanchor.report`, ``train`` from
+:mod:`peanchor.train_preset`, ``audit`` (a callable package: ``peanchor.audit(model)``) and ``AuditReport`` from
+:mod:`peanchor.audit`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ __all__ = [
     "__version__", "create_model", "load_model", "PE_NAMES", "MODEL_SIZES", "analyze", "LENSES", "AnalysisPlan",
     "AnalysisResult", "read_analysis", "plot_ssdc_per_layer", "plot_alpha_sweep", "plot_lenses", "plot_attention_heads",
     "audit", "AuditReport",
-    "compare", "write_report", "read_results",
+    "compare", "write_report", "read_results", "train",
 ]  # fmt: skip
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from peanchor.report.plots import plot_alpha_sweep, plot_attention_heads, plot_lenses, plot_ssdc_per_layer
     from peanchor.results import AnalysisResult, read_analysis, read_results
     from peanchor.tables import compare
+    from peanchor.train_preset import train
 
 # name → the module it lives in; imported on first use so that `peanchor --help` does not pay for torch.
 _LAZY = {
@@ -52,7 +54,7 @@ _LAZY = {
     "plot_ssdc_per_layer": "peanchor.report.plots", "plot_alpha_sweep": "peanchor.report.plots",
     "plot_lenses": "peanchor.report.plots", "plot_attention_heads": "peanchor.report.plots",
     "AuditReport": "peanchor.audit",
-    "compare": "peanchor.tables", "write_report": "peanchor.report",
+    "compare": "peanchor.tables", "write_report": "peanchor.report", "train": "peanchor.train_preset",
 }  # fmt: skip
 
 

@@ -1,8 +1,9 @@
 """``peanchor train``: train one ViT condition into a resumable run directory.
 
 Imports: :mod:`peanchor.presets` (choices), :mod:`peanchor.conditions` and :mod:`peanchor.registry` (the PE names in
-the help, without torch), :mod:`peanchor.commands` (names: the flags checked before torch loads); when run,
-:mod:`peanchor.training` and, with ``--tensorboard``, :mod:`peanchor.tracking`.
+the help, without torch), :mod:`peanchor.commands` (names: the flags checked before torch loads),
+:mod:`peanchor.train_preset` (the flags' config keys, the default run directory); when run, :mod:`peanchor.training`
+and, with ``--tensorboard``, :mod:`peanchor.tracking`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from peanchor.commands.names import check_flags
 from peanchor.conditions import CONDITIONS
 from peanchor.presets import PRESET_NAMES, preset_help
 from peanchor.registry import entry_point_names
+from peanchor.train_preset import FLAG_KEYS, default_out, overrides_of
 
 
 def pe_choices() -> list[str]:
@@ -69,30 +71,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
-def default_out(preset: str, pe: str, rpt: bool, seed: int) -> Path:
-    """``runs/train-<preset>-<pe>[-rpt]-s<seed>``."""
-    return Path("runs") / f"train-{preset}-{pe}{'-rpt' if rpt else ''}-s{seed}"
-
-
 def run(args: argparse.Namespace) -> int:
     check_flags(args)  # a misspelt name fails here, before torch loads
     from peanchor.presets import resolve_config
 
-    overrides = {
-        "data.name": args.data,
-        "data.root": args.data_root,
-        "data.class_list": args.class_list,
-        "data.img_size": args.img_size,
-        "model.name": args.model,
-        "model.pe": args.pe,
-        "model.patch_size": args.patch_size,
-        "train.rpt": args.rpt,
-        "train.epochs": args.epochs,
-        "train.seed": args.seed,
-        "train.device": args.device,
-        "train.compile": args.compile,
-    }
-    config = resolve_config(args.preset, overrides, args.set)
+    flags = {key: getattr(args, key) for key in FLAG_KEYS}
+    config = resolve_config(args.preset, overrides_of(flags), args.set)
     out = (
         Path(args.out) if args.out else default_out(config.preset, config.model.pe, config.train.rpt, config.train.seed)
     )

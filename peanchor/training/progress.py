@@ -10,7 +10,7 @@
   anyway) and every epoch, other loggers get the same numbers: :class:`peanchor.tracking.TrainingLog`
   (TensorBoard, ``train(..., tracker=...)``), or any object with these two methods (``hooks=[...]``).
 
-Imports: :mod:`peanchor.fileio`, :mod:`peanchor.training.distributed`.
+Imports: :mod:`peanchor.fileio`, :mod:`peanchor.bars` (whether this is a notebook), :mod:`peanchor.training.distributed`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from tqdm.auto import tqdm
 
 from peanchor import fileio
+from peanchor.bars import in_jupyter
 from peanchor.training.distributed import DistContext
 
 __all__ = ["LOG_FILE", "TrainHook", "TrainLog", "format_duration"]
@@ -70,12 +71,13 @@ class TrainLog:
         self.file = True
 
     def message(self, text: str, *, echo: bool = True, hold: bool = False) -> None:
-        """One line on stderr (unless not ``echo``) and, once open, in the log file. A ``hold`` line reaches the
+        """One line on stderr (stdout in a notebook; unless not ``echo``) and, once open, in the log file. A ``hold`` line reaches the
         file with the next one (a run that fails in its first epoch leaves no log behind, only its config)."""
         if not self.ctx.is_main:
             return
         if echo:
-            tqdm.write(f"peanchor: {self.name} {text}", file=sys.stderr)
+            # a notebook shows stderr as a warning: the lines are its cell's output there
+            tqdm.write(f"peanchor: {self.name} {text}", file=sys.stdout if in_jupyter() else sys.stderr)
         if self.file:
             stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
             self.pending.append(f"{stamp} {text}\n")
