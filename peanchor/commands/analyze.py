@@ -155,8 +155,8 @@ def subject_from_run_dir(run_dir: str | Path, data: str | None = None) -> Subjec
             raise CheckpointError(f"{run} has no config.yaml and no {MODEL_FILE}: not a peanchor run directory")
         model = peanchor.load_model(weights)
         source = {"kind": "weights", "weights": str(weights), "model_digest": model_digest(weights),
-                  "model_args": getattr(model, "model_args", None)}  # fmt: skip
-        carried = (model.mean, model.std) if hasattr(model, "mean") else None  # what it was trained with
+                  "model_args": model.model_args}  # fmt: skip
+        carried = (model.mean, model.std) if model.mean is not None else None  # what it was trained with
         return Subject(model, None, run.name, run / "analysis", source, normalization=carried)
     config = load_config(cfg_path)
     model = peanchor.load_model(weights)
@@ -164,7 +164,7 @@ def subject_from_run_dir(run_dir: str | Path, data: str | None = None) -> Subjec
         "kind": "run_dir",
         "run_dir": str(run),
         "model_digest": model_digest(weights),
-        "model_args": getattr(model, "model_args", None),
+        "model_args": model.model_args,
         "condition": config.condition,
         "seed": config.train.seed,
     }
