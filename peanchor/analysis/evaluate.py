@@ -82,7 +82,7 @@ __all__ = ["DEFAULT_ALPHAS", "PassPlan", "SweepPasses", "evaluate_model", "measu
 
 
 # ----------------------------------------------------------------------------------------------
-# The suite
+# The model and its lenses
 
 
 def _delta(rpi: Sequence[float]) -> float:
