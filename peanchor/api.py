@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.evalset import EvalSet
@@ -72,13 +72,9 @@ def wrap_model(model: Any, img_size: int | None = None) -> AnalysisInterface:
     )
 
 
-def model_img_size(model: Any) -> int | None:
-    """The image size (px) a probed model takes, when it says."""
-    size = getattr(model, "img_size", None)
-    if isinstance(size, tuple):
-        return int(size[0])
-    size = (getattr(model, "model_args", None) or {}).get("img_size")
-    return int(size) if isinstance(size, int) else None
+def model_img_size(model: AnalysisInterface) -> int:
+    """The image size (px) a wrapped model takes."""
+    return int(model.img_size[0])
 
 
 def _shift_text(shift: Shift | str) -> str:
@@ -106,7 +102,7 @@ def _without_accuracy(result: AnalysisResult) -> None:
 
 
 def run_analysis(
-    model: nn.Module,
+    model: AnalysisInterface,
     evalset: EvalSet,
     info: Any,
     plan: AnalysisPlan,
@@ -120,7 +116,7 @@ def run_analysis(
     ``source`` (where model and data came from) recorded in the result."""
     result = evaluate_model(model, evalset, plan, info=info, device=device, progress=progress, cache=cache)
     result.source = dict(source or {})
-    if getattr(model, "has_head", True) is False:
+    if not model.has_head:
         _without_accuracy(result)
         result.source["accuracy"] = NO_HEAD
     elif evalset.source.get("labels") is False:
@@ -129,7 +125,7 @@ def run_analysis(
     return result
 
 
-def match_classes(model: Any, classes: list[str]) -> None:
+def match_classes(model: AnalysisInterface, classes: list[str]) -> None:
     """Make the model's outputs line up with the dataset's classes, or refuse (a peanchor model with more outputs
     than the dataset has classes is scored with a warning instead).
 
@@ -137,15 +133,14 @@ def match_classes(model: Any, classes: list[str]) -> None:
     WordNet id, e.g. ImageNet-100) keeps the logits of those classes, in the dataset's order (timm's class list
     gives the standard order of the 1000 outputs).
     """
-    if getattr(model, "has_head", True) is False:
-        return  # a transformers backbone: no accuracy to line up (the analysis reports none)
-    args = getattr(model, "model_args", None) or {}
-    head = (getattr(model, "num_classes", None) or getattr(getattr(model, "model", None), "num_classes", None)
-            or args.get("num_classes"))  # fmt: skip
-    if head is None or head == len(classes):
+    if not model.has_head:
+        return  # a backbone: no accuracy to line up (the analysis reports none)
+    args = model.model_args
+    head = model.num_classes
+    if head == len(classes):
         return
     wordnet = bool(classes) and all(c.startswith("n") and c[1:].isdigit() for c in classes)
-    if head == 1000 and hasattr(model, "restrict_to_classes") and wordnet:
+    if head == 1000 and model.can_restrict_classes and wordnet:
         try:
             from timm.data import ImageNetInfo
         except ModuleNotFoundError:
@@ -312,12 +307,12 @@ def analyze(
         evalset = _evalset(data, labels, None, subset, progress)
         probed = wrap_model(model, img_size=evalset.img_size)
         expected = model_img_size(probed)
-    if expected is not None and evalset.img_size != expected:
-        grid = "x".join(str(g) for g in probed.grid)  # type: ignore[attr-defined]
+    if evalset.img_size != expected:
+        grid = "x".join(str(g) for g in probed.grid)
         raise DataError(f"images are {evalset.img_size} px but the model takes {expected} px (its {grid} patch grid); "
                         "resize the images or build the model for their size")  # fmt: skip
-    if mean is None and std is None and hasattr(probed, "mean") and hasattr(probed, "std"):
-        mean, std = probed.mean, probed.std  # type: ignore[attr-defined]
+    if mean is None and std is None and probed.mean is not None and probed.std is not None:
+        mean, std = probed.mean, probed.std
     info = evalset.info
     if mean is not None and std is not None:
         info = dataclasses.replace(info, mean=tuple(mean), std=tuple(std))
@@ -326,10 +321,9 @@ def analyze(
                           "data brings its own)")  # fmt: skip
     if info.classes:  # a named dataset: an ImageNet-1k head on an ImageNet subset keeps those logits, or refuse
         match_classes(probed, list(info.classes))
-    outputs = (getattr(probed, "model_args", None) or {}).get("num_classes")
-    has_head = getattr(probed, "has_head", True)
+    outputs = probed.num_classes
     labelled = evalset.source.get("labels") is not False
-    if labelled and has_head and isinstance(outputs, int) and outputs and int(evalset.labels.max()) >= outputs:
+    if labelled and probed.has_head and int(evalset.labels.max()) >= outputs:
         raise DataError(f"labels go up to {int(evalset.labels.max())} but the model has {outputs} outputs")
     given = {"alphas": alphas, "rpi_draws": rpi_draws, "seed": seed, "ssdc_mode": ssdc_mode, "metric": metric,
              "bootstrap": bootstrap, "severities": severities, "batch_size": batch_size, "max_images": max_images,
@@ -341,6 +335,6 @@ def analyze(
         size, defaults=plan, preset_shifts=preset_shifts(preset, size), given=given,
         shift_specs=[_shift_text(s) for s in shifts] if shifts is not None else (), only_given_shifts=shifts is not None,
     )  # fmt: skip
-    source = {"kind": "python", "model": type(model).__name__, "model_args": getattr(probed, "model_args", None),
+    source = {"kind": "python", "model": type(model).__name__, "model_args": probed.model_args,
               "data": evalset.source}  # fmt: skip
     return run_analysis(probed, evalset, info, resolved, source=source, progress=progress, device=device)

@@ -14,7 +14,6 @@ from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.shifts import Shift, paper_shifts
 from peanchor.analysis.evalset import EvalSet, subset_indices
 from peanchor.analysis.evaluate import evaluate_model
-from peanchor.analysis.passes import is_scalable
 from peanchor.analysis.plan import AnalysisPlan, resolve_plan
 from peanchor.results import analysis_rows, read_analysis, write_analysis
 from peanchor.cli import main
@@ -119,7 +118,7 @@ def test_ssdc_normal_equals_the_accumulator_on_spatial_tokens(pe, evalset, micro
     torch.testing.assert_close(torch.tensor(r.ssdc.normal, dtype=torch.float64), accumulator.compute(),
                                rtol=0, atol=1e-9)  # fmt: skip
     # The α sweep exists exactly for PEs whose class is scalable.
-    assert is_scalable(model) == PE_REGISTRY[pe].scalable
+    assert model.pe_scalable == PE_REGISTRY[pe].scalable
     assert [e.alpha for e in r.alpha_sweep] == (list(ALPHAS) if PE_REGISTRY[pe].scalable else [])
     assert r.model.scalable == PE_REGISTRY[pe].scalable
 

@@ -137,7 +137,7 @@ def test_a_loaded_model_carries_its_normalisation(model, data, tmp_path) -> None
     other = peanchor.analyze(loaded, images, labels, shifts=["jpeg:quality=10"], **STATS, **FAST)  # mean= wins
     assert other.ssdc != result.ssdc
     save_model(model, tmp_path / "bare.safetensors")  # no training config: nothing to carry
-    assert not hasattr(peanchor.load_model(tmp_path / "bare.safetensors"), "mean")
+    assert peanchor.load_model(tmp_path / "bare.safetensors").mean is None
 
 
 def test_a_prepared_dataset_carries_its_own_normalisation(tmp_path) -> None:
@@ -165,6 +165,15 @@ def test_a_timm_model_is_wrapped(data) -> None:
                             num_classes=4).eval()  # fmt: skip
     result = peanchor.analyze(vit, *data, shifts=["jpeg:quality=10"], **FAST)  # normalised with timm's stats
     assert result.model.pe == "timm:ape" and len(result.ssdc.normal) == 2 and math.isfinite(result.clean_acc)
+    # Built without a head (num_classes=0), its pass gives pooled features: geometry only, as a transformers
+    # backbone, its accuracies NaN and the geometry that of the same weights with a head.
+    headless = timm.create_model("vit_tiny_patch16_224", img_size=16, patch_size=4, embed_dim=32, depth=2,
+                                 num_heads=2, num_classes=0).eval()  # fmt: skip
+    headless.load_state_dict({k: v for k, v in vit.state_dict().items() if not k.startswith("head.")})
+    features = peanchor.analyze(headless, *data, shifts=["jpeg:quality=10"], **FAST)
+    assert math.isnan(features.clean_acc) and math.isnan(features.fragility["jpeg"])
+    assert features.source["accuracy"].startswith("none: the model has no classification head")
+    assert features.ssdc == result.ssdc and features.delta_ssdc == result.delta_ssdc
 
 
 def test_transformers_models_are_wrapped_and_backbones_report_no_accuracy(data, tmp_path) -> None:

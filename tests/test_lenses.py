@@ -288,19 +288,19 @@ def test_rpi_draws_average_the_lenses(pe, evalset, micro):
 
 
 def test_lenses_need_what_the_model_and_data_allow(evalset, micro):
-    class NoWeights(torch.nn.Module):
-        """The minimal analysis interface without attention weights (e.g. a foreign model)."""
+    from peanchor.models.vit import VisionTransformer
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = micro("ape", num_classes=2)
-            self.grid, self.depth, self.num_patches = self.inner.grid, self.inner.depth, self.inner.num_patches
+    class NoWeights(VisionTransformer):
+        """A model that declares it hands out no attention weights (e.g. a foreign model)."""
+
+        has_attention_weights = False
 
         def forward_intermediates(self, x, intervention, *, layers=None, head=True, attention=None):
             assert attention is None  # never handed a sink: it does not say has_attention_weights
-            return self.inner.forward_intermediates(x, intervention, layers=layers, head=head)
+            return super().forward_intermediates(x, intervention, layers=layers, head=head)
 
-    r = evaluate_model(NoWeights(), evalset, plan(alphas=(), batch_size=128), info=INFO, device="cpu", progress=False)
+    r = evaluate_model(NoWeights(micro("ape", num_classes=2).args), evalset, plan(alphas=(), batch_size=128),
+                       info=INFO, device="cpu", progress=False)  # fmt: skip
     assert r.attention_distance is None and r.position_probe is not None
     single = EvalSet.from_tensors(evalset.images[:1], evalset.labels[:1], INFO)
     r = evaluate_model(micro("ape", num_classes=2), single, plan(alphas=(), batch_size=8), info=INFO, device="cpu", progress=False)
@@ -320,12 +320,12 @@ def test_a_pass_feeds_the_lenses_it_is_given(evalset, micro):
     assert int(lenses["position_probe"].heldout.sum()) == len(evalset) // 2
     only_ssdc = measured_lenses(model, len(evalset), settings, chosen=())
     assert list(only_ssdc) == ["ssdc"]  # required: always measured
-    runner = PassRunner(model, evalset, INFO.mean, INFO.std, sets={"clean": evalset.images}, batch_size=128,
-                        device=torch.device("cpu"), seed=0, bar=None, lenses=lenses)  # fmt: skip
-    full = runner.run(PassSpec("clean", 1.0, "all", None))
+    runner = PassRunner(model, evalset, INFO.mean, INFO.std, batch_size=128, device=torch.device("cpu"), seed=0,
+                        bar=None, lenses=lenses)  # fmt: skip
+    full = runner.run(PassSpec(None, 1.0, "all", None))
     assert set(full.states) == set(lenses) and full.correct is not None
     assert full.states["position_probe"].num_images == (len(evalset) - len(evalset) // 2, len(evalset) // 2)
-    first2 = runner.run(PassSpec("clean", 0.5, "first2", 0))
+    first2 = runner.run(PassSpec(None, 0.5, "first2", 0))
     assert list(first2.states) == ["ssdc"] and first2.correct is None
     assert first2.states["ssdc"].compute().shape == (2,)
 

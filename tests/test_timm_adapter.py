@@ -110,7 +110,7 @@ def test_matches_timm_forward_and_norm1_hooks(name, extra, pe_name):
         torch.testing.assert_close(model.spatial_tokens(x), ref_tokens, rtol=0, atol=1e-6)
         # Stopping early gives the first probes of the full pass.
         torch.testing.assert_close(model.spatial_tokens(x, num_layers=1), ref_tokens[:, :1], rtol=0, atol=1e-6)
-    assert model.pe_name == pe_name and model.scalable == (pe_name != "timm:none")
+    assert model.pe_name == pe_name and model.pe_scalable == (pe_name != "timm:none")
     assert tokens.shape == (3, model.depth, model.num_patches, 64)
     assert (model.grid, model.num_patches, model.depth) == ((4, 4), 16, 2)
     assert json.loads(json.dumps(model.model_args))["name"] == name

@@ -2,7 +2,7 @@
 
 :class:`HFViT` wraps a transformers model and offers the probe interface of
 :class:`peanchor.models.interface.AnalysisInterface` (``forward(images, token_perm, pe_scale)``, ``spatial_tokens``,
-``forward_with_tokens``, ``attention_maps``, ``grid``, ``depth``, ``num_prefix``, ``pe_name``, ``pe_scalable``).
+``forward_with_tokens``, ``attention_maps``, ``grid``, ``depth``, ``num_prefix``, ``pe_name``, ``pe_scalable``, ...).
 Unlike the timm adapter it does not re-orchestrate the forward: every pass is the model's own ``forward``, and the
 interventions are hooks and temporary swaps that are undone when the pass ends:
 
@@ -177,12 +177,14 @@ class HFViT(AnalysisInterface, nn.Module):
         self._prefix = self.family.extra_prefix + int(getattr(config, "num_register_tokens", 0) or 0)
         self.mean = tuple(mean) if mean is not None else self.family.norm_stats[0]
         self.std = tuple(std) if std is not None else self.family.norm_stats[1]
-        self.has_head = "ForImageClassification" in name
+        self._classifier = "ForImageClassification" in name  # a backbone (Dinov2Model, ...) has no head
         self.logit_subset: Tensor | None = None  # see restrict_to_classes
         self._model_args = {
             "source": "transformers", "class": name, "img_size": size[0], "num_classes": self.num_classes,
             "transformers_version": transformers.__version__,
         }  # fmt: skip
+
+    can_restrict_classes = True
 
     def restrict_to_classes(self, indices: list[int]) -> None:
         """Keep only these output classes, in this order (e.g. ImageNet-100 inside an ImageNet-1k head)."""
@@ -207,10 +209,6 @@ class HFViT(AnalysisInterface, nn.Module):
         return self._img_size[0] // self._patch[0], self._img_size[1] // self._patch[1]
 
     @property
-    def num_patches(self) -> int:
-        return self.grid[0] * self.grid[1]
-
-    @property
     def depth(self) -> int:  # type: ignore[override]
         return len(self._layers)
 
@@ -225,7 +223,7 @@ class HFViT(AnalysisInterface, nn.Module):
 
     @property
     def num_classes(self) -> int:
-        return int(self.model.config.num_labels) if self.has_head else 0
+        return int(self.model.config.num_labels) if self._classifier else 0
 
     @property
     def model_args(self) -> dict[str, Any]:

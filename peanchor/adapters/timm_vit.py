@@ -1,11 +1,8 @@
 """Run peanchor's analysis on timm Vision Transformers, without forking timm's forward math.
 
-:class:`TimmViT` wraps a timm model and exposes the interface of
-:class:`peanchor.models.vit.VisionTransformer` (``forward(images, token_perm, pe_scale)``,
-``spatial_tokens``, ``forward_with_tokens``, ``grid``, ``num_patches``, ``depth``, ``pe_name``,
-``scalable``). Only the *orchestration* of timm's ``forward_features`` is re-written here
-(patch_embed → permute → prefix tokens + pos embed / rope → blocks → norm → head), every step
-calls timm's own submodules, so that
+:class:`TimmViT` wraps a timm model behind :class:`peanchor.models.interface.AnalysisInterface`, as our ViT is.
+Only the *orchestration* of timm's ``forward_features`` is re-written here (patch_embed → permute → prefix tokens +
+pos embed / rope → blocks → norm → head), every step calls timm's own submodules, so that
 
 * ``token_perm`` reorders the patch tokens right after patch embedding and before any positional
   code is added, i.e. the PE stays attached to slots (docs/study.md, "Interventions");
@@ -125,6 +122,8 @@ class TimmViT(AnalysisInterface, nn.Module):
     patch dropout (which removes tokens) is refused.
     """
 
+    can_restrict_classes = True
+
     def __init__(self, model: nn.Module, *, model_args: dict[str, Any] | None = None):
         super().__init__()
         timm = _require_timm()
@@ -192,7 +191,7 @@ class TimmViT(AnalysisInterface, nn.Module):
         return self._attention is not None
 
     @property
-    def scalable(self) -> bool:
+    def pe_scalable(self) -> bool:
         """Whether ``pe_scale`` changes anything (the model has a ``pos_embed`` or a rope)."""
         return self._pe.scalable
 
@@ -202,8 +201,8 @@ class TimmViT(AnalysisInterface, nn.Module):
         return int(rows), int(cols)
 
     @property
-    def num_patches(self) -> int:
-        return self.grid[0] * self.grid[1]
+    def num_classes(self) -> int:  # 0: built without a head (the pass's logits are then its features)
+        return int(self.model.num_classes)
 
     @property
     def depth(self) -> int:

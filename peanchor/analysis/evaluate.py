@@ -35,27 +35,33 @@ batch, from a ``torch.Generator`` seeded with ``seed + draw``. The same stream i
 so the sweep compares α values on identical permutations. Because a permutation is drawn per
 batch, SSDC under RPI depends (slightly) on ``batch_size``; it is recorded in ``settings``.
 
-Models only need the analysis interface (:class:`~peanchor.models.interface.AnalysisInterface`: ``grid``, ``depth``
-and ``forward_intermediates``), plus ``pe.scalable`` (or a ``pe_scalable`` attribute) to say whether α means
-anything. An adapter around a foreign model (a timm or transformers ViT) is therefore evaluated unchanged. The result
-is an :class:`peanchor.results.AnalysisResult` (written as analysis.json by :func:`peanchor.results.write_analysis`).
+:func:`evaluate_model` is three steps: (a) :meth:`PassPlan.of` plans the passes (the clean pass, the RPI draws,
+the shifts, their severities, the α sweep), (b) :class:`~peanchor.analysis.passes.PassRunner` runs each distinct one
+once, (c) the :class:`~peanchor.results.AnalysisResult` is assembled from what they gave. ΔSSDC and the α sweep read
+SSDC through the lens's public :meth:`~peanchor.lenses.Lens.curve`, like any lens measured in the truncated passes.
+
+Models need the analysis interface (:class:`~peanchor.models.interface.AnalysisInterface`): ``forward_intermediates``
+and what it declares (``grid``, ``depth``, ``num_prefix``, ``has_attention_weights``, ``pe_name``, ``pe_scalable``:
+whether α means anything); anything else is refused in one line. An adapter around a foreign model (a timm or
+transformers ViT) is therefore evaluated unchanged. The result is an :class:`peanchor.results.AnalysisResult`
+(written as analysis.json by :func:`peanchor.results.write_analysis`).
 
 Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes), :mod:`peanchor.lenses`, :mod:`peanchor.metrics`,
 :mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits), :mod:`peanchor.bars`,
-:mod:`peanchor.devices`.
+:mod:`peanchor.devices`, :mod:`peanchor.models` (the interface).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.plan import DEFAULT_ALPHAS, AnalysisPlan, resolve_plan
@@ -63,23 +69,20 @@ from peanchor.analysis.shifts import Shift, severity_table, table_name
 from peanchor.bars import progress_bar
 from peanchor.devices import resolve_device
 from peanchor.analysis.evalset import EvalSet
-from peanchor.analysis.passes import PassRunner, PassSpec, is_scalable
+from peanchor.analysis.passes import PassRunner, PassSpec
 from peanchor.errors import ConfigError, DataError
 from peanchor.interventions import Intervention
 from peanchor.lenses import LENSES, Lens, LensContext, LensFailure
-from peanchor.lenses.ssdc import mean_and_std
+from peanchor.lenses.ssdc import SSDCLens
 from peanchor.metrics import fragility_score
+from peanchor.models.interface import AnalysisInterface
 from peanchor.results import AnalysisResult, ModelInfo, SweepPoint
 
-__all__ = ["DEFAULT_ALPHAS", "evaluate_model", "measure_lenses"]  # DEFAULT_ALPHAS: the plan's (peanchor.analysis.plan)
+__all__ = ["DEFAULT_ALPHAS", "PassPlan", "SweepPasses", "evaluate_model", "measure_lenses"]  # DEFAULT_ALPHAS: the plan's (peanchor.analysis.plan)
 
 
 # ----------------------------------------------------------------------------------------------
-# The suite
-
-
-def _floats(t: Tensor | Sequence[float]) -> list[float]:
-    return [float(v) for v in (t.tolist() if isinstance(t, Tensor) else t)]
+# The model and its lenses
 
 
 def _delta(rpi: Sequence[float]) -> float:
@@ -87,17 +90,31 @@ def _delta(rpi: Sequence[float]) -> float:
     return float(rpi[1]) - float(rpi[0]) if len(rpi) >= 2 else math.nan
 
 
-def measured_lenses(model: nn.Module, num_images: int, settings: Mapping[str, Any],
+def _interface(model: Any) -> AnalysisInterface:
+    """``model`` if it implements the analysis interface; anything else is one ConfigError line."""
+    if not isinstance(model, AnalysisInterface):
+        raise ConfigError(f"cannot analyse a {type(model).__module__}.{type(model).__name__}: the analysis reads a "
+                          "model through peanchor.models.interface.AnalysisInterface (peanchor.analyze wraps timm "
+                          "and transformers models in it)")  # fmt: skip
+    return model
+
+
+def measured_lenses(model: AnalysisInterface, num_images: int, settings: Mapping[str, Any],
                     chosen: Sequence[str] | None = None) -> dict[str, Lens]:  # fmt: skip
     """The lenses an analysis measures: the ``chosen`` ones (None: every registered lens) and the required ones, of
     those that apply to ``model`` on ``num_images`` images, built on one :class:`LensContext`."""
     context = LensContext(
-        grid=tuple(int(g) for g in model.grid), num_prefix=int(getattr(model, "num_prefix", 1)),  # type: ignore[arg-type]
-        depth=int(model.depth), num_images=num_images,
-        has_attention_weights=bool(getattr(model, "has_attention_weights", False)), settings=dict(settings),
+        grid=tuple(int(g) for g in model.grid), num_prefix=int(model.num_prefix),  # type: ignore[arg-type]
+        depth=int(model.depth), num_images=num_images, has_attention_weights=bool(model.has_attention_weights),
+        settings=dict(settings),
     )  # fmt: skip
     return {name: lens(context) for name, lens in LENSES.items()
             if (lens.required or chosen is None or name in chosen) and lens.applies(context)}  # fmt: skip
+
+
+def _own_passes(lenses: Mapping[str, Lens], rpi_draws: int) -> int:
+    """The passes of their own the lenses ask for: one per RPI draw where a lens is fed one permutation per image."""
+    return rpi_draws if any(lens.rpi == "per_image" for lens in lenses.values()) else 0
 
 
 def _record(lens: Lens, runner: PassRunner, clean: PassSpec, rpi: Sequence[PassSpec]) -> Any:
@@ -114,8 +131,171 @@ def _record(lens: Lens, runner: PassRunner, clean: PassSpec, rpi: Sequence[PassS
         return LensFailure.of(e)
 
 
+# ----------------------------------------------------------------------------------------------
+# (a) the plan of the passes
+
+
+@dataclass(frozen=True)
+class SweepPasses:
+    """The passes of one α ≠ 1 of the sweep: accuracy on the clean and the shifted images (RPI off), and the
+    truncated RPI draws that ΔSSDC at that α reads (layers 0 and 1)."""
+
+    clean: PassSpec
+    shifted: Mapping[str, PassSpec]  # shift name → its pass
+    rpi: tuple[PassSpec, ...]  # probes "first2", one per RPI draw
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """Every pass an analysis runs, planned up front (the progress bar knows its length, duplicates collapse):
+    the clean pass and the RPI draws at α = 1 (every lens), the shifts and their severities at α = 1 (accuracy), and
+    the α sweep. :attr:`passes` lists them in the order they run."""
+
+    clean: PassSpec
+    rpi: tuple[PassSpec, ...]
+    shifted: Mapping[str, PassSpec]  # shift name → its pass
+    severities: Mapping[str, tuple[PassSpec, ...]]  # kind → a pass per severity, 1..5
+    sweep: Mapping[float, SweepPasses]  # α ≠ 1 → its passes
+
+    @classmethod
+    def of(cls, applied: AnalysisPlan, severity_shifts: Mapping[str, Sequence[Shift]]) -> PassPlan:
+        """The passes of the plan ``applied`` (as it applies to the model) with the severity sweeps' shifts."""
+        draws, shifts = applied.rpi_draws, applied.shifts
+        return cls(
+            clean=PassSpec(None, 1.0, "all", None),
+            rpi=tuple(PassSpec(None, 1.0, "all", k) for k in range(draws)),
+            shifted={name: PassSpec(s, 1.0, "none", None) for name, s in shifts.items()},
+            severities={kind: tuple(PassSpec(s, 1.0, "none", None) for s in group)
+                        for kind, group in severity_shifts.items()},  # fmt: skip
+            sweep={a: SweepPasses(PassSpec(None, a, "none", None),
+                                  {name: PassSpec(s, a, "none", None) for name, s in shifts.items()},
+                                  tuple(PassSpec(None, a, "first2", k) for k in range(draws)))
+                   for a in applied.alphas if a != 1.0},  # fmt: skip
+        )
+
+    @property
+    def passes(self) -> list[PassSpec]:
+        """Every distinct pass, in the order they run."""
+        passes = [self.clean, *self.rpi, *self.shifted.values(), *(p for g in self.severities.values() for p in g)]
+        for point in self.sweep.values():
+            passes += [point.clean, *point.shifted.values(), *point.rpi]
+        return list(dict.fromkeys(passes))  # unique, in order
+
+    @property
+    def shifts(self) -> list[Shift]:
+        """Every distinct shift a pass reads, in the order the passes name them."""
+        return list(dict.fromkeys(p.shift for p in self.passes if p.shift is not None))
+
+
+def _corrupted_sets(evalset: EvalSet, shifts: Sequence[Shift], cache: CorruptedCache) -> dict[Shift, Tensor]:
+    """Every set corrupted once (CPU, memoised in the cache across models and α values)."""
+    return {shift: cache.get(evalset.images, shift, key=evalset.fingerprint) for shift in shifts}
+
+
+# ----------------------------------------------------------------------------------------------
+# (b) running them
+
+
+def _run_passes(model: AnalysisInterface, evalset: EvalSet, info: Any, applied: AnalysisPlan, plan: PassPlan,
+                lenses: Mapping[str, Lens], sets: Mapping[Shift, Tensor], device: torch.device,
+                progress: bool | None) -> PassRunner:  # fmt: skip
+    """Every pass of ``plan`` run once on ``device``, the model in eval mode (its train/eval state restored after);
+    the runner holds their results."""
+    total = (len(plan.passes) + _own_passes(lenses, applied.rpi_draws)) * math.ceil(len(evalset) / applied.batch_size)
+    was_training = model.training
+    model.to(device).eval()
+    try:
+        with progress_bar(total=total, desc="evaluate", unit="batch", show=progress, leave=False) as bar:
+            runner = PassRunner(
+                model, evalset, info.mean, info.std, sets=sets, batch_size=applied.batch_size, device=device,
+                seed=applied.seed, lenses=lenses, bar=bar, edits=Intervention.parse(applied.interventions).edits,
+            )  # fmt: skip
+            for spec in plan.passes:
+                bar.set_postfix_str(spec.label, refresh=False)
+                runner.run(spec)
+    finally:
+        model.train(was_training)
+    return runner
+
+
+# ----------------------------------------------------------------------------------------------
+# (c) the result
+
+
+def _sweep(runner: PassRunner, plan: PassPlan, ssdc: Lens, alphas: Sequence[float],
+           at_one: SweepPoint) -> list[SweepPoint]:  # fmt: skip
+    """The α sweep's points (RPI off for accuracy, on for ΔSSDC); α = 1 is the main result itself (``at_one``)."""
+    sweep: list[SweepPoint] = []
+    for a in alphas:
+        if a == 1.0:
+            sweep.append(at_one)
+            continue
+        point = plan.sweep[a]
+        first2 = ssdc.rpi_curve([runner.run(p).states[ssdc.name] for p in point.rpi])
+        ca = runner.accuracy(point.clean)
+        sa = {name: runner.accuracy(p) for name, p in point.shifted.items()}
+        sweep.append(SweepPoint(alpha=a, delta_ssdc=_delta(first2), ssdc_rpi=first2, clean_acc=ca, acc=sa,
+                                fragility={name: fragility_score(ca, v) for name, v in sa.items()}))  # fmt: skip
+    return sweep
+
+
+def _assemble(model: AnalysisInterface, evalset: EvalSet, applied: AnalysisPlan, plan: PassPlan, runner: PassRunner,
+              lenses: Mapping[str, Lens], *, device: torch.device, timing: dict[str, float],
+              started: float) -> AnalysisResult:  # fmt: skip
+    """The :class:`AnalysisResult` of the passes ``runner`` ran for ``plan``."""
+    # ---- the lenses (α = 1): the normal pass and the RPI draws
+    records = {name: _record(lens, runner, plan.clean, plan.rpi) for name, lens in lenses.items()}
+    notes = [f"{name}: {note}" for name, lens in lenses.items() for note in lens.notes]
+    ssdc_rpi = records[SSDCLens.name].rpi
+
+    # ---- robustness (α = 1)
+    clean_acc = runner.accuracy(plan.clean)
+    acc = {name: runner.accuracy(p) for name, p in plan.shifted.items()}
+    fragility = {name: fragility_score(clean_acc, a) for name, a in acc.items()}
+    sev_acc = {kind: [runner.accuracy(p) for p in passes] for kind, passes in plan.severities.items()}
+    severities = applied.severities
+
+    at_one = SweepPoint(alpha=1.0, delta_ssdc=_delta(ssdc_rpi), ssdc_rpi=ssdc_rpi[:2], clean_acc=clean_acc,
+                        acc=dict(acc), fragility=dict(fragility))  # fmt: skip
+    sweep = _sweep(runner, plan, lenses[SSDCLens.name], applied.alphas, at_one)
+
+    own_passes = _own_passes(lenses, applied.rpi_draws)
+    count = len(plan.passes) + own_passes
+    full = sum(1 for p in plan.passes if p.probes != "first2") + own_passes
+    grid = tuple(int(g) for g in model.grid)
+    return AnalysisResult(
+        clean_acc=clean_acc,
+        rpi_acc=float(np.mean([runner.accuracy(p) for p in plan.rpi])),
+        lenses=records,
+        delta_ssdc=_delta(ssdc_rpi),
+        acc=acc,
+        fragility=fragility,
+        # accuracy (and FS) at severity 1..5, one list per kind
+        severities=sev_acc if severities else None,
+        severity_fragility={k: [fragility_score(clean_acc, a) for a in v] for k, v in sev_acc.items()} if severities else None,
+        severity_shifts={k: [p.shift.describe() for p in group if p.shift is not None]
+                         for k, group in plan.severities.items()} if severities else None,
+        severity_table=table_name(evalset.img_size) if severities else None,
+        shifts={name: s.describe() for name, s in applied.shifts.items()},
+        shift_sources=dict(applied.shift_sources) or None,
+        alpha_sweep=sweep,
+        num_images=len(evalset),
+        forward_passes=count,
+        passes={"full": full, "truncated": count - full, "truncated_layers": 2, "probe_rpi": own_passes},
+        seconds=time.perf_counter() - started,
+        timing=timing,
+        model=ModelInfo(pe=model.pe_name, depth=int(model.depth), grid=list(grid), scalable=model.pe_scalable),
+        settings=applied.settings_record(evalset.fingerprint, str(device)),
+        notes=notes or None,
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# The suite
+
+
 def evaluate_model(
-    model: nn.Module,
+    model: AnalysisInterface,
     evalset: EvalSet,
     plan: AnalysisPlan | None = None,
     *,
@@ -144,7 +324,8 @@ def evaluate_model(
         An :class:`~peanchor.results.AnalysisResult` whose ``settings`` record the plan as applied to this model.
         ``fragility`` is exactly ``1 - acc / clean_acc`` and ``delta_ssdc`` exactly ``rpi[1] - rpi[0]``.
     """
-    t0 = time.perf_counter()
+    started = time.perf_counter()
+    model = _interface(model)
     info = info if info is not None else evalset.info
     if info is None:
         raise ConfigError("evaluate_model needs the dataset info (mean/std): pass info= or build the EvalSet with one")
@@ -153,128 +334,28 @@ def evaluate_model(
     if not isinstance(plan, AnalysisPlan):
         raise ConfigError(f"evaluate_model(model, evalset, plan, *, info=...): plan must be an AnalysisPlan, got a "
                           f"{type(plan).__name__}")  # fmt: skip
-    grid = tuple(int(g) for g in model.grid)
     if evalset.img_size != getattr(info, "img_size", evalset.img_size):
         raise DataError(f"evaluation images are {evalset.img_size} px but the dataset info says {info.img_size} px")
-    scalable = is_scalable(model)
-    applied = plan.for_model(scalable)
-    alpha_list, shifts = list(applied.alphas), dict(applied.shifts)
-    rpi_draws, seed, batch_size, severities = applied.rpi_draws, applied.seed, applied.batch_size, applied.severities
+    applied = plan.for_model(model.pe_scalable)
     # The severity sweeps: every measured kind, from the table for this resolution (each kind has one).
-    kinds = list(dict.fromkeys(s.kind for s in shifts.values()))
-    severity_shifts = severity_table(evalset.img_size, kinds) if severities else {}
+    kinds = list(dict.fromkeys(s.kind for s in applied.shifts.values()))
+    passes = PassPlan.of(applied, severity_table(evalset.img_size, kinds) if applied.severities else {})
     dev = resolve_device(device)
     cache = cache if cache is not None else CorruptedCache(progress=progress)
 
-    # Corrupt every set once (CPU, memoised in the cache across models and α values).
-    def key_of(shift: Shift) -> str:
-        return json.dumps(shift.describe(), sort_keys=True)
-
     t_corrupt = time.perf_counter()
-    sets: dict[str, Tensor] = {"clean": evalset.images}
-    for shift in [*shifts.values(), *(s for group in severity_shifts.values() for s in group)]:
-        if key_of(shift) not in sets:
-            sets[key_of(shift)] = cache.get(evalset.images, shift, key=evalset.fingerprint)
+    sets = _corrupted_sets(evalset, passes.shifts, cache)
     t_corrupt = time.perf_counter() - t_corrupt
-
-    # Plan every pass up front: the progress bar knows its length, and duplicates collapse.
-    clean = PassSpec("clean", 1.0, "all", None)
-    rpi = [PassSpec("clean", 1.0, "all", k) for k in range(rpi_draws)]
-    shifted = {name: PassSpec(key_of(s), 1.0, "none", None) for name, s in shifts.items()}
-    severity_passes = {
-        kind: [PassSpec(key_of(s), 1.0, "none", None) for s in group] for kind, group in severity_shifts.items()
-    }
-    sweep_alphas = [a for a in alpha_list if a != 1.0]
-    sweep_passes = {
-        a: (
-            PassSpec("clean", a, "none", None),
-            {name: PassSpec(key_of(s), a, "none", None) for name, s in shifts.items()},
-            [PassSpec("clean", a, "first2", k) for k in range(rpi_draws)],
-        )
-        for a in sweep_alphas
-    }
-    passes: list[PassSpec] = [clean, *rpi, *shifted.values(), *(p for g in severity_passes.values() for p in g)]
-    for a in sweep_alphas:
-        c, s, r = sweep_passes[a]
-        passes += [c, *s.values(), *r]
-    passes = list(dict.fromkeys(passes))  # unique, in order
-    batches_per_pass = math.ceil(len(evalset) / batch_size)
     lenses = measured_lenses(model, len(evalset), applied.settings(), chosen=applied.lenses)
-    # a lens fed one permutation per image under RPI has a pass of its own under each RPI draw
-    own_passes = rpi_draws if any(lens.rpi == "per_image" for lens in lenses.values()) else 0
-
-    was_training = model.training
-    model.to(dev).eval()
     t_passes = time.perf_counter()
-    try:
-        with progress_bar(total=(len(passes) + own_passes) * batches_per_pass, desc="evaluate", unit="batch",
-                          show=progress, leave=False) as bar:  # fmt: skip
-            runner = PassRunner(
-                model, evalset, info.mean, info.std, sets=sets, batch_size=batch_size, device=dev, seed=seed,
-                lenses=lenses, bar=bar, edits=Intervention.parse(applied.interventions).edits,
-            )  # fmt: skip
-            for spec in passes:
-                bar.set_postfix_str(spec.label, refresh=False)
-                runner.run(spec)
-    finally:
-        model.train(was_training)
+    runner = _run_passes(model, evalset, info, applied, passes, lenses, sets, dev, progress)
     t_passes = time.perf_counter() - t_passes
-
-    # ---- the lenses (α = 1): the normal pass and the RPI draws
-    records = {name: _record(lens, runner, clean, rpi) for name, lens in lenses.items()}
-    notes = [f"{name}: {note}" for name, lens in lenses.items() for note in lens.notes]
-    ssdc_rpi = records["ssdc"].rpi
-
-    # ---- robustness (α = 1)
-    clean_acc = runner.accuracy(clean)
-    acc = {name: runner.accuracy(p) for name, p in shifted.items()}
-    fragility = {name: fragility_score(clean_acc, a) for name, a in acc.items()}
-    sev_acc = {kind: [runner.accuracy(p) for p in passes] for kind, passes in severity_passes.items()}
-
-    # ---- α sweep (RPI off for accuracy, on for ΔSSDC); α = 1 is the main result itself
-    sweep: list[SweepPoint] = []
-    for a in alpha_list:
-        if a == 1.0:
-            sweep.append(SweepPoint(alpha=1.0, delta_ssdc=_delta(ssdc_rpi), ssdc_rpi=ssdc_rpi[:2], clean_acc=clean_acc,
-                                    acc=dict(acc), fragility=dict(fragility)))  # fmt: skip
-            continue
-        c, sh, r = sweep_passes[a]
-        first2, _ = mean_and_std([_floats(runner.run(p).states["ssdc"].compute()) for p in r])
-        ca = runner.accuracy(c)
-        sa = {name: runner.accuracy(p) for name, p in sh.items()}
-        sweep.append(SweepPoint(alpha=a, delta_ssdc=_delta(first2), ssdc_rpi=first2, clean_acc=ca, acc=sa,
-                                fragility={name: fragility_score(ca, v) for name, v in sa.items()}))  # fmt: skip
-
-    full = sum(1 for p in passes if p.probes != "first2") + own_passes
-    return AnalysisResult(
-        clean_acc=clean_acc,
-        rpi_acc=float(np.mean([runner.accuracy(p) for p in rpi])),
-        lenses=records,
-        delta_ssdc=_delta(ssdc_rpi),
-        acc=acc,
-        fragility=fragility,
-        # accuracy (and FS) at severity 1..5, one list per kind
-        severities=sev_acc if severities else None,
-        severity_fragility={k: [fragility_score(clean_acc, a) for a in v] for k, v in sev_acc.items()} if severities else None,
-        severity_shifts={k: [s.describe() for s in group] for k, group in severity_shifts.items()} if severities else None,
-        severity_table=table_name(evalset.img_size) if severities else None,
-        shifts={name: s.describe() for name, s in shifts.items()},
-        shift_sources=dict(applied.shift_sources) or None,
-        alpha_sweep=sweep,
-        num_images=len(evalset),
-        forward_passes=len(passes) + own_passes,
-        passes={"full": full, "truncated": len(passes) + own_passes - full, "truncated_layers": 2,
-                "probe_rpi": own_passes},
-        seconds=time.perf_counter() - t0,
-        timing={"corrupt": t_corrupt, "passes": t_passes},
-        model=ModelInfo(pe=getattr(model, "pe_name", None), depth=int(model.depth), grid=list(grid), scalable=scalable),
-        settings=applied.settings_record(evalset.fingerprint, str(dev)),
-        notes=notes or None,
-    )  # fmt: skip
+    return _assemble(model, evalset, applied, passes, runner, lenses, device=dev,
+                     timing={"corrupt": t_corrupt, "passes": t_passes}, started=started)  # fmt: skip
 
 
 def measure_lenses(
-    model: nn.Module,
+    model: AnalysisInterface,
     evalset: EvalSet,
     plan: AnalysisPlan,
     names: Sequence[str],
@@ -287,22 +368,23 @@ def measure_lenses(
     analysis whose lenses failed measures again, without its accuracies, shifts or α sweep. The passes are those of
     :func:`evaluate_model` (the same seeds and batches), so a record comes out as it would have in the full analysis.
     """
+    model = _interface(model)
     info = info if info is not None else evalset.info
-    applied = plan.for_model(is_scalable(model))
+    applied = plan.for_model(model.pe_scalable)
     every = measured_lenses(model, len(evalset), applied.settings(), chosen=applied.lenses)
     lenses = {n: lens for n, lens in every.items() if n in names}
     eager = any(lens.reads_attention for lens in every.values())  # the full analysis's passes read attention
-    clean = PassSpec("clean", 1.0, "all", None)
-    rpi = [PassSpec("clean", 1.0, "all", k) for k in range(applied.rpi_draws)]
-    own = applied.rpi_draws if any(lens.rpi == "per_image" for lens in lenses.values()) else 0
+    clean = PassSpec(None, 1.0, "all", None)
+    rpi = [PassSpec(None, 1.0, "all", k) for k in range(applied.rpi_draws)]
+    own = _own_passes(lenses, applied.rpi_draws)
     dev = resolve_device(device)
     was_training = model.training
     model.to(dev).eval()
     try:
         with progress_bar(total=(1 + len(rpi) + own) * math.ceil(len(evalset) / applied.batch_size), desc="lenses",
                           unit="batch", show=progress, leave=False) as bar:  # fmt: skip
-            runner = PassRunner(model, evalset, info.mean, info.std, sets={"clean": evalset.images},
-                                batch_size=applied.batch_size, device=dev, seed=applied.seed, lenses=lenses, bar=bar,
+            runner = PassRunner(model, evalset, info.mean, info.std, batch_size=applied.batch_size, device=dev,
+                                seed=applied.seed, lenses=lenses, bar=bar,
                                 edits=Intervention.parse(applied.interventions).edits, eager_attention=eager)  # fmt: skip
             for spec in (clean, *rpi):
                 runner.run(spec)

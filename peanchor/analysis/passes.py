@@ -8,59 +8,47 @@ front and collapse duplicates (:mod:`peanchor.analysis.evaluate`).
 
 Models only need the analysis interface (:meth:`~peanchor.models.interface.AnalysisInterface.forward_intermediates`
 with ``grid`` and ``depth``); lenses that read attention weights are measured only where the model
-``has_attention_weights``.
+``has_attention_weights``. A truncated pass (probes ``"first2"``, the ΔSSDC passes of the α sweep) feeds the lenses
+that say they are measured there (:attr:`~peanchor.lenses.Lens.truncated`).
 
 Imports: :mod:`peanchor.lenses`, :mod:`peanchor.interventions`, :mod:`peanchor.data`, :mod:`peanchor.analysis`
-(shifts, evalset).
+(shifts, evalset), :mod:`peanchor.models` (the interface).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.shifts import Shift
 from peanchor.interventions import Edit, Intervention, fitted_edits, random_permutation
 from peanchor.lenses import Lens, LensBatch, LensFailure
+from peanchor.models.interface import AnalysisInterface
 
-__all__ = ["PassResult", "PassRunner", "PassSpec", "Probes", "is_scalable"]
+__all__ = ["PassResult", "PassRunner", "PassSpec", "Probes"]
 
 Probes = Literal["none", "all", "first2"]
 
 
-def is_scalable(model: nn.Module) -> bool:
-    """Whether the model's PE responds to ``pe_scale`` (α).
-
-    Read from ``model.pe.scalable`` (peanchor's ViT: the PE class says) or a ``scalable`` /
-    ``pe_scalable`` attribute of the model itself (adapters such as the timm wrapper).
-    """
-    pe = getattr(model, "pe", None)
-    if isinstance(pe, nn.Module) and hasattr(pe, "scalable"):
-        return bool(pe.scalable)
-    for name in ("pe_scalable", "scalable"):
-        flag = getattr(model, name, None)
-        if isinstance(flag, bool):
-            return flag
-    return False
-
-
 @dataclass(frozen=True)
 class PassSpec:
-    images: str  # "clean" or the JSON description of a shift
+    """One pass: which images (``shift``: the set under that :class:`Shift`; None: the clean images), which α,
+    which probes, which RPI draw."""
+
+    shift: Shift | None  # None: the clean images
     alpha: float
     probes: Probes
     rpi_draw: int | None  # None: no permutation
 
     @property
     def label(self) -> str:
-        what = "clean" if self.images == "clean" else Shift.from_dict(json.loads(self.images)).name
+        what = "clean" if self.shift is None else self.shift.name
         rpi = f", rpi#{self.rpi_draw}" if self.rpi_draw is not None else ""
         probes = {"none": "", "all": ", probes", "first2": ", probes 0-1"}[self.probes]
         return f"{what}, alpha={self.alpha:g}{rpi}{probes}"
@@ -77,12 +65,12 @@ class PassRunner:
 
     def __init__(
         self,
-        model: nn.Module,
+        model: AnalysisInterface,
         evalset: EvalSet,
         mean: Sequence[float],
         std: Sequence[float],
         *,
-        sets: Mapping[str, Tensor],
+        sets: Mapping[Shift, Tensor] | None = None,
         batch_size: int,
         device: torch.device,
         seed: int,
@@ -96,9 +84,9 @@ class PassRunner:
         self.normalize = normalize
         self.model, self.evalset = model, evalset
         self.mean, self.std = tuple(mean), tuple(std)
-        self.sets = dict(sets)  # images key → uint8 (N, 3, S, S), CPU (or already on the device)
+        self.sets = dict(sets or {})  # shift → the corrupted set, uint8 (N, 3, S, S), CPU (or already on the device)
         self.batch_size, self.device, self.seed = batch_size, device, seed
-        self.lenses = dict(lenses)  # measured in every full pass; "ssdc" also in the "first2" passes
+        self.lenses = dict(lenses)  # measured in every full pass; those that say ``truncated`` in the "first2" ones
         self.bar = bar
         # The attention weights are handed out by the model's eager path, whose float rounding differs from the
         # fused one's: passes measured apart from an analysis whose lenses read them take that path too, to match.
@@ -106,14 +94,15 @@ class PassRunner:
         self.done: dict[PassSpec, PassResult] = {}
         self.failed: dict[str, LensFailure] = {}  # lens name → how it failed (it is fed no more)
         self.labels = evalset.labels.to(device)
-        self._on_device: dict[str, Tensor] = {}
+        self._on_device: dict[Shift | None, Tensor] = {}
         self.first_layers = min(2, int(model.depth))
         self.num_patches = int(model.grid[0]) * int(model.grid[1])
-        self.edits = fitted_edits(edits, model, lambda: (x for _, x in self._batches(self._images("clean"))))
+        self.edits = fitted_edits(edits, model, lambda: (x for _, x in self._batches(self._images(None))))
 
-    def _images(self, key: str) -> Tensor:
-        """The set for ``key``; on CUDA moved to the device once, if it fits comfortably."""
-        images = self.sets[key]
+    def _images(self, key: Shift | None) -> Tensor:
+        """The images under shift ``key`` (None: the clean ones); on CUDA moved to the device once, if they fit
+        comfortably."""
+        images = self.evalset.images if key is None else self.sets[key]
         if self.device.type != "cuda":
             return images
         if key not in self._on_device:
@@ -134,11 +123,12 @@ class PassRunner:
         if spec in self.done:
             return self.done[spec]
         model = self.model
-        images = self._images(spec.images)
+        images = self._images(spec.shift)
         generator = torch.Generator().manual_seed(self.seed + spec.rpi_draw) if spec.rpi_draw is not None else None
-        # every lens in a full pass, SSDC alone in a truncated one (ΔSSDC), none in a pass for accuracy only; a lens
-        # that failed earlier is not fed again
-        wanted = {"all": self.lenses, "first2": ("ssdc",), "none": ()}[spec.probes]
+        # every lens in a full pass, those measured in the truncated ones (SSDC: ΔSSDC) there, none in a pass for
+        # accuracy only; a lens that failed earlier is not fed again
+        wanted = {"all": self.lenses, "first2": [n for n, lens in self.lenses.items() if lens.truncated],
+                  "none": ()}[spec.probes]  # fmt: skip
         measured = {n: self.lenses[n] for n in wanted if n not in self.failed}
         states = {n: self._guard(n, lens, lens.accumulator) for n, lens in measured.items()}
         states = {n: state for n, state in states.items() if n not in self.failed}

@@ -59,7 +59,7 @@ def _timm_subject(model: Any) -> AuditSubject:
             npt, half = int(attn.num_prefix_tokens), bool(getattr(attn, "rotate_half", False))
             return torch.cat([t[:, :, :npt], apply_rot_embed_cat(t[:, :, npt:], emb, half=half)], dim=2)
 
-    subject = AuditSubject(model, model.pe_name, "timm", claim, model.img_size[0] // model.grid[0], model.scalable,
+    subject = AuditSubject(model, model.pe_name, "timm", claim, model.img_size[0] // model.grid[0], model.pe_scalable,
                            rotate, False, lambda images: inner(images))  # fmt: skip
     if table and not rope and getattr(inner, "dynamic_img_size", False):
         subject.own_resample = lambda: _own_path(subject, lambda x: inner(x), "bicubic", True)

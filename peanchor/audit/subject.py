@@ -117,7 +117,7 @@ def _peanchor_subject(model: VisionTransformer) -> AuditSubject:
             return tables.layer(layer).apply(t, model.num_prefix)
 
     return AuditSubject(
-        model, f"peanchor:{pe}", "peanchor", claim, model.patch_embed.proj.kernel_size[0], type(model.pe).scalable,
+        model, f"peanchor:{pe}", "peanchor", claim, model.patch_embed.proj.kernel_size[0], model.pe_scalable,
         rotate, model.pe.attn_bias(1.0) is not None, lambda images: model(images),
     )  # fmt: skip
 

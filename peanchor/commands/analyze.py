@@ -116,7 +116,7 @@ def parse_alphas(text: str) -> list[float]:
 class Subject:
     """What to analyse: a model with the probe interface, the data it was trained on, and where it came from."""
 
-    model: Any
+    model: Any  # behind the analysis interface (peanchor.models.interface.AnalysisInterface)
     spec: Any  # peanchor.data.DataSpec
     name: str
     default_out: Path | None
@@ -155,8 +155,8 @@ def subject_from_run_dir(run_dir: str | Path, data: str | None = None) -> Subjec
             raise CheckpointError(f"{run} has no config.yaml and no {MODEL_FILE}: not a peanchor run directory")
         model = peanchor.load_model(weights)
         source = {"kind": "weights", "weights": str(weights), "model_digest": model_digest(weights),
-                  "model_args": getattr(model, "model_args", None)}  # fmt: skip
-        carried = (model.mean, model.std) if hasattr(model, "mean") else None  # what it was trained with
+                  "model_args": model.model_args}  # fmt: skip
+        carried = (model.mean, model.std) if model.mean is not None else None  # what it was trained with
         return Subject(model, None, run.name, run / "analysis", source, normalization=carried)
     config = load_config(cfg_path)
     model = peanchor.load_model(weights)
@@ -164,7 +164,7 @@ def subject_from_run_dir(run_dir: str | Path, data: str | None = None) -> Subjec
         "kind": "run_dir",
         "run_dir": str(run),
         "model_digest": model_digest(weights),
-        "model_args": getattr(model, "model_args", None),
+        "model_args": model.model_args,
         "condition": config.condition,
         "seed": config.train.seed,
     }
@@ -246,13 +246,11 @@ def data_spec_for(subject: Subject, args: argparse.Namespace) -> Any:
     spec = subject.spec if subject.spec is not None else DataSpec(name=args.data or DataSpec().name)
     if args.data:
         spec = spec.for_dataset(args.data)
-    img_size = (getattr(subject.model, "model_args", None) or {}).get("img_size")
-    if isinstance(getattr(subject.model, "img_size", None), tuple):  # timm adapter: (rows, cols) in pixels
-        img_size = subject.model.img_size[0]
+    img_size = int(subject.model.img_size[0])  # (rows, cols) in pixels: the analysis interface declares it
     for item in data_items:
         if item.partition("=")[0].strip().removeprefix("data.") == "img_size":
             raise ConfigError(f"--set {item!r}: analyze evaluates at the model's resolution ({img_size} px)")
-    flags = {"root": args.data_root, "class_list": args.class_list, "img_size": int(img_size) if img_size else None}
+    flags = {"root": args.data_root, "class_list": args.class_list, "img_size": img_size}
     return with_data_items(spec, flags, data_items)
 
 

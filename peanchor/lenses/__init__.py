@@ -25,6 +25,7 @@ from peanchor.lenses.base import (
     NoOptions,
     Row,
     UnknownLensRecord,
+    mean_and_std,
     plan_option,
 )
 from peanchor.lenses.registry import LENS_NAMES, LENSES, RESERVED, get_lens, lens_names, register_lens
@@ -34,5 +35,5 @@ for _module in pkgutil.iter_modules(__path__):  # sorted by name; the registry o
         importlib.import_module(f"{__name__}.{_module.name}")  # registers the lens it defines
 
 __all__ = ["LENSES", "LENS_NAMES", "MODES", "RESERVED", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext",
-           "LensFailure", "NoOptions", "Row", "UnknownLensRecord", "get_lens", "lens_names", "plan_option",
-           "register_lens"]  # fmt: skip
+           "LensFailure", "NoOptions", "Row", "UnknownLensRecord", "get_lens", "lens_names", "mean_and_std",
+           "plan_option", "register_lens"]  # fmt: skip

@@ -31,7 +31,7 @@ when read (:mod:`peanchor.results`). Everything after the analysis reads records
 :meth:`Lens.scalars` (TensorBoard), :meth:`Lens.summary_lines` (``analyze``) and :meth:`Lens.sentences` (the
 report).
 
-Imports: :mod:`peanchor.fileio` (``Number``); torch only for type annotations.
+Imports: :mod:`peanchor.fileio` (``Number``); numpy (lazily); torch only for type annotations.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
 
 __all__ = ["MODES", "MODE_LABELS", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext", "LensFailure",
-           "NoOptions", "Row", "UnknownLensRecord", "layer_value", "mean_over_draws", "plan_option"]  # fmt: skip
+           "NoOptions", "Row", "UnknownLensRecord", "layer_value", "mean_and_std", "mean_over_draws",
+           "plan_option"]  # fmt: skip
 
 MODES: tuple[str, str] = ("normal", "rpi")  # tokens in order, and under RPI
 MODE_LABELS = {"normal": "normal", "rpi": "RPI   "}  # as the summary lines print them, aligned
@@ -169,6 +170,20 @@ def mean_over_draws(values: Sequence[Tensor]) -> list[Any]:
     return torch.stack(list(values)).mean(dim=0).tolist()
 
 
+def mean_and_std(draws: Sequence[Sequence[float]]) -> tuple[list[float], list[float]]:
+    """Per-layer mean and sample std (ddof=1; 0.0 with a single draw) over RPI draws ``[draw][layer]``.
+
+    >>> mean_and_std([[1.0, 2.0], [3.0, 2.0]])
+    ([2.0, 2.0], [1.4142135623730951, 0.0])
+    """
+    import numpy as np
+
+    arr = np.asarray(draws, dtype=np.float64)  # (K, L)
+    mean = arr.mean(axis=0)
+    std = arr.std(axis=0, ddof=1) if arr.shape[0] > 1 else np.zeros(arr.shape[1])
+    return [float(v) for v in mean], [float(v) for v in std]
+
+
 def layer_value(v: Any, digits: int = 2) -> str:
     """A per-layer value as the summary lines print it (``n/a`` when not finite)."""
     return f"{v:.{digits}f}" if isinstance(v, (int, float)) and math.isfinite(v) else "n/a"
@@ -189,6 +204,8 @@ class Lens(ABC):
     required: ClassVar[bool] = False  # measured in every analysis (SSDC: ΔSSDC and the claims are made of it)
     reads_attention: ClassVar[bool] = False  # fed the attention weights during each pass (:meth:`attend`)
     rpi: ClassVar[Literal["per_call", "per_image"]] = "per_call"  # its permutations under RPI
+    truncated: ClassVar[bool] = False  # also measured in the truncated passes (layers 0 and 1, no head) of the α
+    # sweep under RPI, which read it through :meth:`curve` (SSDC: ΔSSDC at each α)
     zero_line: ClassVar[bool] = True  # the report's figure marks 0 on its axis
     options_type: ClassVar[type] = NoOptions  # a frozen dataclass of its options, with their defaults
 
@@ -234,6 +251,15 @@ class Lens(ABC):
     @abstractmethod
     def record(self, normal: Any, rpi: Sequence[Any]) -> Any:
         """The record of the normal pass's state and the RPI draws' states (one per draw)."""
+
+    def curve(self, state: Any) -> list[float]:
+        """One pass's value per layer, from its state: what a lens that is measured in the ``truncated`` passes
+        offers the α sweep (a lens that is not need not have one)."""
+        raise NotImplementedError(f"the {self.name} lens offers no per-layer curve of a pass")
+
+    def rpi_curve(self, states: Sequence[Any]) -> list[float]:
+        """The mean over RPI draws (one state per draw) of :meth:`curve`, per layer."""
+        return mean_and_std([self.curve(state) for state in states])[0]
 
     # ---- readers of a record -------------------------------------------------------------------------------------
     @classmethod

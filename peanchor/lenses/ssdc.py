@@ -4,7 +4,8 @@ grid distance, negated, of the patch tokens each block's attention sees (layer 0
 Under RPI each pass draws one permutation per forward call, shared by the batch, so that the mean similarity
 matrix is taken over tokens that sit in the same slots; the record keeps the mean over RPI draws, their sample
 std and, with several draws, every draw. With ``bootstrap`` replicates it also keeps per-layer confidence intervals
-over images (under RPI, of the first draw). ΔSSDC and the α sweep are read off this lens's accumulators.
+over images (under RPI, of the first draw). ΔSSDC and the α sweep read it through :meth:`Lens.curve` (it is
+measured in the truncated passes too: ``truncated``).
 
 Imports: :mod:`peanchor.lenses` (base, registry), :mod:`peanchor.fileio`; :mod:`peanchor.metrics` and numpy when
 measuring.
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from peanchor.fileio import Number
-from peanchor.lenses.base import Lens, LensBatch, Row, plan_option
+from peanchor.lenses.base import Lens, LensBatch, Row, mean_and_std, plan_option
 from peanchor.lenses.registry import register_lens
 
 __all__ = ["CI_LEVEL", "SSDCLayers", "SSDCLens", "SSDCOptions", "mean_and_std"]
@@ -49,16 +50,6 @@ def _floats(values: Any) -> list[float]:
     return [float(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
 
 
-def mean_and_std(draws: Sequence[Sequence[float]]) -> tuple[list[float], list[float]]:
-    """Per-layer mean and sample std (ddof=1; 0.0 with a single draw) over RPI draws ``[draw][layer]``."""
-    import numpy as np
-
-    arr = np.asarray(draws, dtype=np.float64)  # (K, L)
-    mean = arr.mean(axis=0)
-    std = arr.std(axis=0, ddof=1) if arr.shape[0] > 1 else np.zeros(arr.shape[1])
-    return _floats(mean), _floats(std)
-
-
 @dataclass(frozen=True)
 class SSDCOptions:
     """How SSDC is measured (``--set analysis.lenses.ssdc.<option>=...``; the plan also keeps them as
@@ -82,6 +73,7 @@ class SSDCLens(Lens):
     stat_label = "max SSDC"
     order = 0
     required = True
+    truncated = True  # ΔSSDC at each α of the sweep reads layers 0 and 1 under RPI
     options_type = SSDCOptions
     options: SSDCOptions
 
@@ -95,10 +87,13 @@ class SSDCLens(Lens):
     def update(self, state: Any, batch: LensBatch) -> None:
         state.update(batch.tokens)
 
+    def curve(self, state: Any) -> list[float]:
+        return _floats(state.compute())
+
     def record(self, normal: Any, rpi: Sequence[Any]) -> SSDCLayers:
-        draws = [_floats(acc.compute()) for acc in rpi]
+        draws = [self.curve(acc) for acc in rpi]
         mean, std = mean_and_std(draws)
-        record = SSDCLayers(normal=_floats(normal.compute()), rpi=mean, rpi_std=std,
+        record = SSDCLayers(normal=self.curve(normal), rpi=mean, rpi_std=std,
                             rpi_draws=draws if len(draws) > 1 else None)  # fmt: skip
         if self.options.bootstrap:
             bounds = [normal.confidence_interval(CI_LEVEL), rpi[0].confidence_interval(CI_LEVEL)]

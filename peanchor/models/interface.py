@@ -12,6 +12,13 @@ with ``head=False`` the pass stops right after the last layer it needs. Attentio
 the pass, block by block, to an :data:`AttentionSink`, so that an analysis can reduce them at once instead of
 keeping ``(B, L, H, T, T)``; a model that can do so says ``has_attention_weights``.
 
+Besides the pass, a model declares what the analysis reads of it, each spelled once here and implemented once per
+backend (nothing is probed with ``getattr``): its patch ``grid``, ``depth``, ``num_prefix`` (the tokens before the
+patches), ``img_size``, ``num_classes`` (0: no classification head; ``has_head`` follows from it), its PE's
+``pe_name`` and whether α means anything to it (``pe_scalable``), ``has_attention_weights``, the ``hook_points`` of
+the edits, ``model_args`` (its provenance) and the normalisation it carries (``mean``/``std``, None where it carries
+none). A class that leaves one of them out cannot be instantiated.
+
 Edits (``intervention.edits``: pe_zero, rope_planes, head_ablate, patch, ...) act at the named hook points a model
 declares in :attr:`AnalysisInterface.hook_points` (:mod:`peanchor.interventions.edit`); a model binds them once per
 pass with :meth:`AnalysisInterface._bind`, and a pass without edits is the plain pass, untouched.
@@ -24,8 +31,10 @@ Imports: torch; :mod:`peanchor.interventions`.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -49,11 +58,18 @@ class Intermediates:
     tokens: Tensor | None  # (B, L, N, D): LN1 output of each of the first L blocks, prefix tokens dropped
 
 
-class AnalysisInterface:
-    depth: int
-    num_prefix: int
-    has_attention_weights: bool = False  # whether forward_intermediates(..., attention=sink) feeds the sink
+class AnalysisInterface(ABC):
+    """The analysis interface (see the module docstring): one pass, and what the analysis reads of the model."""
 
+    #: The normalisation the model carries (its training data's, or its family's): what ``peanchor.analyze``
+    #: normalises tensors with when given no ``mean=``/``std=``. None: it carries none.
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    #: Whether :meth:`restrict_to_classes` can keep a subset of its outputs (an ImageNet-1k head on an ImageNet
+    #: subset).
+    can_restrict_classes: ClassVar[bool] = False
+
+    @abstractmethod
     def forward_intermediates(
         self,
         images: Tensor,
@@ -69,12 +85,72 @@ class AnalysisInterface:
         the logits; without them the pass stops after the last of them. ``attention``: fed every block's attention
         weights during the pass (see :data:`AttentionSink`).
         """
-        raise NotImplementedError
+
+    # ---- what the analysis reads ----------------------------------------------------------------------------------
 
     @property
+    @abstractmethod
+    def grid(self) -> tuple[int, int]:
+        """The patch grid (rows, cols) of the images it takes: ``tokens`` hold ``rows · cols`` patches."""
+
+    @property
+    @abstractmethod
+    def depth(self) -> int:
+        """Its blocks, i.e. the layers of ``tokens`` a full pass returns."""
+
+    @property
+    @abstractmethod
+    def num_prefix(self) -> int:
+        """Tokens before the patches in each block's sequence (CLS, distillation, registers), dropped from
+        ``tokens`` and first in the attention weights."""
+
+    @property
+    @abstractmethod
+    def img_size(self) -> tuple[int, int]:
+        """The image size (rows, cols) in pixels it takes."""
+
+    @property
+    @abstractmethod
+    def num_classes(self) -> int:
+        """The outputs of its classification head, 0 without one (the pass's ``logits`` are then its features)."""
+
+    @property
+    def has_head(self) -> bool:
+        """Whether its ``logits`` are class scores (``num_classes`` > 0): without a head it has no accuracy."""
+        return self.num_classes > 0
+
+    @property
+    @abstractmethod
+    def pe_name(self) -> str:
+        """Its positional encoding's name (``ape``, ``timm:rope_mixed``, ``hf:ape``, ...)."""
+
+    @property
+    @abstractmethod
+    def pe_scalable(self) -> bool:
+        """Whether its PE responds to ``pe_scale`` (α): the α sweep is measured only then."""
+
+    @property
+    @abstractmethod
+    def has_attention_weights(self) -> bool:
+        """Whether ``forward_intermediates(..., attention=sink)`` feeds the sink."""
+
+    @property
+    @abstractmethod
     def hook_points(self) -> HookPoints:
         """The hook points this model implements, with the sizes edits are checked against."""
-        raise NotImplementedError
+
+    @property
+    @abstractmethod
+    def model_args(self) -> dict[str, Any]:
+        """Where the model came from, JSON-able (a peanchor model: its ``ViTArgs``; an adapter: its source)."""
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    def restrict_to_classes(self, indices: list[int]) -> None:
+        """Keep only these outputs, in this order (where ``can_restrict_classes``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restrict its outputs to a subset of classes")
 
     def _bind(self, images: Tensor, intervention: Intervention) -> EditPass | None:
         """The pass's edits checked against :attr:`hook_points` and bound to the donor activations ``patch`` reads

@@ -214,21 +214,31 @@ class VisionTransformer(AnalysisInterface, nn.Module):
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
 
+    # ---- what the analysis reads (AnalysisInterface) --------------------------------------------------
+
     @property
     def grid(self) -> tuple[int, int]:
         return self.patch_embed.grid
-
-    @property
-    def num_patches(self) -> int:
-        return self.grid[0] * self.grid[1]
 
     @property
     def depth(self) -> int:
         return len(self.blocks)
 
     @property
+    def img_size(self) -> tuple[int, int]:
+        return self.args.img_size, self.args.img_size
+
+    @property
+    def num_classes(self) -> int:
+        return self.head.out_features
+
+    @property
     def pe_name(self) -> str:
         return self.pe.name
+
+    @property
+    def pe_scalable(self) -> bool:
+        return bool(self.pe.scalable)  # the PE class says
 
     def forward_intermediates(
         self,

@@ -20,7 +20,7 @@ TOLERANCE = 1e-5
 @register_check(NAME, "fused (SDPA) and eager attention agree to 1e-5")
 def check(subject: AuditSubject) -> CheckResult:
     model = subject.model
-    if not getattr(model, "has_attention_weights", False):
+    if not model.has_attention_weights:
         return CheckResult(NAME, "n/a", None, f"{subject.hooks.model} has one attention path only")
     images = random_images(2, subject.size())
     with torch.no_grad():
