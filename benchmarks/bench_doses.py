@@ -87,12 +87,13 @@ def run(model_name: str, img_size: int, batch: int, reps: int) -> dict[str, Any]
         result = {
             "doses": len(doses), "times": bc.all_stats(times), "ratio": ratio,
             "ratio_paired": bc.paired_ratio(times["doses"], times["plain"]),
+            "ratio_cpu": bc.ratio(times.cpu["doses"], times.cpu["plain"]),
             "separate_over_plain": bc.ratio(times["separate"], times["plain"]),
             "goal": GOALS[name], "verdict": bc.verdict(ratio, GOALS[name], False), "equal_to_separate": True,
         }  # fmt: skip
         record["sweeps"][name] = result
-        print(f"  {name}: doses / {len(doses) + 1} plain = {ratio:.3f} (paired {result['ratio_paired']:.3f}; "
-              f"goal <= {GOALS[name]}) -> {result['verdict']}; separate / plain = "
+        print(f"  {name}: doses / {len(doses) + 1} plain = {ratio:.3f} (paired {result['ratio_paired']:.3f}, CPU time "
+              f"{result['ratio_cpu']:.3f}; goal <= {GOALS[name]}) -> {result['verdict']}; separate / plain = "
               f"{result['separate_over_plain']:.3f}", flush=True)  # fmt: skip
     return record
 

@@ -7,7 +7,8 @@
   axis is read off the table itself (an ``x`` plane is constant down a column), and its frequency index orders the
   planes of an axis from the fastest (``bands`` for axial RoPE, ``periods`` for DINOv3's); a mixed RoPE's planes
   keep timm's order and have no single axis;
-* ``input.grid``: models with a table and no rope (timm's rope coordinates at another grid are its own business);
+* ``input.grid``: models with a table or a rope; at another grid the rope's table is the one timm's dynamic-size
+  path builds for it (``rope.get_embed(shape=...)``, timm's own coordinate options);
 * ``blocks.{k}.attn.heads``: the merged heads ``(B, T, D)`` as the attention's output norm (``attn.norm``, the
   identity in most models) receives them, viewed ``(B, T, H, hd)``; ``blocks.{k}.attn`` and ``.mlp``: the outputs
   of ``block.attn`` and ``block.mlp`` (before layer scale); ``blocks.{k}.residual``: each block's output. A

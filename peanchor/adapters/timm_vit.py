@@ -53,7 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from peanchor.adapters.timm_attention import attention_modules, capture_attention
-from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds
+from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds, rope_table
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
 from peanchor.adapters.timm_hooks import block_sites, capture_probes, join_rope, rope_planes, site_hooks, split_rope
 from peanchor.interventions import NO_INTERVENTION, EditPass, HookPoints, Intervention, PETable, RopeTables, Start
@@ -302,32 +302,23 @@ class TimmViT(AnalysisInterface, nn.Module):
         points = {f"blocks.{{k}}.{site}" for site in block_sites(m.blocks)}
         rope = self._rope(1.0)
         planes = ()
-        if m.pos_embed is not None:
-            points |= {"pe.table"} | ({"input.grid"} if rope is None else set())
+        if m.pos_embed is not None or rope is not None:
+            points |= {"pe.table", "input.grid"} if m.pos_embed is not None else {"input.grid"}
         if rope is not None:
             points.add("rope.tables")
             planes = rope_planes(m.rope, rope, self.grid, mixed=bool(getattr(m, "rope_mixed", False)))
         heads = int(getattr(m.blocks[0], "attn", m.blocks[0]).num_heads)
         return HookPoints(self.pe_name, frozenset(points), self.depth, heads, self.grid, self.num_prefix, planes)
 
-    def _rope(self, alpha: float) -> Tensor | None:
-        """The rotary table Eva hands its blocks, with angles × α (exactly timm's own at α = 1)."""
+    def _rope(self, alpha: float, grid: tuple[int, int] | None = None) -> Tensor | None:
+        """The rotary table Eva hands its blocks (on ``grid``, default the model's), with angles × α (exactly timm's
+        own at α = 1)."""
         rope = getattr(self.model, "rope", None) if self.family == "eva" else None
         if rope is None:
             return None
-        shape = list(self.grid)
-        dynamic = bool(self.model.dynamic_img_size)
-        # Mirror Eva._pos_embed's choice between the cached table and one built for the grid.
-        if dynamic or not hasattr(rope, "feat_shape"):
-            native = rope.get_embed(shape=shape)
-        else:
-            native = rope.get_embed()
-        if alpha == 1.0:
-            return native
-        # The rebuilt table never applies timm's train-time coordinate augmentation (eval is assumed).
         assert self._rope_builder is not None  # set in __init__ for every supported rope
-        scaled = self._rope_builder(rope, shape, float(alpha), dynamic)
-        return scaled.to(device=native.device, dtype=native.dtype)
+        dynamic = bool(self.model.dynamic_img_size)
+        return rope_table(rope, self._rope_builder, grid or self.grid, self.grid, alpha, dynamic)
 
     def forward_intermediates(
         self,
@@ -350,7 +341,12 @@ class TimmViT(AnalysisInterface, nn.Module):
             x = start.residual  # (B, P + N, D): the stream entering block `first`
         else:
             x = self._embedded(images, intervention, run)  # (B, P + N, D)
-        rope = self._rope(intervention.pe_scale)  # (N, 2hd), (depth, H, N, 2hd) for mixed, or None
+        grid = run.grid if run is not None else self.grid
+        if self._rope_builder is not None and any(getattr(e, "rope_positions", None) == "interpolate" for e in
+                                                  intervention.edits):  # fmt: skip
+            raise ConfigError("pe_resample:rope_positions=interpolate is for peanchor's RoPE; timm builds its rotary "
+                              "table for another grid itself (rope.get_embed), so leave it at extrapolate")  # fmt: skip
+        rope = self._rope(intervention.pe_scale, *([grid] if grid != self.grid else []))  # (N, 2hd), (L, H, N, 2hd)
         per_block = bool(getattr(m, "rope_mixed", False)) and rope is not None
         if run is not None and run.acts_at("rope.tables"):
             assert rope is not None  # rope.tables is a hook point of a model with a rope only
