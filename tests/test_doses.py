@@ -122,7 +122,7 @@ def test_forward_doses_equals_separate_passes_on_timm(tid: str) -> None:
     check_equal_to_separate_calls(model, mod.images(), model.model.blocks)
 
 
-@pytest.mark.parametrize("family", ["vit", "clip", "dinov3"])
+@pytest.mark.parametrize("family", ["vit", "dinov2_reg", "clip", "dinov3"])
 def test_forward_doses_equals_separate_passes_on_transformers(family: str) -> None:
     pytest.importorskip("transformers")
     mod = sibling("test_interventions_hf")
