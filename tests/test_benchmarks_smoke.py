@@ -104,3 +104,11 @@ def test_interventions_benchmark_checks_its_identity_and_patch():
                                                "1", "--no-write"])  # fmt: skip
     assert record["identity_equal"] and record["patch_gives_clean_logits"]
     assert set(record["ratios"]) == {"pe_zero", "pe_shuffle", "head_ablate", "patch", "rope_planes"}
+
+
+def test_doses_benchmark_checks_its_sweeps_against_separate_calls():
+    record = load("bench_doses").main(["--model", "vit_micro", "--img-size", "16", "--batch", "2", "--reps", "1",
+                                       "--no-write"])  # fmt: skip
+    assert set(record["sweeps"]) == {"head_ablate", "patch", "rope_planes"} and record["layers"] == 12
+    assert all(s["equal_to_separate"] and s["ratio"] > 0 for s in record["sweeps"].values())
+    assert record["sweeps"]["head_ablate"]["doses"] == record["sweeps"]["patch"]["doses"] == 12

@@ -123,6 +123,22 @@ def test_a_resampled_table_agrees_with_timms_resample(tid: str, name: str, extra
 
 
 @pytest.mark.parametrize("tid, name, extra", ROPE, ids=[m[0] for m in ROPE])
+def test_a_rope_model_at_another_grid_is_timms_own_dynamic_size_pass(tid: str, name: str, extra: dict) -> None:
+    """pe_resample at 6x5 (and 3x3) against the same weights built with dynamic_img_size, run by timm on 48x40 px:
+    its rotary table for that grid (and, with a table, the table resampled), bit for bit."""
+    model = build(name, extra)
+    dynamic = build(name, extra, seed=9, dynamic_img_size=True)
+    dynamic.model.load_state_dict(model.model.state_dict())
+    for rows, cols in ((6, 5), (3, 3)):
+        x = torch.randn(2, 3, rows * 8, cols * 8, generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            own = dynamic.model(x)
+        resampled = logits(model, x, f"pe_resample:grid={rows}x{cols}")
+        assert torch.equal(resampled, own), (rows, cols)
+        assert not torch.allclose(resampled, logits(model, x, f"pe_resample:grid={rows}x{cols}+rope_planes"))
+
+
+@pytest.mark.parametrize("tid, name, extra", ROPE, ids=[m[0] for m in ROPE])
 def test_rope_with_every_plane_removed_is_the_model_without_rotation(tid: str, name: str, extra: dict) -> None:
     """Every plane removed against timm's own forward with the rope turned off (each block given ``rope=None``)."""
     model, x = build(name, extra), images()
@@ -159,7 +175,7 @@ def test_edits_a_timm_model_cannot_take_are_one_line() -> None:
     cases = [
         (ape, x, "rope_planes", "rope_planes acts at rope.tables, which timm:ape does not have; it has: pe.table"),
         (rope, x, "pe_zero", "pe_zero acts at pe.table, which timm:rope does not have"),
-        (rope, x, "pe_resample:grid=6x6", "pe_resample acts at input.grid, which timm:rope does not have"),
+        (rope, x, "pe_resample:rope_positions=interpolate", "pe_resample:rope_positions=interpolate is for peanchor's"),
         (ape, x, "pe_resample:grid=6x6", "images of 32x32 px give a 4x4 patch grid; this pass expects 6x6 (48x48 px)"),
         (ape, x, "head_ablate:layers=2", "head_ablate:layers=2: the model has 2 blocks (0-1)"),
     ]

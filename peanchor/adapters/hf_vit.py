@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
 from peanchor.adapters.hf_hooks import edited_rope, edited_table, rope_planes, site_hooks, table_of
-from peanchor.interventions import BLOCK_SITES, NO_INTERVENTION, HookPoints, Intervention, permute_tokens
+from peanchor.interventions import BLOCK_SITES, NO_INTERVENTION, HookPoints, Intervention, Start, permute_tokens
 from peanchor.interventions.edit import check_grid
 from peanchor.models.interface import AnalysisInterface, AttentionSink, Intermediates
 
@@ -289,9 +289,9 @@ class HFViT(AnalysisInterface, nn.Module):
             slots[key] = original
 
     @contextmanager
-    def _probes(self, sink: list[Tensor], count: int, stop: bool) -> Iterator[None]:
-        """Hooks on the first ``count`` layers' first norms, appending their output minus the prefix tokens to
-        ``sink``; with ``stop``, the pass ends right after the last of them."""
+    def _probes(self, sink: list[Tensor], count: int, stop: bool, first: int = 0) -> Iterator[None]:
+        """Hooks on the first norms of layers ``first`` to ``count - 1``, appending their output minus the prefix
+        tokens to ``sink``; with ``stop``, the pass ends right after the last of them."""
         p = self._prefix
 
         def hook(_m: nn.Module, _i: Any, out: Tensor) -> None:
@@ -299,7 +299,8 @@ class HFViT(AnalysisInterface, nn.Module):
             if stop and len(sink) == count:
                 raise _Stop
 
-        handles = [getattr(layer, self.family.norm).register_forward_hook(hook) for layer in self._layers[:count]]
+        layers = self._layers[first:count]
+        handles = [getattr(layer, self.family.norm).register_forward_hook(hook) for layer in layers]
         try:
             yield
         finally:
@@ -327,6 +328,29 @@ class HFViT(AnalysisInterface, nn.Module):
                 h.remove()
             self.model.set_attn_implementation(before)
 
+    @contextmanager
+    def _started(self, first: int, residual: Tensor | None) -> Iterator[None]:
+        """For the pass, the encoder runs layers ``first`` on only, the first of them fed ``residual`` (the stream
+        entering it in an earlier pass) in place of what the embeddings computed."""
+        if not first:
+            yield
+            return
+        owner_path, _, name = self.family.layers.rpartition(".")
+        owner = _attr(self._backbone, owner_path)
+
+        def feed(_m: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            if args:
+                return (residual, *args[1:]), kwargs
+            return args, dict(kwargs, hidden_states=residual)
+
+        handle = self._layers[first].register_forward_pre_hook(feed, with_kwargs=True)
+        setattr(owner, name, nn.ModuleList(list(self._layers)[first:]))  # the same modules, the earlier ones left out
+        try:
+            yield
+        finally:
+            setattr(owner, name, self._layers)
+            handle.remove()
+
     # ---- the forward pass ---------------------------------------------------------------------
 
     def forward_intermediates(
@@ -337,11 +361,14 @@ class HFViT(AnalysisInterface, nn.Module):
         layers: int | None = None,
         head: bool = True,
         attention: AttentionSink | None = None,
+        start: Start | None = None,
     ) -> Intermediates:
         """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`), through the
-        model's own forward with hooks."""
+        model's own forward with hooks. A pass with ``start`` still runs the embeddings (their output is replaced),
+        not the layers before ``start.layer``."""
         count = self._layer_count(layers, head)
-        run = self._bind(images, intervention)  # None: the plain pass
+        first = self._first_block(start, attention)
+        run = self._bind(images, intervention, start)  # None: the plain pass
         if run is None and tuple(images.shape[-2:]) != self._img_size:
             raise ValueError(
                 f"images are {images.shape[-2]}x{images.shape[-1]} px but this wrapper analyses "
@@ -349,7 +376,9 @@ class HFViT(AnalysisInterface, nn.Module):
             )
         if run is not None:
             check_grid(images, run.grid, self._patch)
-        probes: list[Tensor] = []
+        probes: list[Tensor] = start.probes_before(count) if start is not None else []
+        if not head and count <= first:  # every probe is the earlier pass's
+            return Intermediates(None, torch.stack(probes, dim=1))
         kwargs = {"interpolate_pos_encoding": True} if self._interpolate and self.family.interpolate_kwarg else {}
         table = run is not None and run.acts_at("pe.table")
         out = None
@@ -368,8 +397,9 @@ class HFViT(AnalysisInterface, nn.Module):
             if run is not None:
                 stack.enter_context(site_hooks(self._layers, self.family.attention, self.family.out_proj, run,
                                                run.hooks.num_heads))  # fmt: skip
-            stack.enter_context(self._probes(probes, count, stop=not head))
+            stack.enter_context(self._probes(probes, count, stop=not head, first=first))
             stack.enter_context(self._attention(attention))
+            stack.enter_context(self._started(first, start.residual if start is not None else None))
             try:
                 out = self.model(pixel_values=images, **kwargs)
             except _Stop:

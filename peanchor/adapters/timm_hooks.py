@@ -7,7 +7,8 @@
   axis is read off the table itself (an ``x`` plane is constant down a column), and its frequency index orders the
   planes of an axis from the fastest (``bands`` for axial RoPE, ``periods`` for DINOv3's); a mixed RoPE's planes
   keep timm's order and have no single axis;
-* ``input.grid``: models with a table and no rope (timm's rope coordinates at another grid are its own business);
+* ``input.grid``: models with a table or a rope; at another grid the rope's table is the one timm's dynamic-size
+  path builds for it (``rope.get_embed(shape=...)``, timm's own coordinate options);
 * ``blocks.{k}.attn.heads``: the merged heads ``(B, T, D)`` as the attention's output norm (``attn.norm``, the
   identity in most models) receives them, viewed ``(B, T, H, hd)``; ``blocks.{k}.attn`` and ``.mlp``: the outputs
   of ``block.attn`` and ``block.mlp`` (before layer scale); ``blocks.{k}.residual``: each block's output. A
@@ -27,7 +28,7 @@ from torch import Tensor, nn
 
 from peanchor.interventions import BLOCK_SITES, EditPass, Plane, RopeTables, axial_planes
 
-__all__ = ["block_sites", "rope_planes", "site_hooks", "split_rope", "join_rope"]
+__all__ = ["block_sites", "capture_probes", "rope_planes", "site_hooks", "split_rope", "join_rope"]
 
 
 def block_sites(blocks: nn.ModuleList) -> tuple[str, ...]:
@@ -55,6 +56,22 @@ def site_hooks(blocks: nn.ModuleList, run: EditPass, num_heads: int) -> Iterator
             for site in ("attn", "mlp"):
                 if run.acts_on_block(site, layer):
                     handles.append(getattr(block, site).register_forward_hook(run.output_hook(site, layer)))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
+def capture_probes(norms: list[nn.Module], sink: list[Tensor], num_prefix: int) -> Iterator[None]:
+    """Forward hooks on the probe ``norms`` (each block's first norm), appending their output minus the
+    ``num_prefix`` prefix tokens to ``sink``."""
+
+    def hook(_module: nn.Module, _inputs: Any, out: Tensor) -> None:
+        sink.append(out[:, num_prefix:])  # (B, N, D): what attention sees, patch slots only
+
+    handles = [norm.register_forward_hook(hook) for norm in norms]
+    try:
         yield
     finally:
         for h in handles:

@@ -1,6 +1,8 @@
 """timm rotary embeddings at a given α: every rope class the adapter supports, with a builder of its table whose
 angles are all multiplied by α (our extension of the paper's α to RoPE: it interpolates towards no rotation).
-Each builder calls timm's own table code with α-scaled frequencies or coordinates.
+Each builder calls timm's own table code with α-scaled frequencies or coordinates. :func:`rope_table` is the table
+Eva hands its blocks, at the model's grid or at another one (``pe_resample``: the table timm's dynamic-size path
+builds for that grid, ``rope.get_embed(shape=...)``, with its own coordinate options).
 
 Imports: torch, timm (lazily, inside the functions).
 """
@@ -13,7 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-__all__ = ["RopeBuilder", "rope_kinds"]
+__all__ = ["RopeBuilder", "rope_kinds", "rope_table"]
 
 RopeBuilder = Callable[[nn.Module, list[int], float, bool], Tensor]
 
@@ -32,6 +34,22 @@ def rope_kinds() -> dict[type, tuple[str, RopeBuilder]]:
     if dinov3 is not None and hasattr(pes, "make_coords_dinov3") and hasattr(dinov3, "_get_pos_embed_from_coords"):
         kinds[pes.RotaryEmbeddingDinoV3] = ("rope_dinov3", _scaled_rope_dinov3)
     return kinds
+
+
+def rope_table(
+    rope: nn.Module, builder: RopeBuilder, grid: tuple[int, int], native: tuple[int, int], alpha: float, dynamic: bool
+) -> Tensor:
+    """The rotary table for a pass on ``grid`` (the model's is ``native``) with every angle × α: exactly timm's own
+    at α = 1, the cached table or the one built for the grid as ``Eva._pos_embed`` chooses (``dynamic``: the model's
+    ``dynamic_img_size``); on another grid, the table its dynamic-size path builds there."""
+    shape = [int(grid[0]), int(grid[1])]
+    if tuple(grid) != tuple(native):  # a cached table ignores the shape asked for: build the grid's as timm does
+        return builder(rope, shape, float(alpha), True)
+    table = rope.get_embed(shape=shape) if dynamic or not hasattr(rope, "feat_shape") else rope.get_embed()
+    if alpha == 1.0:
+        return table
+    # The rebuilt table never applies timm's train-time coordinate augmentation (eval is assumed).
+    return builder(rope, shape, float(alpha), dynamic).to(device=table.device, dtype=table.dtype)
 
 
 def _scaled_rope_cat(rope: nn.Module, shape: list[int], alpha: float, dynamic: bool) -> Tensor:

@@ -50,10 +50,10 @@ import torch
 from torch import Tensor, nn
 
 from peanchor.adapters.timm_attention import attention_modules, capture_attention
-from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds
+from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds, rope_table
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
-from peanchor.adapters.timm_hooks import block_sites, join_rope, rope_planes, site_hooks, split_rope
-from peanchor.interventions import NO_INTERVENTION, EditPass, HookPoints, Intervention, PETable, RopeTables
+from peanchor.adapters.timm_hooks import block_sites, capture_probes, join_rope, rope_planes, site_hooks, split_rope
+from peanchor.interventions import NO_INTERVENTION, EditPass, HookPoints, Intervention, PETable, RopeTables, Start
 from peanchor.interventions.edit import check_grid
 from peanchor.interventions import permute_tokens
 from peanchor.models.interface import AttentionSink, Intermediates, AnalysisInterface
@@ -301,48 +301,23 @@ class TimmViT(AnalysisInterface, nn.Module):
         points = {f"blocks.{{k}}.{site}" for site in block_sites(m.blocks)}
         rope = self._rope(1.0)
         planes = ()
-        if m.pos_embed is not None:
-            points |= {"pe.table"} | ({"input.grid"} if rope is None else set())
+        if m.pos_embed is not None or rope is not None:
+            points |= {"pe.table", "input.grid"} if m.pos_embed is not None else {"input.grid"}
         if rope is not None:
             points.add("rope.tables")
             planes = rope_planes(m.rope, rope, self.grid, mixed=bool(getattr(m, "rope_mixed", False)))
         heads = int(getattr(m.blocks[0], "attn", m.blocks[0]).num_heads)
         return HookPoints(self.pe_name, frozenset(points), self.depth, heads, self.grid, self.num_prefix, planes)
 
-    def _rope(self, alpha: float) -> Tensor | None:
-        """The rotary table Eva hands its blocks, with angles × α (exactly timm's own at α = 1)."""
+    def _rope(self, alpha: float, grid: tuple[int, int] | None = None) -> Tensor | None:
+        """The rotary table Eva hands its blocks (on ``grid``, default the model's), with angles × α (exactly timm's
+        own at α = 1)."""
         rope = getattr(self.model, "rope", None) if self.family == "eva" else None
         if rope is None:
             return None
-        shape = list(self.grid)
-        dynamic = bool(self.model.dynamic_img_size)
-        # Mirror Eva._pos_embed's choice between the cached table and one built for the grid.
-        if dynamic or not hasattr(rope, "feat_shape"):
-            native = rope.get_embed(shape=shape)
-        else:
-            native = rope.get_embed()
-        if alpha == 1.0:
-            return native
-        # The rebuilt table never applies timm's train-time coordinate augmentation (eval is assumed).
         assert self._rope_builder is not None  # set in __init__ for every supported rope
-        scaled = self._rope_builder(rope, shape, float(alpha), dynamic)
-        return scaled.to(device=native.device, dtype=native.dtype)
-
-    @contextmanager
-    def _capture_probes(self, sink: list[Tensor], count: int) -> Iterator[None]:
-        """Forward hooks on the first ``count`` probe norms, appending their output minus the prefix tokens to
-        ``sink``."""
-        p = self.num_prefix
-
-        def hook(_module: nn.Module, _inputs: Any, out: Tensor) -> None:
-            sink.append(out[:, p:])  # (B, N, D): what attention sees, patch slots only
-
-        handles = [self._probe_norm(i).register_forward_hook(hook) for i in range(count)]
-        try:
-            yield
-        finally:
-            for h in handles:
-                h.remove()
+        dynamic = bool(self.model.dynamic_img_size)
+        return rope_table(rope, self._rope_builder, grid or self.grid, self.grid, alpha, dynamic)
 
     def forward_intermediates(
         self,
@@ -352,40 +327,41 @@ class TimmViT(AnalysisInterface, nn.Module):
         layers: int | None = None,
         head: bool = True,
         attention: AttentionSink | None = None,
+        start: Start | None = None,
     ) -> Intermediates:
         """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`), through timm's own
         modules."""
         count = self._layer_count(layers, head)
+        first = self._first_block(start, attention)
         m = self.model
-        run = self._bind(images, intervention)  # None: the plain pass
-        x = self._embed_patches(images, run.grid if run is not None else None)  # (B, N, D)
-        if intervention.token_perm is not None:
-            x = permute_tokens(x, intervention.token_perm)  # content moves, slots (and their PE) stay
-        if run is not None and run.acts_at("pe.table"):
-            x = self._add_prefix_and_table(x, run, intervention.pe_scale)
+        run = self._bind(images, intervention, start)  # None: the plain pass
+        if first:
+            assert start is not None and start.residual is not None  # Start checks both
+            x = start.residual  # (B, P + N, D): the stream entering block `first`
         else:
-            x = self._add_prefix_and_ape(x, intervention.pe_scale)  # (B, P + N, D)
-        if self.family == "vit":
-            x = m.patch_drop(x)
-        elif m.patch_drop is not None:
-            x, _ = m.patch_drop(x)
-        n = run.grid[0] * run.grid[1] if run is not None else self.num_patches
-        if x.shape[1] != self.num_prefix + n:
-            raise ValueError("patch dropout removed tokens (training mode): call .eval() before the analysis")
-        x = m.norm_pre(x)
-        rope = self._rope(intervention.pe_scale)  # (N, 2hd), (depth, H, N, 2hd) for mixed, or None
+            x = self._embedded(images, intervention, run)  # (B, P + N, D)
+        grid = run.grid if run is not None else self.grid
+        if self._rope_builder is not None and any(getattr(e, "rope_positions", None) == "interpolate" for e in
+                                                  intervention.edits):  # fmt: skip
+            raise ConfigError("pe_resample:rope_positions=interpolate is for peanchor's RoPE; timm builds its rotary "
+                              "table for another grid itself (rope.get_embed), so leave it at extrapolate")  # fmt: skip
+        rope = self._rope(intervention.pe_scale, *([grid] if grid != self.grid else []))  # (N, 2hd), (L, H, N, 2hd)
         per_block = bool(getattr(m, "rope_mixed", False)) and rope is not None
         if run is not None and run.acts_at("rope.tables"):
             assert rope is not None  # rope.tables is a hook point of a model with a rope only
             rope = join_rope(run.rope(RopeTables(*split_rope(rope), run.hooks.planes)))  # (L|1, H|1, N, 2hd)
             per_block = True
-        probes: list[Tensor] = []
+        probes: list[Tensor] = start.probes_before(count) if start is not None else []
         weights = capture_attention(self._attention or [], attention)  # timm's eager path while a sink listens
         sites = site_hooks(m.blocks, run, run.hooks.num_heads) if run is not None else contextlib.nullcontext()
-        with self._capture_probes(probes, count), weights, sites:
+        norms = [self._probe_norm(i) for i in range(first, count)]
+        with capture_probes(norms, probes, self.num_prefix), weights, sites:
             for i, block in enumerate(m.blocks):
-                if not head and i == count - 1:
-                    self._probe_norm(i)(x)  # the last probe needs no attention/MLP; the hook records it
+                if i < first:
+                    continue
+                if not head and i >= count - 1:
+                    if i == count - 1:
+                        self._probe_norm(i)(x)  # the last probe needs no attention/MLP; the hook records it
                     break
                 if self.family == "vit":
                     x = block(x)
@@ -400,6 +376,25 @@ class TimmViT(AnalysisInterface, nn.Module):
         if logits is not None and self.logit_subset is not None:
             logits = logits[:, self.logit_subset.to(logits.device)]  # (B, C_subset)
         return Intermediates(logits, tokens)
+
+    def _embedded(self, images: Tensor, intervention: Intervention, run: EditPass | None) -> Tensor:
+        """The stream entering block 0, as timm's ``forward_features`` builds it (patches permuted, table edited)."""
+        m = self.model
+        x = self._embed_patches(images, run.grid if run is not None else None)  # (B, N, D)
+        if intervention.token_perm is not None:
+            x = permute_tokens(x, intervention.token_perm)  # content moves, slots (and their PE) stay
+        if run is not None and run.acts_at("pe.table"):
+            x = self._add_prefix_and_table(x, run, intervention.pe_scale)
+        else:
+            x = self._add_prefix_and_ape(x, intervention.pe_scale)  # (B, P + N, D)
+        if self.family == "vit":
+            x = m.patch_drop(x)
+        elif m.patch_drop is not None:
+            x, _ = m.patch_drop(x)
+        n = run.grid[0] * run.grid[1] if run is not None else self.num_patches
+        if x.shape[1] != self.num_prefix + n:
+            raise ValueError("patch dropout removed tokens (training mode): call .eval() before the analysis")
+        return m.norm_pre(x)
 
 
 def _jsonable(value: Any) -> Any:

@@ -92,11 +92,13 @@ class Capture(Edit):
         return frozenset({("residual", 0)}) if self.point.startswith("blocks.") else frozenset()
 
     def on_table(self, table: PETable, hooks: HookPoints) -> PETable:
-        self.value = table
+        if self.point == "pe.table":  # a pass that also builds rotary tables (pe_resample) calls both hooks
+            self.value = table
         return table
 
     def on_rope(self, tables: RopeTables, hooks: HookPoints) -> RopeTables:
-        self.value = tables
+        if self.point == "rope.tables":
+            self.value = tables
         return tables
 
     def on_block(self, site: str, layer: int, x: Tensor, run: Any) -> Tensor:

@@ -34,10 +34,11 @@ from peanchor.interventions.kinds.pe_shuffle import PEShuffle
 from peanchor.interventions.kinds.pe_zero import PEZero
 from peanchor.interventions.kinds.rope_planes import RopePlanes
 from peanchor.interventions.record import Record
+from peanchor.interventions.start import Start
 
 __all__ = [
     "BLOCK_SITES", "INTERVENTIONS", "NO_INTERVENTION", "Edit", "EditPass", "HeadAblate", "HookPoints", "Intervention",
-    "PETable", "PEResample", "PEShuffle", "PEZero", "Patch", "Plane", "Record", "RopePlanes", "RopeTables",
+    "PETable", "PEResample", "PEShuffle", "PEZero", "Patch", "Plane", "Record", "RopePlanes", "RopeTables", "Start",
     "axial_planes", "edit_from_spec", "identity_permutation", "inverse_permutation", "names", "permute_tokens",
     "random_permutation",
     "fitted_edits", "register_intervention", "resample_rows",

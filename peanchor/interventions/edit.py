@@ -167,6 +167,12 @@ class Edit:
     def pass_grid(self, hooks: HookPoints) -> tuple[int, int] | None:
         return None
 
+    def first_layer(self, hooks: HookPoints) -> int:
+        """The first block this edit changes: the blocks before it compute what they compute without it, so a
+        pass can start there from the residual of a pass without it (``Start``; ``hooks.depth``: it changes no
+        block). 0 for an edit of the input or of every block's tables, the default."""
+        return 0
+
     def rope_coordinates(self, hooks: HookPoints) -> tuple[Tensor, Tensor] | None:
         return None
 
@@ -210,6 +216,12 @@ class LayersAndHeads(Edit):
         super().check(hooks)
         check_indices(self.kind, "layers", self.layers, hooks.depth, "blocks")
         check_indices(self.kind, "heads", self.heads, hooks.num_heads, "heads")
+
+    def first_layer(self, hooks: HookPoints) -> int:
+        """The first of ``layers`` (0 for every block; ``hooks.depth`` for none)."""
+        if self.layers is None:
+            return 0
+        return min(self.layers, default=hooks.depth)
 
 
 class EditPass:

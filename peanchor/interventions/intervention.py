@@ -5,7 +5,7 @@ Imports: torch; :mod:`peanchor.interventions` (edit, registry, spec).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -51,10 +51,18 @@ class Intervention:
         """This intervention with ``edits`` appended."""
         return replace(self, edits=self.edits + edits)
 
-    def bind(self, hooks: HookPoints, run: Callable[[Intervention], object], n: int, device: Any) -> EditPass | None:
+    def bind(
+        self,
+        hooks: HookPoints,
+        run: Callable[[Intervention], object],
+        n: int,
+        device: Any,
+        donors: Mapping[Any, Tensor] | None = None,
+    ) -> EditPass | None:
         """This pass's edits checked against a model's ``hooks`` and bound to their donor activations; None without
         edits (the model then runs its plain pass). ``run(intervention)`` is one pass of the same images on the same
-        model (for the donors of ``patch``); ``n`` is the number of patch slots."""
+        model (for the donors of ``patch``); ``n`` is the number of patch slots. ``donors``: activations of donor
+        passes already run (``Start.donors``), which are then not run again."""
         if not self.edits:
             return None
         for edit in self.edits:
@@ -63,8 +71,8 @@ class Intervention:
         def donor_pass(perm: Tensor | None, edits: tuple[Edit, ...]) -> None:
             run(Intervention(perm, self.pe_scale, edits))
 
-        donors = donor_activations(self.edits, self.token_perm, n, device, donor_pass)
-        return EditPass(self.edits, hooks, donors)
+        found = donor_activations(self.edits, self.token_perm, n, device, donor_pass, donors)
+        return EditPass(self.edits, hooks, found)
 
     @property
     def spec(self) -> str:

@@ -30,6 +30,9 @@ class Record(Edit):
     def block_sites(self, hooks: HookPoints) -> frozenset[tuple[str, int]]:
         return self.sites
 
+    def first_layer(self, hooks: HookPoints) -> int:
+        return hooks.depth  # it changes nothing
+
     def on_block(self, site: str, layer: int, x: Tensor, run: EditPass) -> Tensor:
         self.store[(site, layer)] = x
         return x

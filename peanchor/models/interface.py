@@ -23,6 +23,15 @@ Edits (``intervention.edits``: pe_zero, rope_planes, head_ablate, patch, ...) ac
 declares in :attr:`AnalysisInterface.hook_points` (:mod:`peanchor.interventions.edit`); a model binds them once per
 pass with :meth:`AnalysisInterface._bind`, and a pass without edits is the plain pass, untouched.
 
+``start=Start(layer, residual, tokens, source, donors)`` (:class:`~peanchor.interventions.Start`) begins the pass at
+block ``layer`` from the residual stream entering it in an earlier pass of the same images (kept there by a ``Record`` of
+``blocks.{layer-1}.residual``): the blocks before it do not run, their tokens are the earlier pass's, and the
+pass's own RoPE tables, attention bias and prefix tokens are built as in any pass; ``donors`` are ``patch`` donor
+activations already computed, whose donor passes are not run again. The pass must have the earlier pass's token
+order, α and edits, and add only edits that change no block before ``layer`` (``Edit.first_layer``; ``Start.check``
+refuses it otherwise): :func:`peanchor.interventions.doses.forward_doses` starts passes so. A started pass takes no
+attention sink (the blocks before it would not feed one), and starts before the last block.
+
 This mixin turns that one method into ``forward``, ``spatial_tokens``, ``forward_with_tokens`` and
 ``attention_maps`` (keyword forms of the same pass).
 
@@ -39,7 +48,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from peanchor.interventions import NO_INTERVENTION, EditPass, HookPoints, Intervention
+from peanchor.interventions import NO_INTERVENTION, EditPass, HookPoints, Intervention, Start
 
 __all__ = ["AttentionSink", "Intermediates", "AnalysisInterface"]
 
@@ -78,12 +87,14 @@ class AnalysisInterface(ABC):
         layers: int | None = None,
         head: bool = True,
         attention: AttentionSink | None = None,
+        start: Start | None = None,
     ) -> Intermediates:
         """One pass over normalised ``images (B, 3, H, W)`` under ``intervention``.
 
         ``layers``: how many layers of tokens to return, from block 0 on (None: every block, 0: none). ``head``: compute
         the logits; without them the pass stops after the last of them. ``attention``: fed every block's attention
-        weights during the pass (see :data:`AttentionSink`).
+        weights during the pass (see :data:`AttentionSink`). ``start``: begin at a block of an earlier pass, with
+        donors already computed (see the module docstring).
         """
 
     # ---- what the analysis reads ----------------------------------------------------------------------------------
@@ -152,17 +163,35 @@ class AnalysisInterface(ABC):
         """Keep only these outputs, in this order (where ``can_restrict_classes``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot restrict its outputs to a subset of classes")
 
-    def _bind(self, images: Tensor, intervention: Intervention) -> EditPass | None:
+    def _bind(self, images: Tensor, intervention: Intervention, start: Start | None = None) -> EditPass | None:
         """The pass's edits checked against :attr:`hook_points` and bound to the donor activations ``patch`` reads
-        (each donor one pass of ``images`` without its tokens); None without edits."""
-        if not intervention.edits:
+        (each donor one pass of ``images`` without its tokens, unless ``start.donors`` has it); None without edits.
+        A pass that would differ from ``start.source``'s before ``start.layer`` is refused (``Start.check``)."""
+        started = start is not None and start.layer > 0
+        if not intervention.edits and not started:
             return None
         hooks = self.hook_points
+        if started:
+            start.check(intervention, hooks)  # type: ignore[union-attr]
+        if not intervention.edits:
+            return None
         n = hooks.grid[0] * hooks.grid[1]
         for edit in intervention.edits:
             if (grid := edit.pass_grid(hooks)) is not None:
                 n = grid[0] * grid[1]
-        return intervention.bind(hooks, lambda iv: self.forward_intermediates(images, iv, layers=0), n, images.device)
+        donors = start.donors if start is not None else None
+        run = lambda iv: self.forward_intermediates(images, iv, layers=0)  # noqa: E731
+        return intervention.bind(hooks, run, n, images.device, donors)
+
+    def _first_block(self, start: Start | None, attention: AttentionSink | None) -> int:
+        """The block a pass begins at (0 without ``start``); a started pass takes no attention sink."""
+        if start is None or not start.layer:
+            return 0
+        if not 0 < start.layer < self.depth:
+            raise ValueError(f"a pass cannot start at block {start.layer} of {self.depth}")
+        if attention is not None:
+            raise ValueError("a pass started after block 0 cannot feed an attention sink")
+        return start.layer
 
     def _layer_count(self, layers: int | None, head: bool) -> int:
         """How many layers of tokens a pass returns (``layers``: None means all), checked for every implementation."""

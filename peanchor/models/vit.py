@@ -32,6 +32,7 @@ from peanchor.interventions import (
     PETable,
     Plane,
     RopeTables,
+    Start,
     permute_tokens,
 )
 from peanchor.interventions.edit import check_grid
@@ -248,28 +249,31 @@ class VisionTransformer(AnalysisInterface, nn.Module):
         layers: int | None = None,
         head: bool = True,
         attention: AttentionSink | None = None,
+        start: Start | None = None,
     ) -> Intermediates:
         """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`)."""
         count = self._layer_count(layers, head)
+        first = self._first_block(start, attention)
         alpha = intervention.pe_scale
-        run = self._bind(images, intervention)  # None: the plain pass
-        x = self.patch_embed(images)  # (B, N, D)
+        run = self._bind(images, intervention, start)  # None: the plain pass
         if run is not None:
             check_grid(images, run.grid, self.patch_embed.proj.kernel_size)
-        if intervention.token_perm is not None:
-            x = permute_tokens(x, intervention.token_perm)  # content moves, slots (and their PE) stay
-        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)  # (B, 1 + N, D)
-        if run is not None and run.acts_at("pe.table"):
-            x = self.pos_drop(self._edited_table(run, alpha).added_to(x))
+        if first:
+            assert start is not None and start.residual is not None  # Start checks both
+            x = start.residual  # (B, 1 + N, D): the stream entering block `first`
         else:
-            x = self.pos_drop(self.pe.add(x, alpha))
+            x = self._embedded(images, intervention, run)  # (B, 1 + N, D)
         rope = self.pe.rotary(alpha) if run is None or not run.acts_at("rope.tables") else self._edited_rope(run, alpha)
         bias = self.pe.attn_bias(alpha)  # (L|1, H, T, T) or None
-        probes: list[Tensor] = []
+        probes: list[Tensor] = start.probes_before(count) if start is not None else []
         for i, block in enumerate(self.blocks):
+            if i < first:
+                continue
             if not head and i == count - 1:
                 probes.append(block.norm1(x)[:, self.num_prefix :])  # the last probe needs no attention/MLP
                 break
+            if not head and i >= count:
+                break  # a started pass whose probes all came from the earlier pass
             x, h = block(x, BlockPass(
                 rope=rope.layer(i) if rope is not None else None,
                 bias=bias[i if bias.shape[0] > 1 else 0] if bias is not None else None,
@@ -285,6 +289,16 @@ class VisionTransformer(AnalysisInterface, nn.Module):
         tokens = torch.stack(probes, dim=1) if probes else None  # (B, L, N, D)
         logits = self.head(self.head_drop(self.norm(x)[:, 0])) if head else None  # (B, C)
         return Intermediates(logits, tokens)
+
+    def _embedded(self, images: Tensor, intervention: Intervention, run: EditPass | None) -> Tensor:
+        """The stream entering block 0: patches (permuted), CLS, the PE's table (edited) at α."""
+        x = self.patch_embed(images)  # (B, N, D)
+        if intervention.token_perm is not None:
+            x = permute_tokens(x, intervention.token_perm)  # content moves, slots (and their PE) stay
+        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)  # (B, 1 + N, D)
+        if run is not None and run.acts_at("pe.table"):
+            return self.pos_drop(self._edited_table(run, intervention.pe_scale).added_to(x))
+        return self.pos_drop(self.pe.add(x, intervention.pe_scale))
 
     # ---- hook points (docs/interventions.md) ------------------------------------------------------
 

@@ -12,7 +12,7 @@ Imports: torch; :mod:`peanchor.interventions` (edit, registry, spec, record, per
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,9 @@ class Patch(Edit):
     def block_sites(self, hooks: HookPoints) -> frozenset[tuple[str, int]]:
         return frozenset({(self.site, self.layer)})
 
+    def first_layer(self, hooks: HookPoints) -> int:
+        return self.layer
+
     def on_block(self, site: str, layer: int, x: Tensor, run: EditPass) -> Tensor:
         donor = run.donors[(*self.donor_key(), site, layer)]
         if donor.shape != x.shape:
@@ -75,14 +78,22 @@ def donor_activations(
     n: int,
     device: torch.device,
     run: Callable[[Any, tuple[Edit, ...]], None],
+    have: Mapping[Any, Tensor] | None = None,
 ) -> dict[Any, Tensor]:
     """Every activation the ``patch`` edits among ``edits`` read: one donor pass per donor, ``run(perm, edits)``
-    with the other edits and a :class:`Record` of the patched sites; keyed ``(donor, seed, site, layer)``."""
+    with the other edits (a :class:`Record` of another pass's sites left out) and a :class:`Record` of the patched
+    sites; keyed ``(donor, seed, site, layer)``. A donor whose every activation ``have`` holds (keyed alike, from a
+    pass already run) is not run again."""
     patches = [e for e in edits if isinstance(e, Patch)]
-    rest = tuple(e for e in edits if not isinstance(e, Patch))
+    rest = tuple(e for e in edits if not isinstance(e, (Patch, Record)))
+    have = have or {}
     donors: dict[Any, Tensor] = {}
     for key in dict.fromkeys(p.donor_key() for p in patches):
         group = [p for p in patches if p.donor_key() == key]
+        wanted = [(key[0], key[1], p.site, p.layer) for p in group]
+        if all(k in have for k in wanted):
+            donors.update({k: have[k] for k in wanted})
+            continue
         store: dict[tuple[str, int], Tensor] = {}
         record = Record(frozenset((p.site, p.layer) for p in group), store)
         run(group[0].donor_perm(receiving, n, device), rest + (record,))
