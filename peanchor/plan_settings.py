@@ -33,7 +33,7 @@ from peanchor.lenses.position_probe import PositionProbeOptions
 from peanchor.lenses.ssdc import SSDCOptions
 
 __all__ = ["DEFAULT_ALPHAS", "Flag", "PlanSettings", "SettingField", "check_setting_names", "parse_alphas",
-           "setting", "setting_fields", "settings_table"]  # fmt: skip
+           "default_text", "setting", "setting_fields", "settings_table"]  # fmt: skip
 
 # The paper's grid (1.0, 0.9, ..., 0.1) plus α = 0 (no positional information at all).
 DEFAULT_ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))
@@ -62,7 +62,8 @@ def parse_alphas(text: str) -> list[float]:
 class Flag:
     """A command-line flag of ``peanchor analyze`` that sets one setting. With a ``metavar`` it takes a value
     (parsed by ``parse``, else by the setting's type: int, float or text; ``repeat``: given again, the values make a
-    list); without one it is a switch that sets ``value``. Of a setting's flags, the last one given wins."""
+    list); without one it is a switch that sets ``value``. Of a setting's flags given together, the one declared
+    last wins (``--no-alpha`` over ``--alphas``)."""
 
     name: str  # "--rpi-draws"
     metavar: str | None = None
@@ -197,9 +198,12 @@ def check_setting_names(names: Iterable[str], where: str = "peanchor.analyze()")
             raise ConfigError(f"{where}: unknown setting {name!r}{hint}; valid: {', '.join(valid)}")
 
 
-def _default_text(value: Any) -> str:
+def default_text(value: Any) -> str:
+    """A default as the help and the docs' table say it."""
     if value == DEFAULT_ALPHAS:
         return "1.0, 0.9, ..., 0.0"
+    if isinstance(value, bool):
+        return "on" if value else "off"
     if value is None or value == ():
         return "none" if value == () else "None"
     return ", ".join(map(str, value)) if isinstance(value, tuple) else (f"`{value}`" if isinstance(value, str)
@@ -212,5 +216,5 @@ def settings_table() -> str:
     lines = ["| setting | CLI | default | what it is |", "|---|---|---|---|"]
     for s in setting_fields():
         flags = ", ".join(f"`{f.name}`" for f in s.flags) or f"`--set {s.set_form}`"
-        lines.append(f"| `{s.name}` | {flags} | {_default_text(s.default)} | {s.help.replace('|', '/')} |")
+        lines.append(f"| `{s.name}` | {flags} | {default_text(s.default)} | {s.help.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
