@@ -189,13 +189,12 @@ def check_setting_names(names: Iterable[str], where: str = "peanchor.analyze()")
 
     >>> check_setting_names(["rpi_draw"])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    peanchor.errors.ConfigError: peanchor.analyze(): unknown setting 'rpi_draw' (did you mean rpi_draws?); valid: ...
+    peanchor.errors.ConfigError: peanchor.analyze(): unknown setting 'rpi_draw'; valid: ... (did you mean rpi_draws?)
     """
     valid = [f.name for f in dataclasses.fields(PlanSettings)]
     for name in names:
         if name not in valid:
-            hint = did_you_mean(name, valid)
-            raise ConfigError(f"{where}: unknown setting {name!r}{hint}; valid: {', '.join(valid)}")
+            raise ConfigError(f"{where}: unknown setting {name!r}; valid: {', '.join(valid)}{did_you_mean(name, valid)}")
 
 
 def default_text(value: Any) -> str:

@@ -40,7 +40,7 @@ from typing import Any, get_args
 
 from peanchor.analysis.shift_specs import ShiftSpec, measured_shifts, parse_shift_specs, with_shift_specs
 from peanchor.analysis.shifts import Shift
-from peanchor.errors import ConfigError
+from peanchor.errors import ConfigError, did_you_mean
 from peanchor.lenses import LENS_NAMES, get_lens, lens_names
 from peanchor.lenses.base import PLAN_KEY
 from peanchor.plan_settings import DEFAULT_ALPHAS, Metric, PlanSettings, SSDCMode
@@ -61,6 +61,13 @@ SET_PREFIX = "analysis."
 def _fail(key: str, value: Any, expected: str) -> ConfigError:
     shown = list(value) if isinstance(value, tuple) else value
     return ConfigError(f"{SET_PREFIX}{key}={shown!r}: {expected}")
+
+
+def _closest(name: str, names: Iterable[str], prefix: str) -> str:
+    """`` (did you mean analysis.rpi_draws?)``: the closest of ``names`` to ``name`` (compared without the shared
+    ``prefix``, which would make every key close), shown with it; ``""`` when none is close."""
+    hint = did_you_mean(name, [n for n in names if n != "lens_options"])
+    return hint.replace("(did you mean ", f"(did you mean {prefix}", 1)
 
 
 def _is_int(value: Any) -> bool:  # numpy's integers too; a bool is not a number
@@ -289,7 +296,8 @@ def split_lens_options(lens_options: Any) -> tuple[dict[str, dict[str, Any]], di
         for option, value in options.items():
             if option not in fields:
                 valid = ", ".join(f"{SET_PREFIX}lenses.{name}.{f}" for f in fields) or "none: it has no options"
-                raise ConfigError(f"unknown option {SET_PREFIX}lenses.{name}.{option}; valid: {valid}")
+                raise ConfigError(f"unknown option {SET_PREFIX}lenses.{name}.{option}; valid: {valid}"
+                                  + _closest(option, fields, f"{SET_PREFIX}lenses.{name}."))  # fmt: skip
             key = fields[option].metadata.get(PLAN_KEY)
             if key is not None:
                 aliased[key] = value
@@ -347,7 +355,10 @@ def parse_plan_items(items: Iterable[str]) -> dict[str, Any]:
         lens, _, option = name.removeprefix("lenses.").partition(".")
         if name.startswith("lenses.") and lens and option and "." not in option:
             get_lens(lens)  # an unknown lens is one line listing the registered ones
-            own, aliased = split_lens_options({lens: {option: value}})
+            try:
+                own, aliased = split_lens_options({lens: {option: value}})
+            except ConfigError as e:
+                raise ConfigError(f"--set {item!r}: {e}") from None
             values.update(aliased)
             for lens_name, options in own.items():
                 values.setdefault("lens_options", {}).setdefault(lens_name, {}).update(options)
@@ -355,9 +366,9 @@ def parse_plan_items(items: Iterable[str]) -> dict[str, Any]:
         if key == name or name not in SETTINGS_KEYS or name == "lens_options":
             if name in ("shifts", "shift_sources"):
                 raise ConfigError(f"--set {item!r}: the shifts are chosen with --shift KIND:key=value, not --set")
-            valid = ", ".join(SET_PREFIX + k for k in SETTINGS_KEYS if k != "lens_options")
-            raise ConfigError(f"--set {item!r}: unknown analysis key {key!r}; valid keys: {valid}, and "
-                              f"{SET_PREFIX}lenses.<lens>.<option>")  # fmt: skip
+            valid = [SET_PREFIX + k for k in SETTINGS_KEYS if k != "lens_options"]
+            raise ConfigError(f"--set {item!r}: unknown analysis key {key!r}; valid keys: {', '.join(valid)}, and "
+                              f"{SET_PREFIX}lenses.<lens>.<option>{_closest(name, SETTINGS_KEYS, SET_PREFIX)}")  # fmt: skip
         values[name] = value
     return values
 

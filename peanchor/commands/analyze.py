@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from peanchor.commands.names import check_flags
-from peanchor.commands.shared import lens_descriptions, lens_list, lens_names, lens_options_help, shift_help, with_data_items
+from peanchor.commands.shared import check_set_items, lens_descriptions, lens_list, lens_names, lens_options_help, shift_help, with_data_items
 from peanchor.errors import ConfigError
 from peanchor.plan_settings import default_text, setting_fields
 
@@ -267,6 +267,7 @@ def plan_for(subject: Subject, args: argparse.Namespace, img_size: int, shift_sp
 
 def run(args: argparse.Namespace) -> int:
     check_flags(args)  # a misspelt name fails here, before torch loads
+    check_set_items(args.set, "data")  # and a misspelt --set key
     from peanchor.analysis.evalset import EvalSet
     from peanchor.analysis.shift_specs import parse_shift_specs
     from peanchor.api import match_classes, run_analysis
