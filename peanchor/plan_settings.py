@@ -194,7 +194,8 @@ def check_setting_names(names: Iterable[str], where: str = "peanchor.analyze()")
     valid = [f.name for f in dataclasses.fields(PlanSettings)]
     for name in names:
         if name not in valid:
-            raise ConfigError(f"{where}: unknown setting {name!r}; valid: {', '.join(valid)}{did_you_mean(name, valid)}")
+            hint = did_you_mean(name, valid)
+            raise ConfigError(f"{where}: unknown setting {name!r}; valid: {', '.join(valid)}{hint}")
 
 
 def default_text(value: Any) -> str:

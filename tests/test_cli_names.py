@@ -113,9 +113,9 @@ def test_the_help_texts_name_every_registered_lens(monkeypatch, capsys) -> None:
 def test_a_misspelt_set_key_is_one_line_before_torch_loads(argv, line, tmp_path) -> None:
     """The console script, with ``-X importtime``: the line, the exit code, nothing written, and torch never
     imported (nor numpy), in well under the seconds torch takes."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-X", "importtime", "-m", "peanchor", *argv, "--out", str(tmp_path / "o")],
-                         capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-                         timeout=120)  # fmt: skip
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)  # fmt: skip
     said = [x for x in out.stderr.splitlines() if not x.startswith("import time:")]
     imported = {x.split("|")[-1].strip() for x in out.stderr.splitlines() if x.startswith("import time:")}
     assert out.returncode == 2 and len(said) == 1 and said[0].startswith(f"peanchor: error: {line}"), said
