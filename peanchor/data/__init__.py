@@ -9,7 +9,8 @@ device, in one batched step, with :func:`normalize`. Nothing here ever downloads
 (torch.Size([3, 32, 32]), torch.uint8)
 
 The specs (:mod:`peanchor.data.spec`: the training config's schema reads them) load without torch; everything else
-(:mod:`peanchor.data.datasets`, which holds ``DATASETS`` and the builders) is imported on first use.
+(:mod:`peanchor.data.datasets`, which holds ``DATASETS`` and the builders, and the modules of the datasets and the
+transforms) is imported on first use.
 
 Imports: its own modules.
 """
@@ -22,61 +23,37 @@ from typing import TYPE_CHECKING, Any
 from peanchor.data.spec import AUGMENT_POLICIES, DataInfo, DataSpec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from peanchor.data.datasets import (
-        DATASETS,
+    from peanchor.data.arrays import ArrayDataset, defer_augmentation
+    from peanchor.data.datasets import DATASETS, build_datasets, build_eval_dataset, normalization, normalize
+    from peanchor.data.imagenet100 import materialize_imagenet100, read_class_list
+    from peanchor.data.prepared import decode_throughput, prepare_dataset
+    from peanchor.data.scenes import SCENES_CLASSES, generate_scenes, save_sample_grid
+    from peanchor.data.transforms import (
         IMAGENET_MEAN,
         IMAGENET_STD,
-        SCENES_CLASSES,
-        ArrayDataset,
         batch_augment,
-        build_datasets,
-        build_eval_dataset,
-        decode_throughput,
-        defer_augmentation,
         eval_transform,
-        generate_scenes,
-        materialize_imagenet100,
-        normalization,
-        normalize,
-        prepare_dataset,
-        read_class_list,
         resolve_augment,
-        save_sample_grid,
         train_transform,
     )
 
-__all__ = [
-    "AUGMENT_POLICIES",
-    "DATASETS",
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "SCENES_CLASSES",
-    "ArrayDataset",
-    "DataInfo",
-    "DataSpec",
-    "batch_augment",
-    "build_datasets",
-    "build_eval_dataset",
-    "decode_throughput",
-    "defer_augmentation",
-    "eval_transform",
-    "generate_scenes",
-    "materialize_imagenet100",
-    "normalization",
-    "normalize",
-    "prepare_dataset",
-    "read_class_list",
-    "resolve_augment",
-    "save_sample_grid",
-    "train_transform",
-]
-
-_SPEC = frozenset({"AUGMENT_POLICIES", "DataInfo", "DataSpec"})
+# module → its public names, imported on first use (torch)
+_MODULES = {
+    "datasets": ("DATASETS", "build_datasets", "build_eval_dataset", "normalization", "normalize"),
+    "arrays": ("ArrayDataset", "defer_augmentation"),
+    "imagenet100": ("materialize_imagenet100", "read_class_list"),
+    "prepared": ("decode_throughput", "prepare_dataset"),
+    "scenes": ("SCENES_CLASSES", "generate_scenes", "save_sample_grid"),
+    "transforms": ("IMAGENET_MEAN", "IMAGENET_STD", "batch_augment", "eval_transform", "resolve_augment",
+                   "train_transform"),
+}  # fmt: skip
+_HOME = {name: f"peanchor.data.{module}" for module, names in _MODULES.items() for name in names}
+__all__ = ["AUGMENT_POLICIES", "DataInfo", "DataSpec", *_HOME]
 
 
-def __getattr__(name: str) -> Any:  # the rest of the public names, from peanchor.data.datasets on first use (torch)
-    if name in __all__ and name not in _SPEC:
-        value = getattr(importlib.import_module("peanchor.data.datasets"), name)
+def __getattr__(name: str) -> Any:  # the rest of the public names, from their modules on first use (torch)
+    if name in _HOME:
+        value = getattr(importlib.import_module(_HOME[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'peanchor.data' has no attribute {name!r}")

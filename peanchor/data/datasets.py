@@ -21,46 +21,14 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from peanchor.data import cifar, folder, hf, imagenet100, scenes
-from peanchor.data.arrays import ArrayDataset, defer_augmentation
-from peanchor.data.imagenet100 import materialize_imagenet100, read_class_list
-from peanchor.data.prepared import build_prepared, decode_throughput, prepare_dataset, read_meta
-from peanchor.data.scenes import SCENES_CLASSES, generate_scenes, save_sample_grid
-from peanchor.data.spec import AUGMENT_POLICIES, DataInfo, DataSpec
-from peanchor.data.transforms import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    batch_augment,
-    eval_transform,
-    resolve_augment,
-    train_transform,
-)
+from peanchor.data.arrays import ArrayDataset
+from peanchor.data.prepared import build_prepared, read_meta
+from peanchor.data.scenes import SCENES_CLASSES
+from peanchor.data.spec import DataInfo, DataSpec
+from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD, eval_transform, resolve_augment, train_transform
 from peanchor.errors import ConfigError, DataError, did_you_mean
 
-__all__ = [
-    "AUGMENT_POLICIES",
-    "DATASETS",
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "SCENES_CLASSES",
-    "ArrayDataset",
-    "DataInfo",
-    "DataSpec",
-    "batch_augment",
-    "build_datasets",
-    "build_eval_dataset",
-    "decode_throughput",
-    "defer_augmentation",
-    "eval_transform",
-    "generate_scenes",
-    "materialize_imagenet100",
-    "normalization",
-    "normalize",
-    "prepare_dataset",
-    "read_class_list",
-    "resolve_augment",
-    "save_sample_grid",
-    "train_transform",
-]
+__all__ = ["DATASETS", "build_datasets", "build_eval_dataset", "normalization", "normalize"]
 
 Builder = Callable[[DataSpec, bool], "tuple[Dataset | None, Dataset, DataInfo]"]
 
