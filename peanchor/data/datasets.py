@@ -1,13 +1,7 @@
 """The datasets by name (``DATASETS``: the embedded ``scenes`` default and loaders for real data on local disk),
-building them from a :class:`DataSpec`, and normalisation; :mod:`peanchor.data` hands these out.
-
-Every dataset yields ``(uint8 tensor (3, S, S), int label)`` already at the model resolution ``S``
-(train: light augmentation; eval: ``Resize((S, S))`` as in the paper). Normalisation happens on the
-device, in one batched step, with :func:`normalize`. Nothing here ever downloads.
-
->>> train, val, info = build_datasets(DataSpec(train_size=100, val_size=100))  # doctest: +SKIP
->>> image, label = val[0]; image.shape, image.dtype  # doctest: +SKIP
-(torch.Size([3, 32, 32]), torch.uint8)
+building them from a :class:`DataSpec` (:func:`build_datasets`, :func:`build_eval_dataset`), and the batched
+normalisation on the device (:func:`normalize`); :mod:`peanchor.data` hands these out (its docstring says what a
+dataset yields).
 
 Imports: torch, numpy; its own modules and :mod:`peanchor.errors`.
 """
