@@ -8,15 +8,16 @@ dataset or a ``DataLoader`` of ``(image, label)``, or a dataset name (``"scenes"
 :func:`run_analysis` is the part both front ends run once they have a model, an evaluation set and its
 :class:`~peanchor.analysis.plan.AnalysisPlan`: :func:`evaluate_model`, then the record of where model and data
 came from (and NaN accuracies for a model without a head, or images without labels). :func:`analyze`'s keyword
-arguments are the plan's "given" layer (:func:`resolve_plan`), over a ``plan=`` of the caller's or the plan's defaults. One choice is the API's own: ``shifts=`` is the whole list of
-shifts (the CLI's ``--shift`` replaces or adds to the preset's). ``lenses=`` leaves out the lenses not asked for
+settings (the plan's fields, :mod:`peanchor.plan_settings`, and nothing else) are the plan's "given" layer
+(:func:`resolve_plan`), over a ``plan=`` of the caller's or the plan's defaults. One choice is the API's own:
+``shifts=`` is the whole list of shifts (the CLI's ``--shift`` replaces or adds to the preset's). ``lenses=`` leaves out the lenses not asked for
 from the result (they are still computed: the lens code cannot skip them yet). A model without a classification
 head (a transformers backbone such as ``Dinov2Model``) is analysed for geometry; its accuracies and Fragility
 Scores are NaN, and ``source["accuracy"]`` says why.
 
 Imports: torch; :mod:`peanchor.analysis`, :mod:`peanchor.adapters` (lazily), :mod:`peanchor.models`,
 :mod:`peanchor.data` (lazily), :mod:`peanchor.results`, :mod:`peanchor.presets` (a preset's shifts),
-:mod:`peanchor.lenses` (their names), :mod:`peanchor.errors`.
+:mod:`peanchor.lenses` (their names), :mod:`peanchor.plan_settings` (the settings' names), :mod:`peanchor.errors`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -33,11 +34,12 @@ from torch import Tensor
 from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
-from peanchor.analysis.plan import AnalysisPlan, Metric, SSDCMode, resolve_plan
+from peanchor.analysis.plan import AnalysisPlan, resolve_plan
 from peanchor.lenses import LENS_NAMES
 from peanchor.analysis.shifts import Shift
 from peanchor.errors import ConfigError, DataError
 from peanchor.models.interface import AnalysisInterface
+from peanchor.plan_settings import check_setting_names
 from peanchor.presets import preset_shifts
 from peanchor.results import AnalysisResult
 
@@ -236,27 +238,14 @@ def analyze(
     data: Any,
     labels: Any = None,
     *,
+    plan: AnalysisPlan | None = None,
     shifts: Sequence[Shift | str] | None = None,
-    alphas: Sequence[float] | None = None,
-    rpi_draws: int | None = None,
-    lenses: Iterable[str] | None = None,
-    interventions: Iterable[str] | None = None,
-    lens_options: Mapping[str, Mapping[str, Any]] | None = None,
-    seed: int | None = None,
-    ssdc_mode: SSDCMode | None = None,
-    metric: Metric | None = None,
-    bootstrap: int | None = None,
-    severities: bool | None = None,
-    batch_size: int | None = None,
+    preset: str | None = None,
     device: str | torch.device | None = None,
     progress: bool | None = None,
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
-    max_images: int | None = None,
-    probe_ridge: float | None = None,
-    probe_holdout: float | None = None,
-    preset: str | None = None,
-    plan: AnalysisPlan | None = None,
+    **settings: Any,
 ) -> AnalysisResult:
     """Analyse ``model`` on ``data``, as ``peanchor analyze`` does: SSDC per layer (normal and under RPI), ΔSSDC,
     the attention distance and position probe, accuracy and Fragility Score under shifts, and the α sweep.
@@ -268,25 +257,23 @@ def analyze(
             :class:`~peanchor.data.DataSpec` (read at the model's resolution). ``S`` must be the model's resolution
             (a transformers model adapts). Labels are optional: without them every accuracy and Fragility Score
             is NaN and ``source["accuracy"]`` says why; the geometry (SSDC, ΔSSDC, the lenses) is the same.
+        plan: a whole :class:`~peanchor.analysis.plan.AnalysisPlan` (e.g. ``AnalysisPlan.from_result`` of an
+            earlier analysis), its shifts set for these images' size; not with ``preset``.
         shifts: ``Shift`` objects or strings such as ``"jpeg:quality=10"`` (the CLI's ``--shift`` syntax),
             the whole list; None: ``plan``'s shifts, else the ``preset``'s (its name: its shifts at its own
             resolution), else the resolution rule.
-        alphas, rpi_draws, seed, ssdc_mode, metric, bootstrap, severities, batch_size, max_images, probe_ridge,
-            probe_holdout, lenses, interventions: the settings of the :class:`~peanchor.analysis.plan.AnalysisPlan`, each over
-            ``plan``'s (None: not given). Without a plan: α 1.0, 0.9, ..., 0.0 (``()`` skips the sweep), one RPI
-            draw, seed 0, the paper's SSDC (mean similarity, Manhattan), no bootstrap, no severity sweeps, batch
-            size 256, every image (``max_images``: a deterministic random subset of that many), probe ridge 1e-3
-            and held-out fraction 0.5, all of :data:`LENSES` (``"ssdc"`` among them) reported, no edits
-            (``interventions``: edit specs such as ``"rope_planes:freqs=0-3"``, docs/interventions.md; every pass,
-            RPI and the α sweep included, runs under all of them).
-        lens_options: each lens's options, ``{lens: {option: value}}`` (``{"ssdc": {"bootstrap": 200}}``), as
-            ``--set analysis.lenses.<lens>.<option>=value`` sets them; over ``plan``'s, option by option.
-        plan: a whole :class:`~peanchor.analysis.plan.AnalysisPlan` (e.g. ``AnalysisPlan.from_result`` of an
-            earlier analysis), its shifts set for these images' size; not with ``preset``.
+        preset: a preset's name, whose shifts the model is measured under.
         device, progress: where to run (None: a GPU when there is one) and progress bars (None: only on a terminal).
         mean, std: the normalisation the model expects; default the model's own (a model from
             :func:`peanchor.load_model` carries its dataset's; timm's and transformers' adapters theirs), else the
             named dataset's. Tensors for a peanchor model from ``create_model`` need them.
+        **settings: the analysis plan's settings by name, each over ``plan``'s (None: not given), with their
+            defaults, flags and help in docs/python.md's table (the fields of
+            :class:`~peanchor.plan_settings.PlanSettings`): ``alphas``, ``rpi_draws``, ``seed``, ``batch_size``,
+            ``max_images``, ``severities``, ``ssdc_mode``, ``metric``, ``bootstrap``, ``probe_ridge``,
+            ``probe_holdout``, ``lenses``, ``interventions``, ``lens_options``. An unknown name is one
+            ``ConfigError`` line with the closest one. ``lenses`` leaves the lenses not asked for out of the
+            result; ``lens_options`` (``{"ssdc": {"bootstrap": 200}}``) merges with ``plan``'s option by option.
 
     Example::
 
@@ -296,8 +283,10 @@ def analyze(
     """
     from peanchor.data import DataSpec
 
+    check_setting_names(settings)
     if plan is not None and preset is not None:
         raise ConfigError("give plan= or preset=, not both: a plan carries its shifts")
+    max_images = settings.get("max_images")
     subset = max_images if max_images is not None or plan is None else plan.max_images
     if isinstance(data, (str, DataSpec)):  # read at the model's resolution
         probed = wrap_model(model)
@@ -325,11 +314,7 @@ def analyze(
     labelled = evalset.source.get("labels") is not False
     if labelled and probed.has_head and int(evalset.labels.max()) >= outputs:
         raise DataError(f"labels go up to {int(evalset.labels.max())} but the model has {outputs} outputs")
-    given = {"alphas": alphas, "rpi_draws": rpi_draws, "seed": seed, "ssdc_mode": ssdc_mode, "metric": metric,
-             "bootstrap": bootstrap, "severities": severities, "batch_size": batch_size, "max_images": max_images,
-             "probe_ridge": probe_ridge, "probe_holdout": probe_holdout, "lenses": lenses,
-             "interventions": list(interventions) if interventions is not None else None,
-             "lens_options": lens_options}  # fmt: skip
+    given = {key: list(value) if isinstance(value, Iterator) else value for key, value in settings.items()}
     size = evalset.img_size
     resolved = resolve_plan(
         size, defaults=plan, preset_shifts=preset_shifts(preset, size), given=given,

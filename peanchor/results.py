@@ -10,20 +10,27 @@ reads them.
     Results                    results.json
 
 Every file carries ``schema`` (``peanchor.analysis`` / ``peanchor.results``) and ``schema_version``
-(:data:`SCHEMA_VERSION`); reading a file of another version, or another tool's, is one :class:`SchemaError` line.
+(:data:`ANALYSIS_SCHEMA_VERSION`, :data:`RESULTS_SCHEMA_VERSION`); reading a file of a version this peanchor does not
+read, or another tool's, is one :class:`SchemaError` line. The versions, their layouts and the reading of an older
+one are :mod:`peanchor.results_schema`'s.
 What is read is validated by pydantic against these dataclasses (strict JSON types), so a damaged file names the
 first key at fault; an undefined number (NaN, ±inf: FS at 0 clean accuracy) is ``null`` and reads back as NaN.
 ``fragility`` is exactly ``1 - acc / clean_acc`` and ``delta_ssdc`` exactly ``ssdc.rpi[1] - ssdc.rpi[0]``.
 
 A model's measures per layer are its lenses' records (:mod:`peanchor.lenses`: SSDC, the position probe, the
-attention distance, ...): :attr:`Measures.lenses` holds them by lens name, and the files hold each at the top level
-under that name, validated against the lens's ``record_type`` when read (a lens with ``required`` set must be
-there). A new lens therefore needs nothing here. Any other new measure of a model is one field: of
-:class:`Measures` (per model, at α = 1) or :class:`SweepPoint` (per α). It then travels from analysis.json into every
-model (or sweep row) of results.json by itself; the CSV's rows are listed in :func:`analysis_rows`.
+attention distance, ...): :attr:`Measures.lenses` holds them by lens name; ``analysis.json`` holds them under
+``lenses`` by name, each model of ``results.json`` at its top level, validated against the lens's ``record_type``
+when read (a lens with ``required`` set must be there). A new lens therefore needs nothing here. Any other new
+measure of a model is one field: of :class:`Measures` (per model, at α = 1) or :class:`SweepPoint` (per α). It then
+travels from analysis.json into every model (or sweep row) of results.json by itself; the CSV's rows are listed in
+:func:`analysis_rows`.
 
-Imports: :mod:`peanchor.fileio`, :mod:`peanchor.errors`, :mod:`peanchor.lenses` (the records); pydantic lazily
-(to read), :mod:`peanchor.tables` lazily (``to_pandas``, the summary a notebook shows).
+:class:`AnalysisSettings` is made from the analysis plan's settings (:mod:`peanchor.plan_settings`), plus where the
+analysis ran: the settings are spelled there only.
+
+Imports: :mod:`peanchor.fileio`, :mod:`peanchor.errors`, :mod:`peanchor.lenses` (the records),
+:mod:`peanchor.results_schema` (versions, layouts, reading), :mod:`peanchor.plan_settings` (the settings);
+:mod:`peanchor.tables` lazily (``to_pandas``, the summary a notebook shows).
 """
 
 from __future__ import annotations
@@ -32,42 +39,48 @@ import csv
 import dataclasses
 import functools
 import io
-import json
 import os
-import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from peanchor import fileio
-from peanchor.errors import DataError, SchemaError
+from peanchor.errors import DataError
 from peanchor.fileio import Number  # a measured float: null in a file reads as NaN
-from peanchor.lenses import LENSES, HeadLayers, LayerPair, LensFailure, UnknownLensRecord
+from peanchor.lenses import HeadLayers, LayerPair, LensFailure, UnknownLensRecord
 from peanchor.lenses.attention_distance import AttentionDistanceLayers
 from peanchor.lenses.position_probe import PositionProbeLayers
 from peanchor.lenses.ssdc import SSDCLayers
+from peanchor.plan_settings import setting_fields
+from peanchor.results_schema import (
+    ANALYSIS_SCHEMA,
+    LENSES_KEY,
+    RESULTS_SCHEMA,
+    WRITTEN,
+    lens_records,
+    nests_lenses,
+    read_document,
+    schema_body,
+    validate,
+)
 
 __all__ = [
-    "ANALYSIS_CSV", "ANALYSIS_JSON", "RESULTS_JSON", "SCHEMA_VERSION", "AnalysisResult", "AnalysisSettings",
-    "AttentionDistanceLayers", "FailedCell", "HeadLayers", "LayerPair", "Measures", "ModelInfo", "ModelResult",
+    "ANALYSIS_CSV", "ANALYSIS_JSON", "ANALYSIS_SCHEMA_VERSION", "RESULTS_JSON", "RESULTS_SCHEMA_VERSION",
+    "SCHEMA_VERSION", "AnalysisResult", "AnalysisSettings", "AttentionDistanceLayers", "FailedCell", "HeadLayers", "LayerPair", "Measures", "ModelInfo", "ModelResult",
     "PositionProbeLayers", "Results", "SSDCLayers", "SweepPoint", "SweepRow", "TrainSummary", "analysis_rows",
     "read_analysis", "read_results", "results_from_dict", "to_json_dict", "write_analysis", "write_results",
 ]
 
-SCHEMA_VERSION = 2  # 2: attention distance and the position probe; the CSV's head column
-ANALYSIS_SCHEMA = "peanchor.analysis"
-RESULTS_SCHEMA = "peanchor.results"
+ANALYSIS_SCHEMA_VERSION = WRITTEN[ANALYSIS_SCHEMA]  # 3: the lens records under "lenses"
+RESULTS_SCHEMA_VERSION = WRITTEN[RESULTS_SCHEMA]  # 2: attention distance and the position probe; the CSV's head column
+SCHEMA_VERSION = RESULTS_SCHEMA_VERSION  # results.json's (analysis.json's is ANALYSIS_SCHEMA_VERSION)
 ANALYSIS_JSON = "analysis.json"
 ANALYSIS_CSV = "analysis.csv"
 RESULTS_JSON = "results.json"
 
-_REWRITE = {  # how to make the file again
-    ANALYSIS_SCHEMA: "rerun `peanchor analyze` (or `peanchor reproduce`, which analyses such cells again)",
-    RESULTS_SCHEMA: "rerun `peanchor report OUT` (or `peanchor reproduce`)",
-}
 _OMIT = {"omit_if_none": True}  # an optional part that was not measured is absent from the file, not null
-_LENS_RECORDS = {"lens_records": True}  # a mapping whose items are written as keys of the object that holds it
+_LENS_RECORDS = {"lens_records": True}  # the lens records: under "lenses" in analysis.json, at the top in results.json
 
 
 def _optional() -> Any:
@@ -84,7 +97,7 @@ class Measures:
 
     clean_acc: Number
     rpi_acc: Number  # top-1 under RPI, mean over draws
-    # lens name → its record (peanchor.lenses); in the files each record sits at the top level under its lens's name
+    # lens name → its record (peanchor.lenses); analysis.json: under "lenses"; results.json: at a model's top level
     lenses: dict[str, Any] = field(default_factory=dict, metadata=_LENS_RECORDS)
     delta_ssdc: Number  # ssdc.rpi[1] - ssdc.rpi[0]
     acc: dict[str, Number]  # shift name → top-1
@@ -141,26 +154,22 @@ class ModelInfo:
     scalable: bool  # whether α means anything for its PE
 
 
-@dataclass(kw_only=True)
-class AnalysisSettings:
-    """How an analysis was made: its :class:`~peanchor.analysis.plan.AnalysisPlan`'s settings, shifts aside."""
+def _settings_record() -> type:
+    """The dataclass of ``analysis.json``'s ``settings``: every setting of the analysis plan
+    (:class:`~peanchor.plan_settings.PlanSettings`, as JSON types: lists for tuples; None where an older file lacks
+    it), then the evaluation set's fingerprint and the device."""
+    fields: list[tuple[str, Any, Any]] = []
+    for s in setting_fields():
+        fields.append((s.name, s.record_type, _optional() if s.optional_in_files else field()))
+    fields += [("evalset", str, field()), ("device", str, field())]  # the images' fingerprint; where it ran
+    cls = dataclasses.make_dataclass("AnalysisSettings", fields, kw_only=True)
+    cls.__module__ = __name__
+    cls.__doc__ = ("How an analysis was made: its :class:`~peanchor.analysis.plan.AnalysisPlan`'s settings "
+                   "(:class:`~peanchor.plan_settings.PlanSettings`), shifts aside, and ``evalset`` and ``device``.")
+    return cls
 
-    alphas: list[float]
-    rpi_draws: int
-    seed: int
-    ssdc_mode: str
-    metric: str
-    bootstrap: int
-    severities: bool
-    batch_size: int
-    evalset: str  # the fingerprint of the evaluation images
-    device: str
-    probe_ridge: float  # the position probe's λ relative to the mean feature variance
-    probe_holdout: float  # the fraction of the images the probe is scored on (drawn with ``seed``)
-    max_images: int | None = _optional()  # the evaluation subset's size (None: every image)
-    lenses: list[str] | None = _optional()  # the lenses measured (absent in files written before: the three of then)
-    interventions: list[str] | None = _optional()  # the edits every pass ran under (absent in files before: none)
-    lens_options: dict[str, dict[str, Any]] | None = _optional()  # lens → option → value: a lens's own options
+
+AnalysisSettings = _settings_record()
 
 
 @dataclass(kw_only=True)
@@ -296,21 +305,23 @@ class Results:
 # JSON
 
 
-def to_json_dict(record: Any) -> Any:
-    """A record as plain JSON data: dataclasses become objects (unmeasured optional parts left out)."""
+def to_json_dict(record: Any, nest_lenses: bool = False) -> Any:
+    """A record as plain JSON data: dataclasses become objects (unmeasured optional parts left out). Its lens
+    records go under ``lenses`` with ``nest_lenses`` (analysis.json), else each at the top under its lens's name."""
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
         out = {}
         for f in dataclasses.fields(record):
             value = getattr(record, f.name)
-            if f.metadata.get("lens_records"):  # each lens's record under the lens's name
-                out.update({name: _lens_record_json(r) for name, r in value.items()})
+            if f.metadata.get("lens_records"):
+                records = {name: _lens_record_json(r) for name, r in value.items()}
+                out.update({LENSES_KEY: records} if nest_lenses else records)
             elif not (value is None and f.metadata.get("omit_if_none")):
-                out[f.name] = to_json_dict(value)
+                out[f.name] = to_json_dict(value, nest_lenses)
         return out
     if isinstance(record, (list, tuple)):
-        return [to_json_dict(v) for v in record]
+        return [to_json_dict(v, nest_lenses) for v in record]
     if isinstance(record, dict):
-        return {str(k): to_json_dict(v) for k, v in record.items()}
+        return {str(k): to_json_dict(v, nest_lenses) for k, v in record.items()}
     return record
 
 
@@ -323,110 +334,37 @@ def _lens_record_json(record: Any) -> Any:
 
 
 def _document(record: Any, schema: str) -> dict[str, Any]:
-    return {"schema": schema, "schema_version": SCHEMA_VERSION, **to_json_dict(record)}
+    version = WRITTEN[schema]
+    return {"schema": schema, "schema_version": version, **to_json_dict(record, nests_lenses(schema, version))}
 
 
 R = TypeVar("R")
 
 
-@functools.cache
-def _adapter(cls: type) -> Any:  # pydantic.TypeAdapter, built on first read
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(cls)
-
-
-def _where(loc: tuple[Any, ...]) -> str:
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-
-
 def _from_document(doc: Any, cls: type[R], schema: str, source: str) -> R:
-    """Check the schema fields, then validate the rest of ``doc`` into ``cls``; one line for the first fault."""
-    if not isinstance(doc, dict):
-        raise SchemaError(f"{source}: expected a JSON object at the top level, got {type(doc).__name__}")
-    if doc.get("schema") != schema or "schema_version" not in doc:
-        found = f"schema {doc['schema']!r}" if "schema" in doc else "no schema field"
-        raise SchemaError(
-            f"{source}: not a {schema} file ({found}); it was written by another tool or by a peanchor older than "
-            f"the versioned result files: {_REWRITE[schema]} to rewrite it"
-        )
-    if doc["schema_version"] != SCHEMA_VERSION:
-        raise SchemaError(
-            f"{source}: {schema} schema_version {doc['schema_version']!r}, but this peanchor reads version "
-            f"{SCHEMA_VERSION}: {_REWRITE[schema]} with this peanchor, or use the peanchor that wrote it"
-        )
-    body = {k: v for k, v in doc.items() if k not in ("schema", "schema_version")}
+    """Check the schema fields, then validate the rest of ``doc`` into ``cls``, its lens records taken from the
+    layout of its version (:mod:`peanchor.results_schema`); one line for the first fault."""
+    body, version = schema_body(doc, schema, source)
+    nested = nests_lenses(schema, version)
     if cls is AnalysisResult:
-        body, records = _split_lenses(body, (), source, _field_names(AnalysisResult))
-        result = _validate(cls, body, source)
+        body, records = lens_records(body, (), source, _field_names(AnalysisResult), nested)
+        result = validate(cls, body, source)
         result.lenses = records  # type: ignore[attr-defined]
         return result
     models = body.get("models")
-    split = [_split_lenses(m, ("models", i), source, _field_names(ModelResult)) if isinstance(m, dict) else (m, {}) for i, m in
-             enumerate(models if isinstance(models, list) else [])]  # fmt: skip
+    split = [lens_records(m, ("models", i), source, _field_names(ModelResult), nested) if isinstance(m, dict)
+             else (m, {}) for i, m in enumerate(models if isinstance(models, list) else [])]  # fmt: skip
     if split:
         body = {**body, "models": [m for m, _ in split]}
-    out = _validate(cls, body, source)
+    out = validate(cls, body, source)
     for model, (_, records) in zip(getattr(out, "models", []), split):
         model.lenses = records
     return out
 
 
-def _validate(cls: type[R], data: Any, source: str, at: tuple[Any, ...] = ()) -> R:
-    """``data`` validated into ``cls`` (strict JSON types); the first fault is one :class:`SchemaError` line, its
-    place prefixed with ``at``."""
-    from pydantic import ValidationError
-
-    try:
-        return _adapter(cls).validate_json(json.dumps(data), strict=True)
-    except ValidationError as e:
-        first = e.errors()[0]
-        loc = (*at, *first["loc"])
-        if first["type"] == "missing":
-            parent = _where(loc[:-1]) or "the top level"
-            raise SchemaError(f"{source}: {parent} is missing required key '{loc[-1]}'") from None
-        raise SchemaError(f"{source}: {_where(loc)}: {first['msg']} (got {first.get('input')!r})") from None
-
-
-def _split_lenses(doc: dict[str, Any], at: tuple[Any, ...], source: str,
-                  fields: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
-    """A model's measures as written (at ``at``): the object without its lenses' records, and those records, each
-    validated against its lens's ``record_type`` (or a :class:`LensFailure`). A required lens (SSDC) must be there.
-    A key that is neither one of ``fields`` (the record type's own) nor a registered lens is the record of a lens
-    not installed here: it is kept as it is (:class:`UnknownLensRecord`), with one warning."""
-    missing = [name for name, lens in LENSES.items() if lens.required and doc.get(name) is None]
-    if missing:
-        raise SchemaError(f"{source}: {_where(at) or 'the top level'} is missing required key '{missing[0]}'")
-    records: dict[str, Any] = {}
-    for name, lens in LENSES.items():
-        value = doc.get(name)
-        if value is None:
-            continue
-        failure = None if lens.required else LensFailure.parse(value)
-        records[name] = failure or _validate(lens.record_type, value, source, (*at, name))
-    if unknown := [k for k in doc if k not in fields and k not in LENSES]:
-        records.update((k, UnknownLensRecord(doc[k])) for k in unknown)
-        warnings.warn(f"{source}: {_where(at) or 'the file'} holds the record of {', '.join(map(repr, unknown))}, "
-                      "a lens not installed here: kept as it is, not measured or reported", stacklevel=4)  # fmt: skip
-    return {k: v for k, v in doc.items() if k in fields}, records
-
-
 @functools.cache
 def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-def _read_document(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from e
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SchemaError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -471,7 +409,7 @@ def read_analysis(path: str | os.PathLike[str]) -> AnalysisResult:
     A missing or unreadable file is a :class:`DataError`; another schema or a damaged one a :class:`SchemaError`.
     """
     p = _analysis_path(path)
-    return _from_document(_read_document(p), AnalysisResult, ANALYSIS_SCHEMA, str(p))
+    return _from_document(read_document(p), AnalysisResult, ANALYSIS_SCHEMA, str(p))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -492,7 +430,7 @@ def read_results(path: str | os.PathLike[str]) -> Results:
     p = p / RESULTS_JSON if p.is_dir() else p
     if not p.exists():
         raise DataError(f"{p}: no such results file (run `peanchor reproduce` first, or give the path to results.json)")
-    return _from_document(_read_document(p), Results, RESULTS_SCHEMA, str(p))
+    return _from_document(read_document(p), Results, RESULTS_SCHEMA, str(p))
 
 
 def results_from_dict(doc: Mapping[str, Any], source: str = "results") -> Results:

@@ -68,7 +68,7 @@ def test_result_schema_and_exact_arithmetic(trained_result, tmp_path):
     r = json.loads((tmp_path / "analysis.json").read_text())  # what a reader of analysis.json sees
     assert r["clean_acc"] > 0.5  # trained: far above chance (0.25)
     assert r["num_images"] == 96
-    assert r["delta_ssdc"] == r["ssdc"]["rpi"][1] - r["ssdc"]["rpi"][0]
+    assert r["delta_ssdc"] == r["lenses"]["ssdc"]["rpi"][1] - r["lenses"]["ssdc"]["rpi"][0]
     assert set(r["acc"]) == set(r["fragility"]) == {"jpeg", "blur"}
     for k, acc in r["acc"].items():
         assert r["fragility"][k] == 1 - acc / r["clean_acc"]
@@ -77,7 +77,8 @@ def test_result_schema_and_exact_arithmetic(trained_result, tmp_path):
         assert entry["delta_ssdc"] == entry["ssdc_rpi"][1] - entry["ssdc_rpi"][0]
         for k, acc in entry["acc"].items():
             assert entry["fragility"][k] == 1 - acc / entry["clean_acc"]
-    assert len(r["ssdc"]["normal"]) == len(r["ssdc"]["rpi"]) == len(r["ssdc"]["rpi_std"]) == 2  # vit_micro: 2 blocks
+    ssdc = r["lenses"]["ssdc"]
+    assert len(ssdc["normal"]) == len(ssdc["rpi"]) == len(ssdc["rpi_std"]) == 2  # vit_micro: 2 blocks
 
 
 def test_alpha_one_is_the_main_result_and_alpha_changes_things(trained_result):
@@ -246,7 +247,10 @@ def test_an_older_or_foreign_analysis_is_one_clear_line(trained_result, tmp_path
     for broken, message in (({k: v for k, v in doc.items() if k not in ("schema", "schema_version")}, "no schema field"),
                             ({**doc, "schema_version": 0}, "schema_version 0"),
                             ({**doc, "clean_acc": "high"}, r"clean_acc: Input should be a valid number"),
-                            ({k: v for k, v in doc.items() if k != "ssdc"}, "missing required key 'ssdc'")):  # fmt: skip
+                            ({**doc, "lenses": {k: v for k, v in doc["lenses"].items() if k != "ssdc"}},
+                             r"^\S+: lenses is missing required key 'ssdc'$"),
+                            ({k: v for k, v in doc.items() if k != "lenses"},
+                             "lenses: expected an object of lens records, got nothing")):  # fmt: skip
         (tmp_path / "analysis.json").write_text(json.dumps(broken))
         with pytest.raises(SchemaError, match=message) as e:
             read_analysis(tmp_path)
@@ -301,7 +305,9 @@ def test_analyze_command_writes_json_and_csv(run_dir, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "SSDC RPI" in printed and "ΔSSDC" in printed
     assert "attention distance RPI" in printed and "probe R² RPI" in printed and "held out: 32 of 64" in printed
-    assert len(doc["attention_distance"]["manhattan"]["rpi"]) == 2 and len(doc["position_probe"]["col"]["normal"]) == 2
+    lenses = doc["lenses"]
+    assert len(lenses["attention_distance"]["manhattan"]["rpi"]) == 2
+    assert len(lenses["position_probe"]["col"]["normal"]) == 2
 
 
 def test_analyze_probe_settings_are_recorded_and_checked(run_dir, tmp_path, capsys):
@@ -310,7 +316,8 @@ def test_analyze_probe_settings_are_recorded_and_checked(run_dir, tmp_path, caps
                  "--probe-holdout", "0.25", "--device", "cpu", "--no-progress"]) == 0  # fmt: skip
     doc = json.loads((out / "analysis.json").read_text())
     assert (doc["settings"]["probe_ridge"], doc["settings"]["probe_holdout"]) == (0.1, 0.25)
-    assert (doc["position_probe"]["fit_images"], doc["position_probe"]["heldout_images"]) == (30, 10)
+    probe = doc["lenses"]["position_probe"]
+    assert (probe["fit_images"], probe["heldout_images"]) == (30, 10)
     capsys.readouterr()
     for flag, value in (("--probe-ridge", "0"), ("--probe-holdout", "1"), ("--probe-holdout", "-0.5")):
         assert main(["analyze", str(run_dir), "--out", str(out), flag, value, "--no-progress"]) == 2
@@ -325,7 +332,7 @@ def test_analyze_defaults_and_options(run_dir, capsys):
     assert code == 0
     doc = json.loads((run_dir / "analysis" / "analysis.json").read_text())  # default --out: RUN_DIR/analysis
     assert doc["alpha_sweep"] == [] and doc["settings"]["ssdc_mode"] == "per_image"
-    assert doc["settings"]["metric"] == "euclidean" and len(doc["ssdc"]["rpi_draws"]) == 2  # --set beats the flag
+    assert doc["settings"]["metric"] == "euclidean" and len(doc["lenses"]["ssdc"]["rpi_draws"]) == 2  # --set beats
     assert doc["settings"]["max_images"] == 32 and doc["settings"]["batch_size"] == 200  # the run's eval batch size
     assert doc["settings"]["lenses"] == ["ssdc", "position_probe", "attention_distance", "effective_rank"]
 

@@ -49,8 +49,9 @@ def test_analyze_timm_model_writes_the_full_analysis(tmp_path, name, capsys):
                  "--data-root", str(tmp_path / "data"), "--alphas", "1,0", "--out", str(out), "--no-progress"])  # fmt: skip
     assert code == 0
     result = json.loads((out / "analysis.json").read_text())
-    assert len(result["ssdc"]["rpi"]) == 2 and result["num_images"] == 12
-    assert result["delta_ssdc"] == result["ssdc"]["rpi"][1] - result["ssdc"]["rpi"][0]
+    ssdc = result["lenses"]["ssdc"]
+    assert len(ssdc["rpi"]) == 2 and result["num_images"] == 12
+    assert result["delta_ssdc"] == ssdc["rpi"][1] - ssdc["rpi"][0]
     assert [e["alpha"] for e in result["alpha_sweep"]] == [1.0, 0.0]
 
 

@@ -64,7 +64,7 @@ def test_a_weights_file_stands_for_its_run_directory(run, tmp_path, capsys) -> N
     assert main(["analyze", str(run / "model.safetensors"), "--out", str(tmp_path / "file"), *FAST]) == 0
     assert main(["analyze", str(run), "--out", str(tmp_path / "dir"), *FAST]) == 0
     by_file, by_dir = (json.loads((tmp_path / d / "analysis.json").read_text()) for d in ("file", "dir"))
-    assert by_file["ssdc"] == by_dir["ssdc"] and by_file["acc"] == by_dir["acc"]
+    assert by_file["lenses"] == by_dir["lenses"] and by_file["acc"] == by_dir["acc"]
     assert by_file["source"]["run_dir"] == str(run) and by_file["source"]["condition"] == "none"  # the smoke default
     alone = tmp_path / "alone"
     alone.mkdir()

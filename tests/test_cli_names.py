@@ -4,6 +4,7 @@ torch loads; the names read without importing their registries are the registrie
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,48 @@ def test_the_help_texts_name_every_registered_lens(monkeypatch, capsys) -> None:
     overview, analyze, reproduce = (" ".join(h.split()) for h in helps())
     assert "effective rank (effective_rank), token norm (token_norm)" in analyze
     assert "effective rank and token norm" in reproduce and "effective rank and token norm" in overview
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["analyze", "RUN", "--set", "analysis.lenses.ssdc.bogus=1"], "--set 'analysis.lenses.ssdc.bogus=1': unknown "
+         "option analysis.lenses.ssdc.bogus; valid: analysis.lenses.ssdc.mode, analysis.lenses.ssdc.metric, "
+         "analysis.lenses.ssdc.bootstrap"),
+        (["analyze", "RUN", "--set", "analysis.lenses.ssdc.mod=per_image"], "--set 'analysis.lenses.ssdc.mod=per_image'"
+         ": unknown option analysis.lenses.ssdc.mod; valid: analysis.lenses.ssdc.mode, analysis.lenses.ssdc.metric, "
+         "analysis.lenses.ssdc.bootstrap (did you mean analysis.lenses.ssdc.mode?)"),
+        (["reproduce", "--set", "analysis.rpi_draw=2"], "--set 'analysis.rpi_draw=2': unknown analysis key "
+         "'analysis.rpi_draw'; valid keys: analysis.alphas, analysis.rpi_draws, analysis.seed, analysis.batch_size, "
+         "analysis.max_images, analysis.severities, analysis.ssdc_mode, analysis.metric, analysis.bootstrap, "
+         "analysis.probe_ridge, analysis.probe_holdout, analysis.lenses, analysis.interventions, and "
+         "analysis.lenses.<lens>.<option> (did you mean analysis.rpi_draws?)"),
+        (["analyze", "RUN", "--set", "data.val_sise=5"], "unknown config key 'data.val_sise'; valid keys here: "),
+        (["train", "--set", "model.pee=rope"], "unknown config key 'model.pee'; valid keys here: model.name, model.pe, "
+         "model.pe_kwargs, model.patch_size, model.overrides (did you mean model.pe?)"),
+        (["reproduce", "--set", "ape:optim.lrr=1"], "unknown config key 'optim.lrr'; valid keys here: optim.lr, "),
+        (["train", "--set", "optim.lr=fast"], "optim.lr=fast: expected float"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_set_key_is_one_line_before_torch_loads(argv, line, tmp_path) -> None:
+    """The console script, with ``-X importtime``: the line, the exit code, nothing written, and torch never
+    imported (nor numpy)."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    script = shutil.which("peanchor")  # the console script, run by this interpreter with -X importtime
+    python_script = script is not None and "python" in Path(script).read_text(errors="replace").split("\n", 1)[0]
+    command = [script] if python_script else ["-m", "peanchor"]  # not installed (or a shell shim): its module
+    out = subprocess.run([sys.executable, "-X", "importtime", *command, *argv, "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)  # fmt: skip
+    said = [x for x in out.stderr.splitlines() if not x.startswith("import time:")]
+    imported = {x.split("|")[-1].strip() for x in out.stderr.splitlines() if x.startswith("import time:")}
+    assert out.returncode == 2 and len(said) == 1 and said[0].startswith(f"peanchor: error: {line}"), said
+    assert {"peanchor.training.config", "peanchor.analysis.plan"} <= imported  # the real schemas said it
+    assert not {"torch", "numpy"} & imported and not (tmp_path / "o").exists()
+
+
+def test_the_plan_and_the_config_schema_load_without_torch() -> None:
+    script = ("import sys\nimport peanchor.analysis.plan, peanchor.training.config, peanchor.data, peanchor.models\n"
+              "print(sorted(m for m in ('torch', 'numpy', 'pydantic') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert out.stdout.strip() == "[]"

@@ -68,7 +68,7 @@ def test_a_lens_failing_in_its_record_loses_only_its_record(evalset, micro, tmp_
     # The file holds the failure as one string; it reads back as the same failure and writes back the same.
     path = write_analysis(r, tmp_path / "a")
     doc = json.loads(path.read_text())
-    assert doc["position_probe"] == f"failed: RuntimeError: {LU_ERROR}"
+    assert doc["lenses"]["position_probe"] == f"failed: RuntimeError: {LU_ERROR}"
     back = read_analysis(path)
     assert back.lens_failures == r.lens_failures
     assert json.loads(write_analysis(back, tmp_path / "b").read_text()) == doc
@@ -131,19 +131,21 @@ def test_a_rerun_measures_only_the_failed_lens_again(tmp_path, capsys, monkeypat
     assert f"1 lens FAILED (position_probe: RuntimeError: {LU_ERROR}): rerun to retry it" in line
     analysis = out / "runs" / "ape-s0" / "analysis" / "analysis.json"
     first = json.loads(analysis.read_text())
-    assert first["position_probe"].startswith("failed: ")
+    assert first["lenses"]["position_probe"].startswith("failed: ")
     status = json.loads((out / "status" / "ape-s0.json").read_text())
     assert status["status"] == "ok" and status["failed_lenses"] == {"position_probe": f"RuntimeError: {LU_ERROR}"}
     results = json.loads((out / "results.json").read_text())
-    assert results["models"][0]["position_probe"] == first["position_probe"] and not results["failed"]
+    assert results["models"][0]["position_probe"] == first["lenses"]["position_probe"] and not results["failed"]
     # The rerun: no training, no full analysis, the probe alone measured again.
     monkeypatch.setattr(evaluate, "evaluate_model", lambda *a, **k: pytest.fail("the whole analysis ran again"))
     assert main(args) == 0
     assert "ape-s0: measured again what failed before: position_probe" in capsys.readouterr().err
     second = json.loads(analysis.read_text())
-    assert {k: v for k, v in second.items() if k != "position_probe"} == {k: v for k, v in first.items()
-                                                                        if k != "position_probe"}  # fmt: skip
-    assert isinstance(second["position_probe"], dict) and read_analysis(analysis).lens_failures == {}
+    def others(doc: dict) -> dict:
+        return {**doc, "lenses": {k: v for k, v in doc["lenses"].items() if k != "position_probe"}}
+
+    assert others(second) == others(first)
+    assert isinstance(second["lenses"]["position_probe"], dict) and read_analysis(analysis).lens_failures == {}
     # ... and it is the record the whole analysis gives.
     fresh = tmp_path / "fresh"
     (fresh / "runs").mkdir(parents=True)
@@ -153,11 +155,13 @@ def test_a_rerun_measures_only_the_failed_lens_again(tmp_path, capsys, monkeypat
     monkeypatch.undo()
     assert main(["reproduce", "--preset", "smoke", "--conditions", "ape", "--out", str(fresh), "--no-progress"]) == 0
     whole = json.loads((fresh / "runs" / "ape-s0" / "analysis" / "analysis.json").read_text())
-    assert whole["position_probe"] == second["position_probe"]
-    assert json.loads((out / "results.json").read_text())["models"][0]["position_probe"] == whole["position_probe"]
+    assert whole["lenses"]["position_probe"] == second["lenses"]["position_probe"]
+    in_results = json.loads((out / "results.json").read_text())["models"][0]["position_probe"]
+    assert in_results == whole["lenses"]["position_probe"]
 
 
 def test_the_record_of_a_lens_not_installed_here_is_kept_verbatim(tmp_path):
+    """Read from a version-2 file (the records at the top level), it is written back under ``lenses`` as it was."""
     source = Path(__file__).parent / "data" / "analysis-v2-three-lenses.json"
     doc = json.loads(source.read_text())
     doc["attention_entropy"] = {"normal": [1.5, None], "rpi": [1.25, 2.0], "queries": "patches"}
@@ -169,7 +173,11 @@ def test_the_record_of_a_lens_not_installed_here_is_kept_verbatim(tmp_path):
     assert r.lenses["attention_entropy"] == UnknownLensRecord(doc["attention_entropy"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert json.loads(write_analysis(r, tmp_path / "again").read_text()) == doc
+        again = json.loads(write_analysis(r, tmp_path / "again").read_text())
+    assert again["schema_version"] == 3 and again["lenses"]["attention_entropy"] == doc["attention_entropy"]
+    assert set(again["lenses"]) == {"ssdc", "position_probe", "attention_distance", "attention_entropy"}
+    assert {k: v for k, v in again.items() if k not in ("lenses", "schema_version")} == {
+        k: v for k, v in doc.items() if k not in (*again["lenses"], "schema_version")}
 
 
 def test_a_relative_data_root_is_the_same_folder_as_its_absolute_path(tmp_path, monkeypatch):

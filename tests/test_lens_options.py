@@ -84,7 +84,7 @@ def test_set_items_reach_the_fields_and_the_lenses_own_options(optioned):
 
 @pytest.mark.parametrize("items,message", [
     (["analysis.lenses.optioned_norm.shape=round"], r"unknown option analysis.lenses.optioned_norm.shape; valid: "
-     r"analysis.lenses.optioned_norm.order, analysis.lenses.optioned_norm.scale$"),
+     r"analysis.lenses.optioned_norm.order, analysis.lenses.optioned_norm.scale \(did you mean analysis.lenses.optioned_norm.scale\?\)$"),
     (["analysis.lenses.attention_distance.x=1"], "valid: none: it has no options"),
     (["analysis.lenses.optioned_norm.order=3"], r"^analysis.lenses.optioned_norm.order=3: input should be 1 or 2$"),
     (["analysis.lenses.optioned_norm.scale=big"], r"^analysis.lenses.optioned_norm.scale='big': input should be a"),

@@ -15,7 +15,7 @@ from peanchor.cli import build_parser, main
 from peanchor.errors import ConfigError
 from peanchor.conditions import CONDITIONS, DEFAULT_CONDITIONS, parse_condition, parse_conditions
 from peanchor.presets import PRESETS
-from peanchor.results import SCHEMA_VERSION
+from peanchor.results import ANALYSIS_SCHEMA_VERSION
 from peanchor.study import ReproduceOptions, grid_cells, list_commands, parse_shard, shard_cells, split_set_items
 
 TOP_KEYS = {"preset", "dataset", "img_size", "shifts", "conditions", "seeds", "models", "alpha_sweep", "failed",
@@ -124,17 +124,17 @@ def test_an_analysis_of_an_older_schema_is_made_again(smoke, tmp_path, capsys):
     _copy_runs(src, out)
     stale = out / "runs" / "ape-s0" / "analysis" / "analysis.json"
     doc = json.loads(stale.read_text())
-    doc["schema_version"] = SCHEMA_VERSION - 1
-    for key in ("attention_distance", "position_probe"):
-        del doc[key]
+    doc["schema_version"] = 1
+    lenses = doc.pop("lenses")
+    doc["ssdc"] = lenses["ssdc"]  # version 1's layout: no lenses beside SSDC, at the top level
     stale.write_text(json.dumps(doc))
     capsys.readouterr()
     assert main(["reproduce", "--preset", "smoke", "--out", str(out), "--no-progress"]) == 0
     err = capsys.readouterr().err
-    assert "ape-s0: analysing again" in err and f"schema_version {SCHEMA_VERSION - 1}" in err
+    assert "ape-s0: analysing again" in err and "schema_version 1" in err
     assert err.count("reused") == len(DEFAULT_CONDITIONS) - 1
     again = json.loads(stale.read_text())
-    assert again["schema_version"] == SCHEMA_VERSION and again["position_probe"]["row"]["rpi"]
+    assert again["schema_version"] == ANALYSIS_SCHEMA_VERSION and again["lenses"]["position_probe"]["row"]["rpi"]
 
 
 @pytest.mark.slow

@@ -77,12 +77,13 @@ def test_analysis_events_match_analysis_json(tb_run):
         assert series(acc, f"fs/{name}") == {0: pytest.approx(doc["fragility"][name], abs=1e-6)}
         assert series(acc, f"acc/{name}") == {0: pytest.approx(doc["acc"][name], abs=1e-6)}
     for mode in ("normal", "rpi"):
-        assert series(acc, f"ssdc/{mode}") == {i: pytest.approx(v, abs=1e-6) for i, v in enumerate(doc["ssdc"][mode])}
-        heads = doc["attention_distance"]["manhattan"][mode]  # (layers, heads)
+        ssdc = doc["lenses"]["ssdc"][mode]
+        assert series(acc, f"ssdc/{mode}") == {i: pytest.approx(v, abs=1e-6) for i, v in enumerate(ssdc)}
+        heads = doc["lenses"]["attention_distance"]["manhattan"][mode]  # (layers, heads)
         assert series(acc, f"attention_distance/{mode}") == {i: pytest.approx(sum(h) / len(h), abs=1e-6)
                                                               for i, h in enumerate(heads)}  # fmt: skip
         for target in ("row", "col"):
-            r2 = doc["position_probe"][target][mode]
+            r2 = doc["lenses"]["position_probe"][target][mode]
             assert series(acc, f"probe_r2/{target}/{mode}") == {i: pytest.approx(v, abs=1e-6) for i, v in enumerate(r2)}
     for kind, values in doc["severity_fragility"].items():
         assert series(acc, f"severity_fs/{kind}") == {i + 1: pytest.approx(v, abs=1e-6) for i, v in enumerate(values)}

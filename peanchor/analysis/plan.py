@@ -1,9 +1,11 @@
 """The analysis plan: every setting of one model's analysis in one typed, checked value.
 
 An :class:`AnalysisPlan` says what :func:`peanchor.analysis.evaluate.evaluate_model` measures and how: the shifts
-(already :class:`Shift` values resolved for the model's resolution, with where each came from), the α grid, the RPI
-draws, the seed, the batch size, the image subset, the severity sweeps, the SSDC variant, the bootstrap, the
-position probe's settings, the lenses and each lens's options (``lens_options``: lens → option → value, set with
+(already :class:`Shift` values resolved for the model's resolution, with where each came from) and the settings,
+the fields of its base :class:`~peanchor.plan_settings.PlanSettings`, declared there once with their help and
+flags (``peanchor.analyze``'s keywords, ``peanchor analyze``'s flags and the file record are made from them):
+the α grid, the RPI draws, the seed, the batch size, the image subset, the severity sweeps, the SSDC variant, the
+bootstrap, the position probe's settings, the lenses and each lens's options (``lens_options``: lens → option → value, set with
 ``--set analysis.lenses.<lens>.<option>=...``; the SSDC and probe options keep their older plan fields, which the
 result files record). It is resolved once, by :func:`resolve_plan`, in three layers, the later
 one winning::
@@ -20,6 +22,7 @@ test (:func:`peanchor.study.pipeline.reusable`). ``analysis.json`` records the p
 :meth:`AnalysisPlan.to_dict`.
 
 Imports: :mod:`peanchor.analysis` (shifts, shift_specs), :mod:`peanchor.lenses` (their names and options),
+:mod:`peanchor.plan_settings` (the settings' fields),
 :mod:`peanchor.interventions` (the edit specs, lazily),
 :mod:`peanchor.results` (the file record), :mod:`peanchor.training` (``--set`` item parsing, lazily); pydantic
 (checking a plug-in lens's options) when a plan has some.
@@ -33,36 +36,38 @@ import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 from peanchor.analysis.shift_specs import ShiftSpec, measured_shifts, parse_shift_specs, with_shift_specs
 from peanchor.analysis.shifts import Shift
-from peanchor.errors import ConfigError
+from peanchor.errors import ConfigError, did_you_mean
 from peanchor.lenses import LENS_NAMES, get_lens, lens_names
 from peanchor.lenses.base import PLAN_KEY
-from peanchor.lenses.position_probe import PositionProbeOptions
-from peanchor.lenses.ssdc import SSDCOptions
+from peanchor.plan_settings import DEFAULT_ALPHAS, Metric, PlanSettings, SSDCMode
 from peanchor.results import AnalysisResult, AnalysisSettings
 
 __all__ = [
-    "DEFAULT_ALPHAS", "LENS_NAMES", "SETTINGS_KEYS", "AnalysisPlan", "parse_plan_items", "resolve_plan",
+    "DEFAULT_ALPHAS", "LENS_NAMES", "SETTINGS_KEYS", "AnalysisPlan", "Metric", "SSDCMode", "parse_plan_items", "resolve_plan",
     "split_plan_items",
 ]  # fmt: skip
 
-# The paper's grid (1.0, 0.9, ..., 0.1) plus α = 0 (no positional information at all).
-DEFAULT_ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))
 # LENS_NAMES (from peanchor.lenses, a live view): a plan measures every registered lens unless told otherwise,
 # and SSDC always (ΔSSDC and the α sweep are made of it).
 #: The lenses of an analysis.json written before the plan recorded its lenses: the three there were then.
 LEGACY_LENSES: tuple[str, ...] = ("ssdc", "position_probe", "attention_distance")
-SSDCMode = Literal["mean_similarity", "per_image"]
-Metric = Literal["manhattan", "euclidean"]
 SET_PREFIX = "analysis."
 
 
 def _fail(key: str, value: Any, expected: str) -> ConfigError:
     shown = list(value) if isinstance(value, tuple) else value
     return ConfigError(f"{SET_PREFIX}{key}={shown!r}: {expected}")
+
+
+def _closest(name: str, names: Iterable[str], prefix: str) -> str:
+    """`` (did you mean analysis.rpi_draws?)``: the closest of ``names`` to ``name`` (compared without the shared
+    ``prefix``, which would make every key close), shown with it; ``""`` when none is close."""
+    hint = did_you_mean(name, [n for n in names if n != "lens_options"])
+    return hint.replace("(did you mean ", f"(did you mean {prefix}", 1)
 
 
 def _is_int(value: Any) -> bool:  # numpy's integers too; a bool is not a number
@@ -74,7 +79,7 @@ def _is_number(value: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class AnalysisPlan:
+class AnalysisPlan(PlanSettings):
     """How one model is analysed. Build one with :func:`resolve_plan` (the layers), or directly for a script;
     either way the values are checked here.
 
@@ -89,23 +94,7 @@ class AnalysisPlan:
 
     shifts: Mapping[str, Shift]  # name → the resolved shift, in measuring order
     shift_sources: Mapping[str, str] = field(default_factory=dict, compare=False)  # name → "preset cpu", "--shift ..."
-    alphas: tuple[float, ...] = DEFAULT_ALPHAS  # the α sweep; () skips it
-    rpi_draws: int = 1  # independent RPI permutation streams
-    seed: int = 0  # draw k is seeded seed + k; also the bootstrap and the probe's split
-    batch_size: int = 256  # RPI draws a permutation per batch, so SSDC under RPI depends on it
-    max_images: int | None = None  # the evaluation set is a deterministic subset of this many (None: all)
-    severities: bool = False  # also the severity 1-5 sweep of every measured kind
-    # The SSDC and probe options (SSDCOptions, PositionProbeOptions; analysis.lenses.ssdc.mode is ssdc_mode, ...)
-    ssdc_mode: SSDCMode = SSDCOptions.mode
-    metric: Metric = SSDCOptions.metric
-    bootstrap: int = SSDCOptions.bootstrap  # replicates for per-layer confidence intervals (0: none)
-    probe_ridge: float = PositionProbeOptions.ridge  # the position probe's λ relative to the mean feature variance
-    probe_holdout: float = PositionProbeOptions.holdout  # the fraction of the images the probe is scored on
-    lenses: tuple[str, ...] | None = None  # which lenses are measured ("ssdc" always); None: every registered one
-    interventions: tuple[str, ...] = ()  # edit specs every pass runs under (docs/interventions.md), in order
-    # lens → option → value, for the measured lenses with options of their own (all of them, defaults filled in);
-    # an option that is a plan field above (ssdc.mode) sets that field
-    lens_options: Mapping[str, Mapping[str, Any]] | None = None
+    # the settings (alphas, rpi_draws, ..., lens_options) are PlanSettings' fields: peanchor/plan_settings.py
 
     def __post_init__(self) -> None:
         def store(name: str, value: Any) -> None:
@@ -279,8 +268,9 @@ class AnalysisPlan:
         return cls(shifts, dict(result.shift_sources or {}), **settings)
 
 
-#: The plan's settings: every field but the shifts (``AnalysisSettings`` records these).
-SETTINGS_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AnalysisPlan))[2:]
+#: The plan's settings: every field but the shifts (:class:`~peanchor.plan_settings.PlanSettings`' fields;
+#: ``AnalysisSettings`` records these).
+SETTINGS_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PlanSettings))
 
 
 def split_lens_options(lens_options: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
@@ -306,7 +296,8 @@ def split_lens_options(lens_options: Any) -> tuple[dict[str, dict[str, Any]], di
         for option, value in options.items():
             if option not in fields:
                 valid = ", ".join(f"{SET_PREFIX}lenses.{name}.{f}" for f in fields) or "none: it has no options"
-                raise ConfigError(f"unknown option {SET_PREFIX}lenses.{name}.{option}; valid: {valid}")
+                raise ConfigError(f"unknown option {SET_PREFIX}lenses.{name}.{option}; valid: {valid}"
+                                  + _closest(option, fields, f"{SET_PREFIX}lenses.{name}."))  # fmt: skip
             key = fields[option].metadata.get(PLAN_KEY)
             if key is not None:
                 aliased[key] = value
@@ -364,7 +355,10 @@ def parse_plan_items(items: Iterable[str]) -> dict[str, Any]:
         lens, _, option = name.removeprefix("lenses.").partition(".")
         if name.startswith("lenses.") and lens and option and "." not in option:
             get_lens(lens)  # an unknown lens is one line listing the registered ones
-            own, aliased = split_lens_options({lens: {option: value}})
+            try:
+                own, aliased = split_lens_options({lens: {option: value}})
+            except ConfigError as e:
+                raise ConfigError(f"--set {item!r}: {e}") from None
             values.update(aliased)
             for lens_name, options in own.items():
                 values.setdefault("lens_options", {}).setdefault(lens_name, {}).update(options)
@@ -372,9 +366,9 @@ def parse_plan_items(items: Iterable[str]) -> dict[str, Any]:
         if key == name or name not in SETTINGS_KEYS or name == "lens_options":
             if name in ("shifts", "shift_sources"):
                 raise ConfigError(f"--set {item!r}: the shifts are chosen with --shift KIND:key=value, not --set")
-            valid = ", ".join(SET_PREFIX + k for k in SETTINGS_KEYS if k != "lens_options")
-            raise ConfigError(f"--set {item!r}: unknown analysis key {key!r}; valid keys: {valid}, and "
-                              f"{SET_PREFIX}lenses.<lens>.<option>")  # fmt: skip
+            valid = [SET_PREFIX + k for k in SETTINGS_KEYS if k != "lens_options"]
+            raise ConfigError(f"--set {item!r}: unknown analysis key {key!r}; valid keys: {', '.join(valid)}, and "
+                              f"{SET_PREFIX}lenses.<lens>.<option>{_closest(name, SETTINGS_KEYS, SET_PREFIX)}")  # fmt: skip
         values[name] = value
     return values
 

@@ -11,7 +11,7 @@ evaluation flags, ``--set analysis.KEY=VALUE``); the analysis itself is :func:`p
 function that ``peanchor.analyze`` runs too.
 
 Imports: at parse time :mod:`peanchor.commands` (shared: the ``--shift`` help and the lenses' names, from their
-registries, which load no torch); when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`, :mod:`peanchor.presets` (the run's preset's
+registries, which load no torch) and :mod:`peanchor.plan_settings` (the settings' flags, light too); when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`, :mod:`peanchor.presets` (the run's preset's
 shifts), :mod:`peanchor.training` (a run's config), :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`,
 :mod:`peanchor.data`, :mod:`peanchor.lenses` (the summary), :mod:`peanchor.tracking` (``--tensorboard``),
 :mod:`peanchor.devices` (``--device``, checked first).
@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from peanchor.commands.names import check_flags
-from peanchor.commands.shared import lens_descriptions, lens_list, lens_names, lens_options_help, shift_help, with_data_items
+from peanchor.commands.shared import check_set_items, lens_descriptions, lens_list, lens_names, lens_options_help, shift_help, with_data_items
 from peanchor.errors import ConfigError
+from peanchor.plan_settings import default_text, setting_fields
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
@@ -58,36 +59,15 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     data.add_argument("--data", metavar="NAME", help="evaluate on another dataset (scenes, cifar10, imagenet100, ...)")
     data.add_argument("--data-root", metavar="PATH", help="where that dataset lives")
     data.add_argument("--class-list", metavar="FILE", help="class subset, one WordNet id / class name per line")
-    data.add_argument("--images", type=int, metavar="N", help="a deterministic random subset of N evaluation images")
     data.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="any other dataset key, e.g. --set data.image_column=img --set data.val_size=500, or an "
                       "analysis setting, e.g. --set analysis.rpi_draws=2 or "
                       f"analysis.lenses=[{','.join(lens_names())}] (over the flags below; repeatable; typed like "
                       f"train --set), or a lens's option: {lens_options_help()}")  # fmt: skip
     ev = p.add_argument_group("evaluation")
-    ev.add_argument("--rpi-draws", type=int, metavar="K", help="independent RPI permutation streams (mean ± std; "
-                    "default: 1)")  # fmt: skip
-    ev.add_argument("--per-image", action="store_true", help="SSDC as the mean of per-image SSDCs (default: the paper's "
-                    "SSDC of the mean similarity matrix)")  # fmt: skip
-    ev.add_argument("--euclidean", action="store_true", help="Euclidean grid distance (default: Manhattan, the paper's)")
-    ev.add_argument("--bootstrap", type=int, metavar="R", help="bootstrap replicates for per-layer SSDC "
-                    "confidence intervals over images (default: 0, none)")  # fmt: skip
+    add_setting_flags({"data": data, "evaluation": ev})
     ev.add_argument("--shift", action="append", default=[], metavar="KIND:K=V[,K=V]", help=shift_help())
-    ev.add_argument("--severities", action="store_true", help="also the severity 1-5 sweep of every measured kind "
-                    "(the ImageNet-C-style table for the model's resolution)")  # fmt: skip
-    ev.add_argument("--probe-ridge", type=float, metavar="X", help="the position probe's ridge λ relative to the mean "
-                    "feature variance (default: 1e-3)")  # fmt: skip
-    ev.add_argument("--probe-holdout", type=float, metavar="F", help="fraction of the images the position probe is "
-                    "scored on, drawn with --seed; the rest fit it (default: 0.5)")  # fmt: skip
-    ev.add_argument("--intervention", action="append", default=[], metavar="KIND:K=V[,K=V]",
-                    help="an edit every pass runs under (repeatable, or several joined with +): pe_zero, pe_shuffle, "
-                         "pe_resample, rope_planes, head_ablate, patch; docs/interventions.md")  # fmt: skip
-    ev.add_argument("--alphas", metavar="LIST", help="PE scales for the α sweep, e.g. 1,0.5,0 (default: 1.0, 0.9, ..., 0.0)")
-    ev.add_argument("--no-alpha", action="store_true", help="skip the α sweep")
-    ev.add_argument("--batch-size", type=int, metavar="N", help="evaluation batch size (default: the run's eval batch size)")
     ev.add_argument("--device", metavar="DEV", help="auto (default), cpu, cuda, cuda:N")
-    ev.add_argument("--seed", type=int, metavar="N", help="seed of the RPI permutations, the bootstrap and the "
-                    "probe's split (default: 0)")  # fmt: skip
     ev.add_argument("--no-progress", action="store_true", help="no progress bars")
     ev.add_argument("--tensorboard", action="store_true", help="also log the analysis scalars (accuracy, FS per shift, "
                     "SSDC per layer, ΔSSDC, the α sweep) to TensorBoard event files in OUT/tensorboard "
@@ -96,20 +76,35 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
-def parse_alphas(text: str) -> list[float]:
-    """``"1,0.5,0"`` → ``[1.0, 0.5, 0.0]`` (the values are checked by the analysis plan).
+def add_setting_flags(groups: dict[str, Any]) -> None:
+    """The flags of the analysis plan's settings, from their declarations (:class:`~peanchor.plan_settings.Flag`
+    on the fields of :class:`~peanchor.plan_settings.PlanSettings`), each in its group of the help."""
+    for setting in setting_fields():
+        for flag in setting.flags:
+            group = groups[flag.group]
+            shown = flag.help or f"{setting.help} (default: {default_text(setting.default)})"
+            if flag.metavar is None:
+                group.add_argument(flag.name, action="store_true", help=shown)
+            elif flag.repeat:
+                group.add_argument(flag.name, action="append", default=[], metavar=flag.metavar, help=shown)
+            else:  # a value parsed by the flag's own parser is parsed in given_settings: its errors are ours
+                kind = str if flag.parse is not None else setting.flag_type()
+                group.add_argument(flag.name, type=kind, metavar=flag.metavar, help=shown)
 
-    >>> parse_alphas("1, .5,0")
-    [1.0, 0.5, 0.0]
-    """
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"--alphas {text!r}: expected comma-separated numbers, e.g. 1,0.5,0") from None
-    if not values:
-        raise ConfigError(f"--alphas {text!r}: expected comma-separated numbers, e.g. 1,0.5,0 (--no-alpha skips the "
-                          "sweep)")  # fmt: skip
-    return values
+
+def given_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the flags give (plan key → value; None: not given; of a setting's flags, the one declared last
+    wins)."""
+    given: dict[str, Any] = {}
+    for setting in setting_fields():
+        given[setting.name] = None
+        for flag in setting.flags:
+            value = getattr(args, flag.name.removeprefix("--").replace("-", "_"))
+            if flag.metavar is None:
+                given[setting.name] = flag.value if value else given[setting.name]
+            elif value is not None and value != []:
+                given[setting.name] = flag.parse(value) if flag.parse is not None else value
+    return given
 
 
 @dataclass
@@ -261,14 +256,7 @@ def plan_for(subject: Subject, args: argparse.Namespace, img_size: int, shift_sp
     from peanchor.analysis.plan import resolve_plan, split_plan_items
     from peanchor.presets import preset_shifts
 
-    given = {
-        "alphas": () if args.no_alpha else (parse_alphas(args.alphas) if args.alphas else None),
-        "rpi_draws": args.rpi_draws, "seed": args.seed, "batch_size": args.batch_size, "max_images": args.images,
-        "severities": True if args.severities else None, "ssdc_mode": "per_image" if args.per_image else None,
-        "metric": "euclidean" if args.euclidean else None, "bootstrap": args.bootstrap,
-        "probe_ridge": args.probe_ridge, "probe_holdout": args.probe_holdout,
-        "interventions": args.intervention or None,
-    }  # fmt: skip
+    given = given_settings(args)
     return resolve_plan(
         img_size, defaults={"batch_size": subject.eval_batch_size}, preset_shifts=preset_shifts(subject.preset, img_size),
         shift_specs=shift_specs, given=given, set_items=split_plan_items(args.set)[1],
@@ -277,6 +265,7 @@ def plan_for(subject: Subject, args: argparse.Namespace, img_size: int, shift_sp
 
 def run(args: argparse.Namespace) -> int:
     check_flags(args)  # a misspelt name fails here, before torch loads
+    check_set_items(args.set, "data")  # and a misspelt --set key
     from peanchor.analysis.evalset import EvalSet
     from peanchor.analysis.shift_specs import parse_shift_specs
     from peanchor.api import match_classes, run_analysis

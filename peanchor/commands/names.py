@@ -96,7 +96,7 @@ def model_names() -> tuple[str, ...]:
 @functools.cache
 def dataset_names() -> tuple[str, ...]:
     """``peanchor.data.DATASETS``' keys."""
-    return _dict_keys(PACKAGE / "data" / "__init__.py", "DATASETS")
+    return _dict_keys(PACKAGE / "data" / "datasets.py", "DATASETS")
 
 
 def _check(flag: str, value: Any, what: str, valid: Sequence[str]) -> None:

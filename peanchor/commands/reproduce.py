@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from peanchor.commands.names import check_flags
-from peanchor.commands.shared import lens_list, lens_options_help, shift_help
+from peanchor.commands.shared import check_set_items, lens_list, lens_options_help, shift_help
 from peanchor.conditions import DEFAULT_CONDITIONS
 from peanchor.presets import PRESET_NAMES, PRESETS, preset_help
 
@@ -120,6 +120,7 @@ def _echo_args(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     check_flags(args)  # a misspelt name fails here, before torch loads
+    check_set_items(args.set, "config", args.conditions)  # and a misspelt --set key
     from peanchor.study import list_commands, reproduce
 
     options = options_from_args(args)

@@ -3,7 +3,9 @@ options for the help texts (:func:`lens_list`, :func:`lens_options_help`), and d
 ``--set``.
 
 Imports: :mod:`peanchor.analysis` (the shift registry, light: no torch), :mod:`peanchor.lenses` (the lens registry,
-light too); :mod:`peanchor.training` (the typed ``--set``) when a command runs.
+light too); :mod:`peanchor.training` (the typed ``--set``), :mod:`peanchor.data` (the dataset keys) and the analysis
+plan (``--set analysis.*``), :mod:`peanchor.conditions` and :mod:`peanchor.study` (reproduce's per-condition items)
+when a command runs, all without torch.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from peanchor.lenses import LENSES
 
 # shift_help(): the --shift help, from the registry (no torch), called when a parser is built, so that the kinds of
 # the plug-ins loaded by then are in it.
-__all__ = ["lens_descriptions", "lens_list", "lens_names", "lens_options_help", "shift_help", "with_data_items"]
+__all__ = ["check_set_items", "lens_descriptions", "lens_list", "lens_names", "lens_options_help", "shift_help",
+           "with_data_items"]  # fmt: skip
 
 
 def lens_options_help() -> str:
@@ -46,10 +49,36 @@ def lens_descriptions() -> str:
     return ", ".join(f"{lens.title} ({name})" for name, lens in LENSES.items())
 
 
-def with_data_items(spec: Any, flags: dict[str, Any], set_items: list[str]) -> Any:  # DataSpec -> DataSpec
+def check_set_items(items: list[str], rest: str, conditions: str | None = None) -> None:
+    """The ``--set`` items checked by key (and value type) before the command imports anything heavy (torch): the
+    ``analysis.*`` ones against the analysis plan's keys and the lenses' options, the ``rest`` against the
+    training config (``"config"``; with the grid's ``conditions``, reproduce's, a ``<condition>:`` prefix is one
+    of them) or the dataset's keys (``"data"``, analyze's). Each fault is the line the full check gives later."""
+    from peanchor.analysis.plan import parse_plan_items, split_plan_items
+
+    others, plan_items = split_plan_items(items)
+    parse_plan_items(plan_items)
+    if rest == "data":
+        from peanchor.data.spec import DataSpec
+
+        with_data_items(DataSpec(), {}, others, check_only=True)
+    else:
+        from peanchor.training.config import check_set_items as check_config_items
+
+        if conditions is not None:
+            from peanchor.commands.names import pe_names
+            from peanchor.conditions import parse_conditions
+            from peanchor.study.options import split_set_items
+
+            common, per = split_set_items(items, parse_conditions(conditions, pe_names() or None))
+            others = split_plan_items(common)[0] + [item for part in per.values() for item in part]
+        check_config_items(others)
+
+
+def with_data_items(spec: Any, flags: dict[str, Any], set_items: list[str], check_only: bool = False) -> Any:
     """``spec`` with dataset keys set, type-checked like ``train --set``: ``flags`` (key → value from the
     command's own options; None is skipped), then the user's ``--set`` items, which may say ``data.key`` or
-    ``key``."""
+    ``key``; with ``check_only``, without the cross-field checks (the keys and types of the items alone)."""
     from peanchor.errors import ConfigError
     from peanchor.training.config import TrainConfig, parse_set_item, set_value
 
@@ -63,5 +92,6 @@ def with_data_items(spec: Any, flags: dict[str, Any], set_items: list[str]) -> A
         if not key or "." in key:
             raise ConfigError(f"--set {item!r}: expected a dataset key such as val_size or hf_name")
         set_value(config, f"data.{key}", value, raw)
-    config.data.validate()
+    if not check_only:
+        config.data.validate()
     return config.data

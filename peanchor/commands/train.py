@@ -1,9 +1,9 @@
 """``peanchor train``: train one ViT condition into a resumable run directory.
 
 Imports: :mod:`peanchor.presets` (choices), :mod:`peanchor.conditions` and :mod:`peanchor.registry` (the PE names in
-the help, without torch), :mod:`peanchor.commands` (names: the flags checked before torch loads),
-:mod:`peanchor.train_preset` (the flags' config keys, the default run directory); when run, :mod:`peanchor.training`
-and, with ``--tensorboard``, :mod:`peanchor.tracking`.
+the help, without torch), :mod:`peanchor.commands` (names, shared: the flags and ``--set`` keys checked before
+torch loads), :mod:`peanchor.train_preset` (the flags' config keys, the default run directory); when run,
+:mod:`peanchor.training` and, with ``--tensorboard``, :mod:`peanchor.tracking`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from peanchor.commands.names import check_flags
+from peanchor.commands.shared import check_set_items
 from peanchor.conditions import CONDITIONS
 from peanchor.presets import PRESET_NAMES, preset_help
 from peanchor.registry import entry_point_names
@@ -73,6 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     check_flags(args)  # a misspelt name fails here, before torch loads
+    check_set_items(args.set, "config")  # and a misspelt --set key
     from peanchor.presets import resolve_config
 
     flags = {key: getattr(args, key) for key in FLAG_KEYS}

@@ -271,6 +271,22 @@ def parse_set_item(item: str) -> tuple[str, Any, str]:
     return key, value, raw
 
 
+def check_set_items(items: list[str]) -> None:
+    """Each ``--set`` item's key and the type of its value checked on a default config, in the words of
+    :func:`set_value`: a command calls this first, so that a misspelt key (``model.pee``) is one line before torch
+    loads; the cross-field checks (:func:`validate`, a PE's name) wait for the command's own config.
+
+    >>> check_set_items(["optim.lr=3e-4", "model.overrides.depth=6"])
+    >>> check_set_items(["optim.lrr=1"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    peanchor.errors.ConfigError: unknown config key 'optim.lrr'; valid keys here: optim.lr, ... (did you mean optim.lr?)
+    """
+    config = TrainConfig()
+    for item in items:
+        key, value, raw = parse_set_item(item)
+        set_value(config, key, value, raw)
+
+
 def validate(config: TrainConfig) -> None:
     """Cross-field checks that the type system cannot express."""
     config.data.validate()
@@ -415,6 +431,7 @@ def diff_configs(old: TrainConfig | dict[str, Any], new: TrainConfig | dict[str,
 __all__ = [
     "ModelOverrides",
     "apply_overrides",
+    "check_set_items",
     "RUNTIME_KEYS",
     "ModelConfig",
     "OptimConfig",
