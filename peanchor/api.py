@@ -246,6 +246,7 @@ def analyze(
     rpi_draws: int | None = None,
     lenses: Iterable[str] | None = None,
     interventions: Iterable[str] | None = None,
+    sweeps: Iterable[str] | None = None,
     lens_options: Mapping[str, Mapping[str, Any]] | None = None,
     seed: int | None = None,
     ssdc_mode: SSDCMode | None = None,
@@ -284,6 +285,9 @@ def analyze(
             and held-out fraction 0.5, all of :data:`LENSES` (``"ssdc"`` among them) reported, no edits
             (``interventions``: edit specs such as ``"rope_planes:freqs=0-3"``, docs/interventions.md; every pass,
             RPI and the α sweep included, runs under all of them).
+        sweeps: dose-response sweeps over the edits, e.g. ``["rope_planes:freqs=none,0-3,0-7"]`` (the last parameter
+            is swept over its comma-separated doses; docs/interventions.md): ``result.dose_sweeps`` holds top-1, FS
+            and every lens, in order and under RPI, at each dose.
         lens_options: each lens's options, ``{lens: {option: value}}`` (``{"ssdc": {"bootstrap": 200}}``), as
             ``--set analysis.lenses.<lens>.<option>=value`` sets them; over ``plan``'s, option by option.
         plan: a whole :class:`~peanchor.analysis.plan.AnalysisPlan` (e.g. ``AnalysisPlan.from_result`` of an
@@ -335,7 +339,7 @@ def analyze(
              "bootstrap": bootstrap, "severities": severities, "batch_size": batch_size, "max_images": max_images,
              "probe_ridge": probe_ridge, "probe_holdout": probe_holdout, "lenses": lenses,
              "interventions": list(interventions) if interventions is not None else None,
-             "lens_options": lens_options}  # fmt: skip
+             "lens_options": lens_options, "sweeps": list(sweeps) if sweeps is not None else None}  # fmt: skip
     size = evalset.img_size
     resolved = resolve_plan(
         size, defaults=plan, preset_shifts=preset_shifts(preset, size), given=given,

@@ -22,8 +22,9 @@ there). A new lens therefore needs nothing here. Any other new measure of a mode
 :class:`Measures` (per model, at α = 1) or :class:`SweepPoint` (per α). It then travels from analysis.json into every
 model (or sweep row) of results.json by itself; the CSV's rows are listed in :func:`analysis_rows`.
 
-Imports: :mod:`peanchor.fileio`, :mod:`peanchor.errors`, :mod:`peanchor.lenses` (the records); pydantic lazily
-(to read), :mod:`peanchor.tables` lazily (``to_pandas``, the summary a notebook shows).
+Imports: :mod:`peanchor.fileio`, :mod:`peanchor.errors`, :mod:`peanchor.lenses` (the records),
+:mod:`peanchor.dose_results` (``dose_sweeps``); pydantic lazily (to read), :mod:`peanchor.tables` lazily
+(``to_pandas``, the summary a notebook shows).
 """
 
 from __future__ import annotations
@@ -43,17 +44,16 @@ from typing import Any, TypeVar
 from peanchor import fileio
 from peanchor.errors import DataError, SchemaError
 from peanchor.fileio import Number  # a measured float: null in a file reads as NaN
+from peanchor.dose_results import DOSE_COLUMNS, LENS_MAP, DoseSweep
 from peanchor.lenses import LENSES, HeadLayers, LayerPair, LensFailure, UnknownLensRecord
 from peanchor.lenses.attention_distance import AttentionDistanceLayers
 from peanchor.lenses.position_probe import PositionProbeLayers
 from peanchor.lenses.ssdc import SSDCLayers
 
-__all__ = [
-    "ANALYSIS_CSV", "ANALYSIS_JSON", "RESULTS_JSON", "SCHEMA_VERSION", "AnalysisResult", "AnalysisSettings",
-    "AttentionDistanceLayers", "FailedCell", "HeadLayers", "LayerPair", "Measures", "ModelInfo", "ModelResult",
-    "PositionProbeLayers", "Results", "SSDCLayers", "SweepPoint", "SweepRow", "TrainSummary", "analysis_rows",
-    "read_analysis", "read_results", "results_from_dict", "to_json_dict", "write_analysis", "write_results",
-]
+__all__ = ["ANALYSIS_CSV", "ANALYSIS_JSON", "RESULTS_JSON", "SCHEMA_VERSION", "AnalysisResult", "AnalysisSettings",
+           "AttentionDistanceLayers", "FailedCell", "HeadLayers", "LayerPair", "Measures", "ModelInfo", "ModelResult",
+           "PositionProbeLayers", "Results", "SSDCLayers", "SweepPoint", "SweepRow", "TrainSummary", "analysis_rows",
+           "read_analysis", "read_results", "results_from_dict", "to_json_dict", "write_analysis", "write_results"]  # fmt: skip
 
 SCHEMA_VERSION = 2  # 2: attention distance and the position probe; the CSV's head column
 ANALYSIS_SCHEMA = "peanchor.analysis"
@@ -62,10 +62,8 @@ ANALYSIS_JSON = "analysis.json"
 ANALYSIS_CSV = "analysis.csv"
 RESULTS_JSON = "results.json"
 
-_REWRITE = {  # how to make the file again
-    ANALYSIS_SCHEMA: "rerun `peanchor analyze` (or `peanchor reproduce`, which analyses such cells again)",
-    RESULTS_SCHEMA: "rerun `peanchor report OUT` (or `peanchor reproduce`)",
-}
+_REWRITE = {ANALYSIS_SCHEMA: "rerun `peanchor analyze` (or `peanchor reproduce`, which analyses such cells again)",
+            RESULTS_SCHEMA: "rerun `peanchor report OUT` (or `peanchor reproduce`)"}  # how to make the file again
 _OMIT = {"omit_if_none": True}  # an optional part that was not measured is absent from the file, not null
 _LENS_RECORDS = {"lens_records": True}  # a mapping whose items are written as keys of the object that holds it
 
@@ -91,6 +89,7 @@ class Measures:
     fragility: dict[str, Number]  # shift name → 1 - acc / clean_acc
     severities: dict[str, list[Number]] | None = _optional()  # kind → top-1 at severity 1..5
     severity_fragility: dict[str, list[Number]] | None = _optional()
+    dose_sweeps: list[DoseSweep] | None = _optional()  # the --sweep dose-responses (peanchor.dose_results)
 
     def lens(self, name: str) -> Any:
         """The record of lens ``name``, or None where it was not measured (e.g. no attention weights), failed
@@ -161,6 +160,7 @@ class AnalysisSettings:
     lenses: list[str] | None = _optional()  # the lenses measured (absent in files written before: the three of then)
     interventions: list[str] | None = _optional()  # the edits every pass ran under (absent in files before: none)
     lens_options: dict[str, dict[str, Any]] | None = _optional()  # lens → option → value: a lens's own options
+    sweeps: list[str] | None = _optional()  # the dose-response sweeps measured (absent in files before: none)
 
 
 @dataclass(kw_only=True)
@@ -304,6 +304,8 @@ def to_json_dict(record: Any) -> Any:
             value = getattr(record, f.name)
             if f.metadata.get("lens_records"):  # each lens's record under the lens's name
                 out.update({name: _lens_record_json(r) for name, r in value.items()})
+            elif f.metadata.get(LENS_MAP):  # a dose's lens records (peanchor.dose_results), under the field's name
+                out[f.name] = {name: _lens_record_json(r) for name, r in value.items()}
             elif not (value is None and f.metadata.get("omit_if_none")):
                 out[f.name] = to_json_dict(value)
         return out
@@ -346,15 +348,12 @@ def _from_document(doc: Any, cls: type[R], schema: str, source: str) -> R:
         raise SchemaError(f"{source}: expected a JSON object at the top level, got {type(doc).__name__}")
     if doc.get("schema") != schema or "schema_version" not in doc:
         found = f"schema {doc['schema']!r}" if "schema" in doc else "no schema field"
-        raise SchemaError(
-            f"{source}: not a {schema} file ({found}); it was written by another tool or by a peanchor older than "
-            f"the versioned result files: {_REWRITE[schema]} to rewrite it"
-        )
+        raise SchemaError(f"{source}: not a {schema} file ({found}); it was written by another tool or by a peanchor "
+                          f"older than the versioned result files: {_REWRITE[schema]} to rewrite it")  # fmt: skip
     if doc["schema_version"] != SCHEMA_VERSION:
-        raise SchemaError(
-            f"{source}: {schema} schema_version {doc['schema_version']!r}, but this peanchor reads version "
-            f"{SCHEMA_VERSION}: {_REWRITE[schema]} with this peanchor, or use the peanchor that wrote it"
-        )
+        raise SchemaError(f"{source}: {schema} schema_version {doc['schema_version']!r}, but this peanchor reads "
+                          f"version {SCHEMA_VERSION}: {_REWRITE[schema]} with this peanchor, or use the peanchor that "
+                          "wrote it")  # fmt: skip
     body = {k: v for k, v in doc.items() if k not in ("schema", "schema_version")}
     if cls is AnalysisResult:
         body, records = _split_lenses(body, (), source, _field_names(AnalysisResult))
@@ -443,9 +442,9 @@ def analysis_rows(result: AnalysisResult) -> Iterator[dict[str, Any]]:
     return measure_rows(result, result.alpha_sweep)
 
 
-def _csv_text(rows: Iterator[Mapping[str, Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
+def _csv_text(rows: Iterator[Mapping[str, Any]], sweeps: bool = False) -> str:
+    buf = io.StringIO()  # an analysis with dose-response sweeps has two more columns (sweep, dose)
+    writer = csv.DictWriter(buf, fieldnames=[*CSV_COLUMNS, *(DOSE_COLUMNS if sweeps else ())], lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     return buf.getvalue()
@@ -460,7 +459,7 @@ def write_analysis(result: AnalysisResult, out_dir: str | os.PathLike[str]) -> P
     """Write ``analysis.csv`` and then ``analysis.json`` into ``out_dir``, atomically: the JSON is written last,
     so its presence means both are complete. Returns the JSON path."""
     out = Path(out_dir)
-    fileio.write_text(out / ANALYSIS_CSV, _csv_text(analysis_rows(result)))
+    fileio.write_text(out / ANALYSIS_CSV, _csv_text(analysis_rows(result), bool(result.dose_sweeps)))
     fileio.write_json(out / ANALYSIS_JSON, _document(result, ANALYSIS_SCHEMA))
     return out / ANALYSIS_JSON
 

@@ -40,9 +40,9 @@ and ``forward_intermediates``), plus ``pe.scalable`` (or a ``pe_scalable`` attri
 anything. An adapter around a foreign model (a timm or transformers ViT) is therefore evaluated unchanged. The result
 is an :class:`peanchor.results.AnalysisResult` (written as analysis.json by :func:`peanchor.results.write_analysis`).
 
-Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes), :mod:`peanchor.lenses`, :mod:`peanchor.metrics`,
-:mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits), :mod:`peanchor.bars`,
-:mod:`peanchor.devices`.
+Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes, dose_sweep), :mod:`peanchor.lenses`,
+:mod:`peanchor.metrics`, :mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits),
+:mod:`peanchor.bars`, :mod:`peanchor.devices`.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ import torch
 from torch import Tensor, nn
 
 from peanchor.analysis.corrupted_sets import CorruptedCache
+from peanchor.analysis.dose_sweep import measure_dose_sweeps
 from peanchor.analysis.plan import DEFAULT_ALPHAS, AnalysisPlan, resolve_plan
 from peanchor.analysis.shifts import Shift, severity_table, table_name
 from peanchor.bars import progress_bar
@@ -216,13 +217,18 @@ def evaluate_model(
             for spec in passes:
                 bar.set_postfix_str(spec.label, refresh=False)
                 runner.run(spec)
+        # the dose-response sweeps (--sweep): their own passes, on the same images, lenses and fitted edits
+        dose_sweeps, dose_notes = measure_dose_sweeps(
+            model, evalset, applied, sets={"clean": evalset.images, **{n: sets[key_of(s)] for n, s in shifts.items()}},
+            lenses=lenses, base=runner.edits, mean=info.mean, std=info.std, device=dev, progress=progress,
+        ) if applied.sweeps else (None, [])  # fmt: skip
     finally:
         model.train(was_training)
     t_passes = time.perf_counter() - t_passes
 
     # ---- the lenses (α = 1): the normal pass and the RPI draws
     records = {name: _record(lens, runner, clean, rpi) for name, lens in lenses.items()}
-    notes = [f"{name}: {note}" for name, lens in lenses.items() for note in lens.notes]
+    notes = [f"{name}: {note}" for name, lens in lenses.items() for note in lens.notes] + dose_notes
     ssdc_rpi = records["ssdc"].rpi
 
     # ---- robustness (α = 1)
@@ -270,6 +276,7 @@ def evaluate_model(
         model=ModelInfo(pe=getattr(model, "pe_name", None), depth=int(model.depth), grid=list(grid), scalable=scalable),
         settings=applied.settings_record(evalset.fingerprint, str(dev)),
         notes=notes or None,
+        dose_sweeps=dose_sweeps,
     )  # fmt: skip
 
 

@@ -82,6 +82,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     ev.add_argument("--intervention", action="append", default=[], metavar="KIND:K=V[,K=V]",
                     help="an edit every pass runs under (repeatable, or several joined with +): pe_zero, pe_shuffle, "
                          "pe_resample, rope_planes, head_ablate, patch; docs/interventions.md")  # fmt: skip
+    ev.add_argument("--sweep", action="append", default=[], metavar="KIND:[K=V,]PARAM=DOSE,DOSE",
+                    help="a dose-response sweep over the edits (repeatable): the last parameter is swept over its "
+                         "comma-separated doses (A..B: a range; a set of indices joined with +), e.g. "
+                         "rope_planes:freqs=none,0-3,0-7 or pe_resample:grid=7x7,14x14; top-1, FS and every lens, "
+                         "in order and under RPI, at each dose; docs/interventions.md")  # fmt: skip
     ev.add_argument("--alphas", metavar="LIST", help="PE scales for the α sweep, e.g. 1,0.5,0 (default: 1.0, 0.9, ..., 0.0)")
     ev.add_argument("--no-alpha", action="store_true", help="skip the α sweep")
     ev.add_argument("--batch-size", type=int, metavar="N", help="evaluation batch size (default: the run's eval batch size)")
@@ -269,7 +274,7 @@ def plan_for(subject: Subject, args: argparse.Namespace, img_size: int, shift_sp
         "severities": True if args.severities else None, "ssdc_mode": "per_image" if args.per_image else None,
         "metric": "euclidean" if args.euclidean else None, "bootstrap": args.bootstrap,
         "probe_ridge": args.probe_ridge, "probe_holdout": args.probe_holdout,
-        "interventions": args.intervention or None,
+        "interventions": args.intervention or None, "sweeps": args.sweep or None,
     }  # fmt: skip
     return resolve_plan(
         img_size, defaults={"batch_size": subject.eval_batch_size}, preset_shifts=preset_shifts(subject.preset, img_size),
