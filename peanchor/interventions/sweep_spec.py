@@ -56,7 +56,10 @@ class SweepSpec:
         if not isinstance(text, str):
             raise ConfigError(f"sweep {text!r}: expected text, {SWEEP_FORM}")
         kind, _, rest = text.strip().partition(":")
-        INTERVENTIONS.lookup(kind.strip())  # an unknown kind: one line with the valid ones
+        try:
+            INTERVENTIONS.lookup(kind.strip())  # an unknown kind: one line with the valid ones
+        except ConfigError as e:
+            raise ConfigError(f"sweep {text!r}: {e}") from None
         values: list[tuple[str, list[str]]] = []
         for piece in rest.split(",") if rest.strip() else []:
             key, eq, value = piece.partition("=")
