@@ -200,3 +200,24 @@ def test_the_cli_measures_repeated_sweeps_on_its_edits(run_dir, tmp_path) -> Non
     first = doc["dose_sweeps"][0]["doses"][0]
     assert first["clean_acc"] == doc["clean_acc"] and first["lenses"]["ssdc"] == doc["ssdc"]
     assert all(s["base"] == ["head_ablate:layers=0,heads=0,value=zero"] for s in doc["dose_sweeps"])
+
+
+@pytest.mark.slow
+def test_reproduce_sweeps_from_set_and_pe_zero_leaves_no_anchored_structure_in_trained_ape_models(tmp_path) -> None:
+    """The oracle on trained smoke models: with the absolute table zeroed, nothing is anchored to the slots, so SSDC
+    under RPI is about 0 at every layer of every absolute-PE model (sincos keeps plenty without the edit)."""
+    from peanchor.results import read_results
+
+    out = tmp_path / "grid"
+    assert main(["reproduce", "--preset", "smoke", "--conditions", "ape,sincos", "--out", str(out), "--no-progress",
+                 "--set", "analysis.sweeps=pe_zero:prefix=zero,keep"]) == 0  # fmt: skip
+    results = read_results(out)
+    assert results.analysis["sweeps"] == ["pe_zero:prefix=zero,keep"]
+    for model in results.models:
+        (sweep,) = model.dose_sweeps
+        assert [d.dose for d in sweep.doses] == ["zero", "keep"]
+        for dose in sweep.doses:
+            assert all(abs(v) < 0.1 for v in dose.lens("ssdc").rpi), (model.name, dose.dose, dose.lens("ssdc").rpi)
+    sincos = next(m for m in results.models if m.condition == "sincos")
+    assert min(sincos.ssdc.rpi) > 0.5  # the oracle is not trivially met: the edit removes what was there
+    assert "## Dose-response sweeps" in (out / "report.md").read_text()

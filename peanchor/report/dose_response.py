@@ -93,7 +93,7 @@ def draw_dose_response(results: Results, axes: Sequence[Axes] | None = None, pan
     colours = [f"C{i}" for i in range(10)]
     for i, (model, sw) in enumerate(runs):
         xs = list(range(len(sw.doses)))
-        colour = colours[i % len(colours)]
+        colour = colours[i % len(colours)] if len(runs) > 1 else "0.2"
         who = f"{model}: " if len(runs) > 1 else ""
         if (ax := where.get("top1")) is not None:
             ax.plot(xs, [_value(d.clean_acc) for d in sw.doses], marker="o", color=colour, label=f"{who}in order")
@@ -107,11 +107,12 @@ def draw_dose_response(results: Results, axes: Sequence[Axes] | None = None, pan
             depth = max((len(d.lens("ssdc").normal) for d in sw.doses if d.lens("ssdc") is not None), default=0)
             shown = sorted({0, depth // 2, depth - 1}) if layers is None else list(layers)
             for j, layer in enumerate(l for l in shown if 0 <= l < depth):
-                shade = colours[(i * len(shown) + j) % len(colours)]
+                # one model: a colour per layer; several: the model's colour, a marker per layer
+                shade, marker = (colours[j % len(colours)], "o") if len(runs) == 1 else (colour, "os^Dv"[j % 5])
                 for mode, style in (("normal", "-"), ("rpi", "--")):
                     ys = [_value(getattr(d.lens("ssdc"), mode)[layer]) if d.lens("ssdc") is not None else math.nan
                           for d in sw.doses]  # fmt: skip
-                    ax.plot(xs, ys, marker="o", color=shade, linestyle=style,
+                    ax.plot(xs, ys, marker=marker, color=shade, linestyle=style,
                             label=f"{who}layer {layer}, {'in order' if mode == 'normal' else 'under RPI'}")  # fmt: skip
     labels = [d.dose for d in runs[0][1].doses]
     titles = {"top1": "top-1", "ssdc": "SSDC", **{f"fs_{s}": f"Fragility Score, {s}" for s in _shifts(runs)}}
