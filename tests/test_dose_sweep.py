@@ -28,18 +28,25 @@ DATA = Path(__file__).parent / "data"
 
 @pytest.fixture(scope="module")
 def data() -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    return torch.randint(0, 256, (16, 3, 16, 16), dtype=torch.uint8, generator=g), torch.arange(16) % 4
+    """16 random 16 px images of 4 classes."""
+    images = torch.randint(0, 256, (16, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    return images, torch.arange(16) % 4
 
 
-def peaked(pe: str, seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    model = peanchor.create_model("vit_micro", pe=pe, num_classes=4).eval()
-    with torch.no_grad():  # peaked attention and a unit head: positions visibly matter
-        for block in model.blocks:
-            block.attn.qkv.weight.mul_(20)
-        torch.nn.init.normal_(model.head.weight)
-    return model
+@pytest.fixture(scope="module")
+def peaked(micro):
+    """``peaked(pe)``: a ``vit_micro`` whose attention is sharp (its q and k scaled up) and whose head is a unit
+    normal draw, so that the edits visibly change its numbers."""
+
+    def build(pe: str) -> torch.nn.Module:
+        model = micro(pe, num_classes=4)
+        with torch.no_grad():
+            for block in model.blocks:
+                block.attn.qkv.weight.mul_(20)
+            torch.nn.init.normal_(model.head.weight)
+        return model
+
+    return build
 
 
 def numbers(m) -> dict:
@@ -51,7 +58,7 @@ def numbers(m) -> dict:
                                               ("ape", "pe_resample:grid=4x4,2x2,6x6"),
                                               ("rope", "pe_resample:grid=4x4,6x6")])  # fmt: skip
 @pytest.mark.parametrize("lenses", [None, ["ssdc", "position_probe", "effective_rank"]])
-def test_the_identity_dose_is_the_main_analysis_exactly(data, pe, identity, lenses) -> None:
+def test_the_identity_dose_is_the_main_analysis_exactly(data, peaked, pe, identity, lenses) -> None:
     result = peanchor.analyze(peaked(pe), *data, sweeps=[identity], lenses=lenses, **STATS, **FAST)
     (sweep,) = result.dose_sweeps
     first, *others = sweep.doses
@@ -61,7 +68,7 @@ def test_the_identity_dose_is_the_main_analysis_exactly(data, pe, identity, lens
 
 
 @pytest.mark.parametrize("base", [[], ["head_ablate:layers=0,heads=1"]])
-def test_a_dose_is_the_analysis_under_the_base_and_that_dose(data, base) -> None:
+def test_a_dose_is_the_analysis_under_the_base_and_that_dose(data, peaked, base) -> None:
     model = peaked("rope")
     swept = peanchor.analyze(model, *data, interventions=base, sweeps=["rope_planes:axis=x,freqs=0,0-1"],
                              **STATS, **FAST)  # fmt: skip
@@ -71,7 +78,7 @@ def test_a_dose_is_the_analysis_under_the_base_and_that_dose(data, base) -> None
     assert swept.dose_sweeps[0].base == [peanchor.interventions.Intervention.parse(b).edits[0].spec for b in base]
 
 
-def test_k_doses_cost_at_most_k_plus_one_passes_per_batch(data, monkeypatch) -> None:
+def test_k_doses_cost_at_most_k_plus_one_passes_per_batch(data, peaked, monkeypatch) -> None:
     calls: list[int] = []  # passes of each forward_doses call
     reference = dose_sweep.forward_doses
 
@@ -101,7 +108,7 @@ def test_k_doses_cost_at_most_k_plus_one_passes_per_batch(data, monkeypatch) -> 
     assert passes["n"] == plain.forward_passes * batches + sweep.forward_passes * batches
 
 
-def test_a_lens_that_fails_at_a_dose_records_its_failure_there(data, monkeypatch, tmp_path) -> None:
+def test_a_lens_that_fails_at_a_dose_records_its_failure_there(data, peaked, monkeypatch, tmp_path) -> None:
     update = PositionProbeLens.update
 
     def fails_off_grid(self, state, batch):
@@ -121,7 +128,7 @@ def test_a_lens_that_fails_at_a_dose_records_its_failure_there(data, monkeypatch
     assert read_analysis(tmp_path).dose_sweeps == result.dose_sweeps
 
 
-def test_the_sweeps_travel_through_the_files_and_the_plan(data, tmp_path) -> None:
+def test_the_sweeps_travel_through_the_files_and_the_plan(data, peaked, tmp_path) -> None:
     result = peanchor.analyze(peaked("rope"), *data, sweeps=["rope_planes:freqs=none,0..1"], **STATS, **FAST)
     result.save(tmp_path)
     stored = read_analysis(tmp_path)
@@ -139,7 +146,7 @@ def test_the_sweeps_travel_through_the_files_and_the_plan(data, tmp_path) -> Non
     assert picked.value.tolist() == [result.dose_sweeps[0].doses[1].fragility["blur"]]
 
 
-def test_files_without_sweeps_read_and_write_as_before(data, tmp_path) -> None:
+def test_files_without_sweeps_read_and_write_as_before(data, peaked, tmp_path) -> None:
     old = read_analysis(DATA / "analysis-v2-three-lenses.json")
     assert old.dose_sweeps is None and AnalysisPlan.from_result(old).sweeps == ()
     result = peanchor.analyze(peaked("ape"), *data, **STATS, **FAST)
@@ -159,7 +166,7 @@ def test_the_plan_reads_sweeps_from_set_items_and_refuses_a_bad_one_in_a_line() 
         AnalysisPlan({"jpeg": peanchor.analysis.shifts.Shift("jpeg", quality=10)}, sweeps=["rope_planes:frqs=1"])
 
 
-def test_a_dose_the_model_cannot_take_is_one_line_before_any_pass(data) -> None:
+def test_a_dose_the_model_cannot_take_is_one_line_before_any_pass(data, peaked) -> None:
     with pytest.raises(ConfigError, match=r"rope_planes acts at rope.tables, which peanchor:ape does not have"):
         peanchor.analyze(peaked("ape"), *data, sweeps=["rope_planes:freqs=0,1"], **STATS, **FAST)
 
