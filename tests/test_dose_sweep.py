@@ -14,7 +14,7 @@ import torch
 
 import peanchor
 import peanchor.analysis.dose_sweep as dose_sweep
-from peanchor.analysis.plan import AnalysisPlan, parse_plan_items
+from peanchor.analysis.plan import AnalysisPlan, parse_plan_items, resolve_plan
 from peanchor.cli import main
 from peanchor.errors import ConfigError
 from peanchor.lenses import LensFailure
@@ -161,6 +161,11 @@ def test_the_plan_reads_sweeps_from_set_items_and_refuses_a_bad_one_in_a_line() 
     assert items == {"sweeps": "rope_planes:freqs=none,0-3"}
     plan = AnalysisPlan({"jpeg": peanchor.analysis.shifts.Shift("jpeg", quality=10)}, **items)
     assert plan.sweeps == ("rope_planes:freqs=none,0-3",) and AnalysisPlan.from_dict(plan.to_dict()) == plan
+    # a preset's analysis defaults (the bottom layer) carry sweeps too, and --set replaces them
+    preset = resolve_plan(32, defaults={"sweeps": ["pe_zero:prefix=zero,keep"]})
+    assert preset.sweeps == ("pe_zero:prefix=zero,keep",)
+    assert resolve_plan(32, defaults={"sweeps": ["pe_zero:prefix=zero,keep"]},
+                        set_items=["analysis.sweeps=[patch:layer=0..1]"]).sweeps == ("patch:layer=0,1",)  # fmt: skip
     with pytest.raises(ConfigError, match=r"^analysis.sweeps: sweep 'rope_planes:frqs=1': intervention rope_planes "
                                           r"has no parameter 'frqs'; valid: layers, heads, axis, freqs$"):  # fmt: skip
         AnalysisPlan({"jpeg": peanchor.analysis.shifts.Shift("jpeg", quality=10)}, sweeps=["rope_planes:frqs=1"])
