@@ -28,7 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__", "create_model", "load_model", "PE_NAMES", "MODEL_SIZES", "analyze", "LENSES", "AnalysisPlan",
     "AnalysisResult", "read_analysis", "plot_ssdc_per_layer", "plot_alpha_sweep", "plot_lenses", "plot_attention_heads",
-    "audit", "AuditReport",
+    "plot_dose_response", "audit", "AuditReport",
     "compare", "write_report", "read_results", "train",
 ]  # fmt: skip
 
@@ -40,7 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from peanchor.models import MODEL_SIZES, create_model
     from peanchor.pe import PE_NAMES
     from peanchor.report import write_report
-    from peanchor.report.plots import plot_alpha_sweep, plot_attention_heads, plot_lenses, plot_ssdc_per_layer
+    from peanchor.report.plots import (plot_alpha_sweep, plot_attention_heads, plot_dose_response, plot_lenses,
+                                       plot_ssdc_per_layer)
     from peanchor.results import AnalysisResult, read_analysis, read_results
     from peanchor.tables import compare
     from peanchor.train_preset import train
@@ -53,6 +54,7 @@ _LAZY = {
     "AnalysisResult": "peanchor.results", "read_analysis": "peanchor.results", "read_results": "peanchor.results",
     "plot_ssdc_per_layer": "peanchor.report.plots", "plot_alpha_sweep": "peanchor.report.plots",
     "plot_lenses": "peanchor.report.plots", "plot_attention_heads": "peanchor.report.plots",
+    "plot_dose_response": "peanchor.report.plots",
     "AuditReport": "peanchor.audit",
     "compare": "peanchor.tables", "write_report": "peanchor.report", "train": "peanchor.train_preset",
 }  # fmt: skip

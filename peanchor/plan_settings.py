@@ -129,6 +129,14 @@ class PlanSettings:
     lens_options: Mapping[str, Mapping[str, Any]] | None = setting(
         None, "each lens's own options, {lens: {option: value}}, over the defaults of its options_type",
         recorded="optional", set_form="analysis.lenses.<lens>.<option>=...")  # fmt: skip
+    sweeps: tuple[str, ...] = setting(
+        (), "dose-response sweeps over the edits: the last parameter is swept over its comma-separated doses "
+        "(docs/interventions.md)",
+        flags=(Flag("--sweep", "KIND:[K=V,]PARAM=DOSE,DOSE", repeat=True, help="a dose-response sweep over the edits "
+                    "(repeatable): the last parameter is swept over its comma-separated doses (A..B: a range; a set "
+                    "of indices joined with +), e.g. rope_planes:freqs=none,0-3,0-7 or pe_resample:grid=7x7,14x14; "
+                    "top-1, FS and every lens, in order and under RPI, at each dose; docs/interventions.md"),),
+        recorded="optional")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ travels from analysis.json into every model (or sweep row) of results.json by it
 analysis ran: the settings are spelled there only.
 
 Imports: :mod:`peanchor.fileio`, :mod:`peanchor.errors`, :mod:`peanchor.lenses` (the records),
-:mod:`peanchor.results_schema` (versions, layouts, reading), :mod:`peanchor.plan_settings` (the settings);
-:mod:`peanchor.tables` lazily (``to_pandas``, the summary a notebook shows).
+:mod:`peanchor.results_schema` (versions, layouts, reading), :mod:`peanchor.plan_settings` (the settings),
+:mod:`peanchor.dose_results` (``dose_sweeps``); :mod:`peanchor.tables` lazily (``to_pandas``, the summary a
+notebook shows).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from typing import Any, TypeVar
 from peanchor import fileio
 from peanchor.errors import DataError
 from peanchor.fileio import Number  # a measured float: null in a file reads as NaN
+from peanchor.dose_results import DOSE_COLUMNS, LENS_MAP, DoseSweep
 from peanchor.lenses import HeadLayers, LayerPair, LensFailure, UnknownLensRecord
 from peanchor.lenses.attention_distance import AttentionDistanceLayers
 from peanchor.lenses.position_probe import PositionProbeLayers
@@ -104,6 +106,7 @@ class Measures:
     fragility: dict[str, Number]  # shift name → 1 - acc / clean_acc
     severities: dict[str, list[Number]] | None = _optional()  # kind → top-1 at severity 1..5
     severity_fragility: dict[str, list[Number]] | None = _optional()
+    dose_sweeps: list[DoseSweep] | None = _optional()  # the --sweep dose-responses (peanchor.dose_results)
 
     def lens(self, name: str) -> Any:
         """The record of lens ``name``, or None where it was not measured (e.g. no attention weights), failed
@@ -315,6 +318,8 @@ def to_json_dict(record: Any, nest_lenses: bool = False) -> Any:
             if f.metadata.get("lens_records"):
                 records = {name: _lens_record_json(r) for name, r in value.items()}
                 out.update({LENSES_KEY: records} if nest_lenses else records)
+            elif f.metadata.get(LENS_MAP):  # a dose's lens records (peanchor.dose_results), under the field's name
+                out[f.name] = {name: _lens_record_json(r) for name, r in value.items()}
             elif not (value is None and f.metadata.get("omit_if_none")):
                 out[f.name] = to_json_dict(value, nest_lenses)
         return out
@@ -381,9 +386,9 @@ def analysis_rows(result: AnalysisResult) -> Iterator[dict[str, Any]]:
     return measure_rows(result, result.alpha_sweep)
 
 
-def _csv_text(rows: Iterator[Mapping[str, Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
+def _csv_text(rows: Iterator[Mapping[str, Any]], sweeps: bool = False) -> str:
+    buf = io.StringIO()  # an analysis with dose-response sweeps has two more columns (sweep, dose)
+    writer = csv.DictWriter(buf, fieldnames=[*CSV_COLUMNS, *(DOSE_COLUMNS if sweeps else ())], lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     return buf.getvalue()
@@ -398,7 +403,7 @@ def write_analysis(result: AnalysisResult, out_dir: str | os.PathLike[str]) -> P
     """Write ``analysis.csv`` and then ``analysis.json`` into ``out_dir``, atomically: the JSON is written last,
     so its presence means both are complete. Returns the JSON path."""
     out = Path(out_dir)
-    fileio.write_text(out / ANALYSIS_CSV, _csv_text(analysis_rows(result)))
+    fileio.write_text(out / ANALYSIS_CSV, _csv_text(analysis_rows(result), bool(result.dose_sweeps)))
     fileio.write_json(out / ANALYSIS_JSON, _document(result, ANALYSIS_SCHEMA))
     return out / ANALYSIS_JSON
 

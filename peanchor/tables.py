@@ -14,7 +14,8 @@ layers or its mean, :attr:`~peanchor.lenses.Lens.stat`), in order and under RPI.
 (``pip install 'peanchor[pandas]'``); without it these are one :class:`~peanchor.errors.ConfigError` line, and
 :func:`summary_row` and :func:`read_result` need nothing.
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.lenses`, :mod:`peanchor.errors`; pandas lazily.
+Imports: :mod:`peanchor.results`, :mod:`peanchor.dose_results` (the sweeps' rows), :mod:`peanchor.lenses`,
+:mod:`peanchor.errors`; pandas lazily.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
 
+from peanchor.dose_results import DOSE_COLUMNS, dose_rows
 from peanchor.errors import ConfigError, DataError, SchemaError
 from peanchor.lenses import LENSES, Lens
 from peanchor.results import (
@@ -99,6 +101,7 @@ def measure_rows(measures: Measures, sweep: Iterable[SweepPoint] = ()) -> Iterat
         for name, v in e.acc.items():
             yield row("sweep_acc", v, alpha=e.alpha, shift=name)
             yield row("sweep_fragility", e.fragility[name], alpha=e.alpha, shift=name)
+    yield from dose_rows(measures.dose_sweeps or ())  # with two more columns: sweep, dose
 
 
 def analysis_frame(result: AnalysisResult) -> Any:
@@ -106,7 +109,8 @@ def analysis_frame(result: AnalysisResult) -> Any:
     ``alpha``, ``shift``, ``severity``, ``value``; the numeric ones float64, NaN where a column does not apply."""
     from peanchor.results import CSV_COLUMNS
 
-    return _frame(measure_rows(result, result.alpha_sweep), CSV_COLUMNS)
+    doses = DOSE_COLUMNS if result.dose_sweeps else ()  # an analysis with dose-response sweeps: sweep, dose
+    return _frame(measure_rows(result, result.alpha_sweep), (*CSV_COLUMNS, *doses))
 
 
 def results_frame(results: Results) -> Any:
@@ -119,7 +123,8 @@ def results_frame(results: Results) -> Any:
         sweeps.setdefault(point.model, []).append(point)
     rows = ({"model": m.name, "condition": m.condition, "seed": m.seed, "pe": m.pe, "rpt": m.rpt, **row}
             for m in results.models for row in measure_rows(m, sweeps.get(m.name, ())))  # fmt: skip
-    frame = _frame(rows, (*MODEL_COLUMNS, *CSV_COLUMNS))
+    doses = DOSE_COLUMNS if any(m.dose_sweeps for m in results.models) else ()
+    frame = _frame(rows, (*MODEL_COLUMNS, *CSV_COLUMNS, *doses))
     frame["seed"] = frame["seed"].astype("int64")
     frame["rpt"] = frame["rpt"].astype("bool")
     return frame

@@ -46,9 +46,9 @@ whether α means anything); anything else is refused in one line. An adapter aro
 transformers ViT) is therefore evaluated unchanged. The result is an :class:`peanchor.results.AnalysisResult`
 (written as analysis.json by :func:`peanchor.results.write_analysis`).
 
-Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes), :mod:`peanchor.lenses`, :mod:`peanchor.metrics`,
-:mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits), :mod:`peanchor.bars`,
-:mod:`peanchor.devices`, :mod:`peanchor.models` (the interface).
+Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes, dose_sweep), :mod:`peanchor.lenses`,
+:mod:`peanchor.metrics`, :mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits),
+:mod:`peanchor.bars`, :mod:`peanchor.devices`, :mod:`peanchor.models` (the interface).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ import torch
 from torch import Tensor
 
 from peanchor.analysis.corrupted_sets import CorruptedCache
+from peanchor.analysis.dose_sweep import measure_dose_sweeps
 from peanchor.analysis.plan import DEFAULT_ALPHAS, AnalysisPlan, resolve_plan
 from peanchor.analysis.shifts import Shift, severity_table, table_name
 from peanchor.bars import progress_bar
@@ -218,6 +219,24 @@ def _run_passes(model: AnalysisInterface, evalset: EvalSet, info: Any, applied: 
     return runner
 
 
+def _dose_sweeps(model: AnalysisInterface, evalset: EvalSet, info: Any, applied: AnalysisPlan,
+                 sets: Mapping[Shift, Tensor], runner: PassRunner, lenses: Mapping[str, Lens], device: torch.device,
+                 progress: bool | None) -> tuple[Any, list[str]]:  # fmt: skip
+    """The plan's dose-response sweeps (:mod:`peanchor.analysis.dose_sweep`) on the images, lenses and fitted edits
+    of the main passes, and their notes; ``(None, [])`` without sweeps."""
+    if not applied.sweeps:
+        return None, []
+    was_training = model.training
+    model.to(device).eval()
+    try:
+        return measure_dose_sweeps(
+            model, evalset, applied, sets={"clean": evalset.images, **{n: sets[s] for n, s in applied.shifts.items()}},
+            lenses=lenses, base=runner.edits, mean=info.mean, std=info.std, device=device, progress=progress,
+        )  # fmt: skip
+    finally:
+        model.train(was_training)
+
+
 # ----------------------------------------------------------------------------------------------
 # (c) the result
 
@@ -240,12 +259,13 @@ def _sweep(runner: PassRunner, plan: PassPlan, ssdc: Lens, alphas: Sequence[floa
 
 
 def _assemble(model: AnalysisInterface, evalset: EvalSet, applied: AnalysisPlan, plan: PassPlan, runner: PassRunner,
-              lenses: Mapping[str, Lens], *, device: torch.device, timing: dict[str, float],
-              started: float) -> AnalysisResult:  # fmt: skip
+              lenses: Mapping[str, Lens], doses: tuple[Any, list[str]], *, device: torch.device,
+              timing: dict[str, float], started: float) -> AnalysisResult:  # fmt: skip
     """The :class:`AnalysisResult` of the passes ``runner`` ran for ``plan``."""
     # ---- the lenses (α = 1): the normal pass and the RPI draws
     records = {name: _record(lens, runner, plan.clean, plan.rpi) for name, lens in lenses.items()}
-    notes = [f"{name}: {note}" for name, lens in lenses.items() for note in lens.notes]
+    dose_sweeps, dose_notes = doses
+    notes = [f"{name}: {note}" for name, lens in lenses.items() for note in lens.notes] + dose_notes
     ssdc_rpi = records[SSDCLens.name].rpi
 
     # ---- robustness (α = 1)
@@ -287,6 +307,7 @@ def _assemble(model: AnalysisInterface, evalset: EvalSet, applied: AnalysisPlan,
         model=ModelInfo(pe=model.pe_name, depth=int(model.depth), grid=list(grid), scalable=model.pe_scalable),
         settings=applied.settings_record(evalset.fingerprint, str(device)),
         notes=notes or None,
+        dose_sweeps=dose_sweeps,
     )  # fmt: skip
 
 
@@ -349,8 +370,10 @@ def evaluate_model(
     lenses = measured_lenses(model, len(evalset), applied.settings(), chosen=applied.lenses)
     t_passes = time.perf_counter()
     runner = _run_passes(model, evalset, info, applied, passes, lenses, sets, dev, progress)
+    # the dose-response sweeps (--sweep): their own passes, on the same images, lenses and fitted edits
+    doses = _dose_sweeps(model, evalset, info, applied, sets, runner, lenses, dev, progress)
     t_passes = time.perf_counter() - t_passes
-    return _assemble(model, evalset, applied, passes, runner, lenses, device=dev,
+    return _assemble(model, evalset, applied, passes, runner, lenses, doses, device=dev,
                      timing={"corrupt": t_corrupt, "passes": t_passes}, started=started)  # fmt: skip
 
 

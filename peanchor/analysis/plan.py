@@ -23,7 +23,7 @@ test (:func:`peanchor.study.pipeline.reusable`). ``analysis.json`` records the p
 
 Imports: :mod:`peanchor.analysis` (shifts, shift_specs), :mod:`peanchor.lenses` (their names and options),
 :mod:`peanchor.plan_settings` (the settings' fields),
-:mod:`peanchor.interventions` (the edit specs, lazily),
+:mod:`peanchor.interventions` (the edit and sweep specs, lazily),
 :mod:`peanchor.results` (the file record), :mod:`peanchor.training` (``--set`` item parsing, lazily); pydantic
 (checking a plug-in lens's options) when a plan has some.
 """
@@ -138,6 +138,7 @@ class AnalysisPlan(PlanSettings):
         store("lenses", self._lenses(self.lenses))
         store("interventions", self._interventions(self.interventions))
         store("lens_options", self._lens_options(own_options, self.lenses))
+        store("sweeps", self._sweeps(self.sweeps))
 
     @staticmethod
     def _interventions(specs: Any) -> tuple[str, ...]:
@@ -154,6 +155,20 @@ class AnalysisPlan(PlanSettings):
             return tuple(e.spec for e in Intervention.parse(list(texts)).edits)
         except ConfigError as e:
             raise ConfigError(f"{SET_PREFIX}interventions: {e}") from None
+
+    @staticmethod
+    def _sweeps(specs: Any) -> tuple[str, ...]:
+        """Each sweep written back by :class:`~peanchor.interventions.SweepSpec` (ranges expanded), each once."""
+        from peanchor.interventions import SweepSpec
+
+        texts = [specs] if isinstance(specs, str) else specs
+        if isinstance(texts, (bytes, Mapping)) or not isinstance(texts, Iterable) or any(
+                not isinstance(t, str) for t in texts):  # fmt: skip
+            raise _fail("sweeps", specs, "expected a list of sweep specs, e.g. ['rope_planes:freqs=none,0-3,0-7']")
+        try:
+            return tuple(dict.fromkeys(SweepSpec.parse(t).text for t in texts))
+        except ConfigError as e:
+            raise ConfigError(f"{SET_PREFIX}sweeps: {e}") from None
 
     @staticmethod
     def _alphas(alphas: Any) -> tuple[float, ...]:
@@ -226,8 +241,9 @@ class AnalysisPlan(PlanSettings):
         """The JSON form (``OUT/reproduce.json``'s ``"analysis"``): shifts as their descriptions, tuples as lists;
         :meth:`from_dict` reads it back exactly."""
         values = {key: list(v) if isinstance(v, tuple) else v for key, v in self.settings().items()}
-        if not values["lens_options"]:
-            del values["lens_options"]  # as analysis.json: absent when no lens has options of its own
+        for key in ("lens_options", "sweeps"):  # as analysis.json: absent when no lens has options, without sweeps
+            if not values[key]:
+                del values[key]
         return {"shifts": {name: shift.describe() for name, shift in self.shifts.items()},
                 "shift_sources": dict(self.shift_sources), **values}  # fmt: skip
 
@@ -249,6 +265,7 @@ class AnalysisPlan(PlanSettings):
         ``shift_sources``), with the evaluation set's fingerprint and the device it ran on."""
         values = {key: list(v) if isinstance(v, tuple) else v for key, v in self.settings().items()}
         values["lens_options"] = values["lens_options"] or None  # absent from the file when no lens has options
+        values["sweeps"] = values["sweeps"] or None  # and without dose-response sweeps
         return AnalysisSettings(**values, evalset=evalset, device=device)
 
     @classmethod
@@ -262,6 +279,8 @@ class AnalysisPlan(PlanSettings):
             settings["lenses"] = LEGACY_LENSES
         if s.interventions is None:  # written before the plan recorded its edits: there were none
             settings["interventions"] = ()
+        if s.sweeps is None:  # no dose-response sweeps (or written before they existed)
+            settings["sweeps"] = ()
         if s.max_images is None:
             settings["max_images"] = result.source.get("max_images")
         shifts = {name: Shift.from_dict(dict(spec)) for name, spec in result.shifts.items()}

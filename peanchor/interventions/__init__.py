@@ -3,7 +3,8 @@ named hook points every model implements (docs/interventions.md).
 
 :class:`Intervention` carries all three (``model.forward_intermediates(images, intervention)`` takes it on every
 backend); ``Intervention.parse("pe_zero+head_ablate:layers=3")`` builds one from the CLI's spec text. The edit kinds
-are plug-ins, one module each in ``kinds/``, registered by :func:`register_intervention`.
+are plug-ins, one module each in ``kinds/``, registered by :func:`register_intervention`. A dose-response sweep
+(:class:`SweepSpec`) varies one parameter of one kind; :func:`forward_doses` runs a batch under each dose.
 
 Imports: its own modules.
 """
@@ -34,12 +35,15 @@ from peanchor.interventions.kinds.pe_shuffle import PEShuffle
 from peanchor.interventions.kinds.pe_zero import PEZero
 from peanchor.interventions.kinds.rope_planes import RopePlanes
 from peanchor.interventions.record import Record
+from peanchor.interventions.doses import forward_doses
 from peanchor.interventions.start import Start
+from peanchor.interventions.sweep_spec import SweepSpec
 
 __all__ = [
     "BLOCK_SITES", "INTERVENTIONS", "NO_INTERVENTION", "Edit", "EditPass", "HeadAblate", "HookPoints", "Intervention",
     "PETable", "PEResample", "PEShuffle", "PEZero", "Patch", "Plane", "Record", "RopePlanes", "RopeTables", "Start",
+    "SweepSpec",
     "axial_planes", "edit_from_spec", "identity_permutation", "inverse_permutation", "names", "permute_tokens",
     "random_permutation",
-    "fitted_edits", "register_intervention", "resample_rows",
+    "fitted_edits", "forward_doses", "register_intervention", "resample_rows",
 ]  # fmt: skip

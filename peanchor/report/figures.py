@@ -6,8 +6,8 @@ caller's backend and works headless. Each condition has its own marker *and* lin
 colour (Okabe-Ito, safe for colour blindness; :attr:`peanchor.conditions.Condition.style`), so the figures stay
 readable in black and white. What is plotted comes from :mod:`peanchor.report.summary`, as for the text.
 
-Imports: matplotlib, :mod:`peanchor.report` (summary, document, figure_style, lenses), :mod:`peanchor.conditions`,
-:mod:`peanchor.results`.
+Imports: matplotlib, :mod:`peanchor.report` (summary, document, figure_style, lenses, dose_response),
+:mod:`peanchor.conditions`, :mod:`peanchor.results`.
 """
 
 from __future__ import annotations
@@ -239,6 +239,7 @@ def _plot_severities(results: Results, directory: Path) -> FigureFile | None:
 
 def make_figures(results: Results, directory: str | Path) -> list[FigureFile]:
     """Draw every figure the results allow into ``directory`` (PNG + PDF each); skip those without data."""
+    from peanchor.report.dose_response import plot_dose_responses
     from peanchor.report.lenses import (  # built on this module's helpers
         plot_attention_heads,
         plot_lenses_per_layer,
@@ -251,4 +252,4 @@ def make_figures(results: Results, directory: str | Path) -> list[FigureFile]:
         fig = plot(results, directory)
         if fig is not None:
             made.append(fig)
-    return made
+    return made + plot_dose_responses(results, directory)  # a figure per dose-response sweep

@@ -19,7 +19,7 @@ Example::
     fig.savefig("ssdc.png")
     fig, ax = plt.subplots(); plot_ssdc_per_layer(result, ax=ax, panels=["rpi"])
 
-Imports: matplotlib, numpy, :mod:`peanchor.report` (figures, figure_style, lenses, inputs),
+Imports: matplotlib, numpy, :mod:`peanchor.report` (figures, figure_style, lenses, inputs, dose_response),
 :mod:`peanchor.errors`.
 """
 
@@ -33,11 +33,13 @@ from matplotlib.figure import Figure
 
 from peanchor.errors import DataError
 from peanchor.report.figure_style import legend_entries
+from peanchor.report.dose_response import draw_dose_response
 from peanchor.report.figures import draw_alpha_sweep, draw_ssdc_per_layer
 from peanchor.report.inputs import Analyses, as_results
 from peanchor.report.lenses import draw_attention_heads, draw_lenses_per_layer
 
-__all__ = ["as_results", "plot_alpha_sweep", "plot_attention_heads", "plot_lenses", "plot_ssdc_per_layer"]
+__all__ = ["as_results", "plot_alpha_sweep", "plot_attention_heads", "plot_dose_response", "plot_lenses",
+           "plot_ssdc_per_layer"]
 
 AxesArg = Any  # an Axes, a sequence of them, or the array plt.subplots returns
 
@@ -110,3 +112,12 @@ def plot_attention_heads(analyses: Analyses, *, ax: AxesArg = None, panels: Sequ
     """Every head's mean attention distance against its layer, a panel per name."""
     return _draw(draw_attention_heads, analyses, "no attention distances (the model could not hand them out)", ax,
                  panels)  # fmt: skip
+
+
+def plot_dose_response(analyses: Analyses, sweep: str | None = None, layers: Sequence[int] | None = None, *,
+                       ax: AxesArg = None, panels: Sequence[str] | None = None) -> Figure:  # fmt: skip
+    """A dose-response sweep (``sweep``: its text, None: the first measured) against its doses: top-1 in order and
+    under RPI (panel ``top1``), the FS of each shift (``fs_<shift>``) and SSDC at ``layers`` (``ssdc``; None: the
+    first, middle and last), solid in order and dashed under RPI; one line per name."""
+    return _draw(lambda r, **kw: draw_dose_response(r, sweep=sweep, layers=layers, **kw), analyses,
+                 "no dose-response sweeps (analyse with sweeps=[...] or --sweep)", ax, panels)  # fmt: skip

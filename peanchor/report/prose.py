@@ -5,7 +5,7 @@ Every sentence about the results is generated from comparisons of the numbers (:
 the prose says what these numbers show and nothing more; the paper's numbers come from :mod:`peanchor.conditions`
 and are labelled as the paper's.
 
-Imports: :mod:`peanchor.report` (summary, document, lenses), :mod:`peanchor.conditions`,
+Imports: :mod:`peanchor.report` (summary, document, lenses, dose_response), :mod:`peanchor.conditions`,
 :mod:`peanchor.results`.
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 from peanchor.conditions import CONDITIONS, PAPER, label, ordered
 from peanchor.report.claims import check_claims
 from peanchor.report.document import Bullets, FigureBlock, FigureFile, Heading, Paragraph, Report, Table
+from peanchor.report.dose_response import DOSE_INTRO, dose_sweeps, dose_table
 from peanchor.report.lenses import lens_gaps, lens_intro, lens_sentences, lens_table
 from peanchor.report.summary import (
     MIN_SEEDS_FOR_CLAIMS,
@@ -198,6 +199,15 @@ class _Builder:
         if sentences:
             self.doc.add(Bullets(sentences))
         self.figure("attention_distance_heads")
+
+    def dose_section(self) -> None:
+        sweeps = dose_sweeps(self.r)
+        if not sweeps:
+            return
+        self.doc.add(Heading(2, "Dose-response sweeps"), Paragraph(DOSE_INTRO))
+        for i, text in enumerate(sweeps, start=1):
+            self.figure(f"dose_response_{i}")
+            self.doc.add(dose_table(self.r, text))
 
     def paper_comparison(self) -> None:
         conds = list(self.groups) + [c for c in REFERENCE if c not in self.groups]
@@ -439,7 +449,7 @@ class _Builder:
 
     def build(self) -> Report:
         for section in (self.intro, self.claims_section, self.findings, self.main_table, self.lenses_section,
-                        self.paper_comparison, self.shifts_section, self.paired_section, self.alpha_section,
+                        self.dose_section, self.paper_comparison, self.shifts_section, self.paired_section, self.alpha_section,
                         self.correlation_section, self.severity_section, self.models_table, self.failed_section,
                         self.run_section):  # fmt: skip
             section()
