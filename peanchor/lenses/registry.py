@@ -21,7 +21,8 @@ __all__ = ["LENSES", "LENS_NAMES", "RESERVED", "get_lens", "lens_names", "regist
 #: The keys of ``analysis.json`` and of a model in ``results.json`` that are not lens records (``notes``: the
 #: analysis log's lines, reserved ahead of the field).
 RESERVED: tuple[str, ...] = (
-    "acc", "alpha_sweep", "analysis_seconds", "clean_acc", "condition", "delta_ssdc", "forward_passes", "fragility",
+    "acc", "alpha_sweep", "analysis_seconds", "clean_acc", "condition", "delta_ssdc", "dose_sweeps", "forward_passes",
+    "fragility",
     "lenses", "model", "name", "notes", "num_images", "passes", "pe", "rpi_acc", "rpt", "run_dir", "schema",
     "schema_version", "seconds", "seed", "settings", "severities", "severity_fragility", "severity_shifts",
     "severity_table", "shift_sources", "shifts", "source", "timing", "train",
