@@ -115,7 +115,7 @@ def _demo() -> TrainConfig:
     import dataclasses
 
     # The cpu preset's data generator, shifts and recipe with fewer tokens and a smaller budget, so that a first
-    # `peanchor reproduce --preset demo` shows something in about two minutes on 2 cores (docs/study.md, "The demo
+    # `peanchor reproduce --preset demo` shows something in minutes on 2 cores (docs/study.md, "The demo
     # preset"): patch 8 (a 4 x 4 grid of 16 tokens instead of 64), 3 blocks, 6,000 training images for 6 epochs.
     config = _cpu()
     config.preset = "demo"
@@ -174,7 +174,7 @@ for _preset in (
     Preset("cpu", "32 px scenes on 2 CPU cores (the default)", _cpu,
            {"alphas": (1.0, 0.8, 0.6, 0.4, 0.2), "rpi_draws": 2, "batch_size": 100, "severities": True},
            _CPU_SHIFTS, pe_kwargs=_CPU_PE_KWARGS),
-    Preset("demo", "a first look: 4 conditions in about two minutes on 2 CPU cores", _demo,
+    Preset("demo", "a first look: 4 conditions in about 2.5 minutes on 2 CPU cores", _demo,
            {"alphas": (1.0, 0.5, 0.0), "rpi_draws": 1, "batch_size": 100, "severities": False},
            _CPU_SHIFTS, pe_kwargs=_CPU_PE_KWARGS, conditions=("none", "ape", "rope", "rpt")),
     Preset("paper", "ImageNet-100 as in the paper", _paper,
