@@ -62,6 +62,8 @@ class Preset:
     parallel_cells: bool = True  # reproduce runs cells in worker processes (--jobs auto: in parallel on CPU)
     # PE name → options for that PE (e.g. the APE's init scale); applied after --pe, before --set.
     pe_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # reproduce's default conditions (--conditions); None: the paper's (peanchor.conditions.DEFAULT_CONDITIONS).
+    conditions: tuple[str, ...] | None = None
 
     def config(self) -> TrainConfig:
         """A fresh training config (the caller may change it)."""
@@ -107,6 +109,20 @@ def _cpu() -> TrainConfig:
         optim=OptimConfig(lr=1e-3, weight_decay=0.05, warmup_epochs=0.5, min_lr=1e-5, pe_lr_mult=10.0),
         train=RunConfig(epochs=6, batch_size=64, eval_batch_size=500, num_workers=0),
     )
+
+
+def _demo() -> TrainConfig:
+    import dataclasses
+
+    # The cpu preset's data generator, shifts and recipe with fewer tokens and a smaller budget, so that a first
+    # `peanchor reproduce --preset demo` shows something in minutes on 2 cores (docs/study.md, "The demo
+    # preset"): patch 8 (a 4 x 4 grid of 16 tokens instead of 64), 3 blocks, 6,000 training images for 6 epochs.
+    config = _cpu()
+    config.preset = "demo"
+    config.data = dataclasses.replace(config.data, train_size=6000, val_size=1000)
+    config.model = dataclasses.replace(config.model, patch_size=8, overrides={**config.model.overrides, "depth": 3})
+    config.train = dataclasses.replace(config.train, epochs=6)
+    return config
 
 
 def _paper() -> TrainConfig:
@@ -158,6 +174,9 @@ for _preset in (
     Preset("cpu", "32 px scenes on 2 CPU cores (the default)", _cpu,
            {"alphas": (1.0, 0.8, 0.6, 0.4, 0.2), "rpi_draws": 2, "batch_size": 100, "severities": True},
            _CPU_SHIFTS, pe_kwargs=_CPU_PE_KWARGS),
+    Preset("demo", "a first look: 4 conditions in about 2.5 minutes on 2 CPU cores", _demo,
+           {"alphas": (1.0, 0.5, 0.0), "rpi_draws": 1, "batch_size": 100, "severities": False},
+           _CPU_SHIFTS, pe_kwargs=_CPU_PE_KWARGS, conditions=("none", "ape", "rope", "rpt")),
     Preset("paper", "ImageNet-100 as in the paper", _paper,
            {"alphas": (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)}, PAPER.shifts, seeds=4),
 ):  # fmt: skip

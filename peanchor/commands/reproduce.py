@@ -38,9 +38,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     seeds = ", ".join(f"{p.name}: {p.seeds}" for p in PRESETS.values())
     p.add_argument("--seeds", type=int, metavar="N", help=f"seeds 0..N-1 per condition (default: the preset's; {seeds})")
     default_conditions = ",".join(DEFAULT_CONDITIONS)
-    p.add_argument("--conditions", metavar="LIST", default=default_conditions,
+    own = "; ".join(f"{p.name}: {','.join(p.conditions)}" for p in PRESETS.values() if p.conditions)
+    p.add_argument("--conditions", metavar="LIST",
                    help="comma-separated: any PE name (none, ape, sincos, rope, rope_mixed, ...), 'rpt' (APE trained "
-                   f"with RPT) or '<pe>-rpt' (default: the paper's, {default_conditions})")
+                   f"with RPT) or '<pe>-rpt' (default: the paper's, {default_conditions}"
+                   + (f"; {own}" if own else "") + ")")
     p.add_argument("--out", metavar="DIR", help="output directory (default: runs/reproduce-<preset>)")
     p.add_argument("--list", action="store_true", help="print the peanchor train command of every cell and the "
                    "final steps, then exit")
@@ -83,7 +85,7 @@ def options_from_args(args: argparse.Namespace):  # -> ReproduceOptions
     return ReproduceOptions(
         preset=args.preset,
         out=Path(args.out) if args.out else None,
-        conditions=parse_conditions(args.conditions),
+        conditions=parse_conditions(args.conditions) if args.conditions else None,
         seeds=args.seeds,
         data=args.data,
         data_root=args.data_root,

@@ -71,7 +71,7 @@ def split_set_items(items: Sequence[str], conditions: Sequence[Condition]) -> tu
 class ReproduceOptions:
     preset: str = "cpu"
     out: Path | None = None  # default runs/reproduce-<preset>
-    conditions: list[Condition] = field(default_factory=lambda: parse_conditions(DEFAULT_CONDITIONS))
+    conditions: list[Condition] = None  # type: ignore[assignment]  # None: the preset's (else the paper's)
     seeds: int | None = None  # default DEFAULT_SEEDS[preset]
     data: str | None = None
     data_root: str | None = None
@@ -95,6 +95,8 @@ class ReproduceOptions:
     def __post_init__(self) -> None:
         if self.seeds is None:
             self.seeds = get_preset(self.preset).seeds
+        if self.conditions is None:
+            self.conditions = parse_conditions(get_preset(self.preset).conditions or DEFAULT_CONDITIONS)
         if self.seeds < 1:
             raise ConfigError(f"--seeds {self.seeds}: expected >= 1")
         if self.jobs < 1:
