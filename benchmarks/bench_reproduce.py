@@ -14,7 +14,7 @@ Each run is a subprocess (``python -m peanchor``) with its own ``--out`` and its
 recorded for the README. The run's exit code and whether ``results.json`` appeared are recorded too.
 
 Then the same command again into the same ``--out``: a rerun of a finished grid, which does no work
-(tests/test_reproduce.py checks that: nothing trained, analysed or written). Its wall time and its ratio
+(tests/study/test_reproduce.py checks that: nothing trained, analysed or written). Its wall time and its ratio
 to the first run are recorded (``rerun_wall_s``, ``rerun_over_first``): what is left is process start-up,
 imports, reading the cells' files and checking them (``--no-rerun`` skips it).
 """

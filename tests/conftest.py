@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -10,6 +13,32 @@ import torch
 def one_thread():
     """Tiny models are dominated by per-op overhead, which intra-op threads only add to (badly so on a
     busy 2-core CI machine). Subprocess tests set their own environment."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch) -> None:
+    """Never touch the user's ~/.cache: ``PEANCHOR_CACHE`` is this test's own folder (a file whose tests all want it
+    says ``pytestmark = pytest.mark.usefixtures("private_cache")``)."""
+    monkeypatch.setenv("PEANCHOR_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One scenes cache for the runs of the whole session (the session's base temp folder), so that the tiny splits
+    are generated once; what a test gives as ``PEANCHOR_CACHE`` to its runs and subprocesses."""
+    path = tmp_path_factory.getbasetemp() / "peanchor-cache"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def in_process(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """In-process runs of the command line: the shared scenes ``cache`` and one thread, restored after."""
+    monkeypatch.setenv("PEANCHOR_CACHE", str(cache))
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

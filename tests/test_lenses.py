@@ -15,9 +15,7 @@ import torch
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
 from peanchor.analysis.passes import PassRunner
-from peanchor.analysis.plan import AnalysisPlan, resolve_plan
-from peanchor.data import DataInfo, normalize
-from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from peanchor.data import normalize
 from peanchor.interventions import random_permutation
 from peanchor.metrics import SSDCAccumulator
 from peanchor.metrics.attention_distance import AttentionDistanceAccumulator
@@ -25,7 +23,9 @@ from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE, Posi
 from peanchor.pe import PE_NAMES, PE_REGISTRY
 from peanchor.results import analysis_rows
 
-INFO = DataInfo(2, 16, IMAGENET_MEAN, IMAGENET_STD, ["red", "green"], "sky-and-blob")
+from tests.helpers.builders import plan, tiny_info
+
+INFO = tiny_info(["red", "green"], "sky-and-blob")
 BATCH = 16
 
 
@@ -41,11 +41,6 @@ def scene_images(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         r, c = corners[k].tolist()
         x[k, int(labels[k]), r : r + 6, c : c + 6] = 250
     return x, labels
-
-
-def plan(**settings) -> AnalysisPlan:
-    """The plan for the 16 px scenes: the resolution rule's shifts, ``settings`` over the defaults."""
-    return resolve_plan(16, given=settings)
 
 
 

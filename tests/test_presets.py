@@ -35,9 +35,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_image_folder(tmp_path_factory.mktemp("digits"))
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PEANCHOR_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 # The tiny folder holds 24 train images: smaller batches than the smoke preset's 64.

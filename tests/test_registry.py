@@ -1,6 +1,6 @@
 """peanchor.registry: one Registry type behind every plug-in family: one decorator, live names, one-line refusals and
 lookups, entry-point discovery, PEANCHOR_PLUGINS and --plugin (the example package's end-to-end runs:
-tests/test_plugin_package.py)."""
+tests/project/test_plugin_package.py)."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def test_a_lens_may_not_take_a_name_the_result_files_use():
     assert keys | {"schema", "schema_version", "lenses"} <= set(RESERVED)
     assert LENSES.reserved == frozenset(RESERVED)
 
-    from tests.test_lens_registry import TokenNorm
+    from tests.lenses.test_registry import TokenNorm
 
     class Settings(TokenNorm):
         name = "settings"

@@ -26,8 +26,9 @@ from peanchor.results import (
     write_results,
 )
 from peanchor.results_schema import READABLE, nests_lenses
+from tests.helpers.paths import TEST_DATA
 
-DATA = Path(__file__).parent / "data"
+DATA = TEST_DATA
 ANALYSES = sorted(p for p in DATA.glob("*.json") if json.loads(p.read_text()).get("schema") == "peanchor.analysis")
 ENTROPY = {"normal": [1.5, None], "rpi": [1.25, 2.0], "queries": "patches"}  # a plug-in's record, not installed here
 

@@ -28,9 +28,7 @@ def series(acc: EventAccumulator, tag: str) -> dict[int, float]:
     return {e.step: e.value for e in acc.Scalars(tag)}
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PEANCHOR_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 SMOKE = ["--preset", "smoke", "--no-progress", "--set", "data.train_size=128", "--set", "data.val_size=50",

@@ -20,7 +20,7 @@ Steps (each from files the run wrote, never by hand):
    rewritten: every figure of step 2 with the report's title and caption. Text outside the markers of either page
    is left alone.
 
-``tests/test_update_docs.py`` runs it on the smoke preset into temporary copies.
+``tests/project/test_update_docs.py`` runs it on the smoke preset into temporary copies.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ interventions are hooks and temporary swaps that are undone when the pass ends:
   softmax weights; a forward hook hands them to the sink.
 
 With the identity permutation (or none) and α = 1 nothing changes the computation, so logits and hidden states
-are transformers' own (tests/test_hf_models.py checks this on small random configs of every family). A model with
+are transformers' own (tests/adapters/test_hf_vit.py checks this on small random configs of every family). A model with
 no classification head (``Dinov2Model``, ``CLIPVisionModel``, ...) returns its pooled features from ``forward``
 and says ``has_head = False``; :func:`peanchor.api.analyze` then reports no accuracy for it.
 

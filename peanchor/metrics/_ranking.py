@@ -3,7 +3,7 @@
 
 Ranks are the ``"average"`` method of ``scipy.stats.rankdata``: sort each row once, find the runs of equal values,
 and give every element the mean of the first and last (1-based) position of its run. There are two implementations
-of that one ranking, with the same results (tests/test_spearman.py checks both against scipy):
+of that one ranking, with the same results (tests/metrics/test_spearman.py checks both against scipy):
 
 * CPU tensors are ranked with numpy (:func:`sort_rows_with_payload`, :func:`tie_runs`). Values that
   float32 holds exactly (float32, float16, bfloat16, bool, 8- and 16-bit integers) are sorted as

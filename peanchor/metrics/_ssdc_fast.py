@@ -4,7 +4,7 @@ cosine similarities of only the upper triangle for per-image SSDC.
 
 On the CPU the pairs go through numpy (:func:`_ssdc_rows_numpy`: one sort per row carrying the ``-D`` rank
 along, exact integer arithmetic for the numerator); elsewhere through torch (:func:`_ssdc_rows_torch`: ranks,
-then one dot product with the standardised ``-D`` ranks). tests/test_ssdc.py checks both against the definition
+then one dot product with the standardised ``-D`` ranks). tests/metrics/test_ssdc.py checks both against the definition
 written out with scipy.
 
 Imports: torch, numpy; :mod:`peanchor.metrics` (grid, _ranking).

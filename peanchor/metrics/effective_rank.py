@@ -7,7 +7,7 @@ that all lie on one line, ``k`` for singular values that are all equal; undefine
 
 The singular values are taken one matrix at a time by the batched SVD (``torch.linalg.svdvals``), which, unlike
 batched LU (:mod:`peanchor.metrics.linalg`), agrees with numpy's per-matrix SVD at the paper's sizes with the thread
-counts analysis workers use (tests/test_linalg.py).
+counts analysis workers use (tests/metrics/test_linalg.py).
 
 Imports: torch only.
 """

@@ -71,7 +71,7 @@ def ssdc(similarity: Tensor, grid: tuple[int, int], metric: Metric = "manhattan"
     h, w = _check_grid(grid)
     _check_metric(metric)
     _check_similarity(similarity, h * w)
-    # The definition, one value per matrix (tests/test_ssdc.py writes exactly this out with scipy and compares):
+    # The definition, one value per matrix (tests/metrics/test_ssdc.py writes exactly this out with scipy and compares):
     #     i, j = torch.triu_indices(N, N, offset=1)                          # the pairs i < j, row-major
     #     spearman(similarity[..., i, j], -grid_distances(grid, metric)[i, j])
     # The fast path ranks the pairs of many matrices at once, against the -D ranks cached per grid.

@@ -7,7 +7,7 @@ norms, softmax, GELU, dropout, the PE additions and rotations (elementwise, a fe
 bound by memory rather than by the tensor cores). A training step counts 3 × the forward pass (the backward
 pass computes two products for each one of the forward), the usual convention for model FLOPs utilisation.
 
-``tests/test_models.py`` checks the forward count against ``torch.utils.flop_counter.FlopCounterMode``.
+``tests/models/test_vit.py`` checks the forward count against ``torch.utils.flop_counter.FlopCounterMode``.
 
 >>> from peanchor.models import create_model
 >>> round(forward_flops(create_model("vit_paper", pe="ape", num_classes=100)) / 2e9, 2)  # GMAC per image

@@ -7,7 +7,7 @@ Swin keeps one table per block; so do we by default.
 
 Anchoring: relative slot offsets, by construction. The bias of a pair depends on nothing but the
 offset of its two slots, so the attention logits of two tokens with the same content depend only on
-where their slots are relative to each other (tested in ``tests/test_pe_extra.py``). Under RPI the
+where their slots are relative to each other (tested in ``tests/pe/test_relative.py``). Under RPI the
 bias stays on the slots and the content moves.
 
 Imports: torch; :mod:`peanchor.pe.base`, :mod:`peanchor.pe.registry`.

@@ -1,6 +1,6 @@
 """``jpeg``: encode and decode at ``quality`` with ``torchvision.io.encode_jpeg`` / ``decode_jpeg``, the codec behind
 ``torchvision.transforms.v2.JPEG`` (libjpeg, 4:2:0 chroma subsampling and the standard tables scaled by quality, as
-Pillow's encoder uses; tests/test_shift_references.py compares the two). It always runs on the CPU, so results do
+Pillow's encoder uses; tests/analysis/shifts/test_kinds.py compares the two). It always runs on the CPU, so results do
 not depend on the device or on nvjpeg.
 
 Imports: :mod:`peanchor.analysis.shifts.base`; torch, torchvision inside the kernel.

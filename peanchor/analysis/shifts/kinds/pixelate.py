@@ -8,7 +8,7 @@ on the border). Shrinking, that is a box average; enlarging, it is
 the one input pixel under the output pixel's centre. :func:`box_weights` writes those weights as an ``(m, n)``
 matrix, and the kernel applies it along the width and then the height, rounding half up after each, as Pillow does
 (its fixed-point weights could still move a value by one grey level; on the photographs of
-tests/test_shift_references.py the two agree exactly).
+tests/analysis/shifts/test_kinds.py the two agree exactly).
 
 Imports: :mod:`peanchor.analysis.shifts.base`; torch inside the kernel.
 """
