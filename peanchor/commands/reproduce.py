@@ -122,7 +122,9 @@ def _echo_args(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     check_flags(args)  # a misspelt name fails here, before torch loads
-    check_set_items(args.set, "config", args.conditions)  # and a misspelt --set key
+    # and a misspelt --set key (a <condition>: prefix names one of the grid's: --conditions, else the preset's)
+    conditions = args.conditions or ",".join(PRESETS[args.preset].conditions or DEFAULT_CONDITIONS)
+    check_set_items(args.set, "config", conditions)
     from peanchor.study import list_commands, reproduce
 
     options = options_from_args(args)
