@@ -41,7 +41,7 @@ class SweepSpec:
     >>> s = SweepSpec.parse("head_ablate:heads=0,layers=0..2,5+7")
     >>> s.parameter, s.doses, s.text
     ('layers', ('0', '1', '2', '5+7'), 'head_ablate:heads=0,layers=0,1,2,5+7')
-    >>> [e.spec for e in s.edits()][-1]
+    >>> s.edits()[-1].spec
     'head_ablate:layers=5,7,heads=0,value=zero'
     """
 

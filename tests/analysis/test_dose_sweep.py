@@ -211,7 +211,7 @@ def test_the_cli_measures_repeated_sweeps_on_its_edits(run_dir, tmp_path) -> Non
     assert [s["sweep"] for s in doc["dose_sweeps"]] == ["rope_planes:freqs=none,0-1", "patch:layer=0,1"]
     assert doc["settings"]["sweeps"] == ["rope_planes:freqs=none,0-1", "patch:layer=0,1"]
     first = doc["dose_sweeps"][0]["doses"][0]
-    assert first["clean_acc"] == doc["clean_acc"] and first["lenses"]["ssdc"] == doc["ssdc"]
+    assert first["clean_acc"] == doc["clean_acc"] and first["lenses"]["ssdc"] == doc["lenses"]["ssdc"]
     assert all(s["base"] == ["head_ablate:layers=0,heads=0,value=zero"] for s in doc["dose_sweeps"])
 
 

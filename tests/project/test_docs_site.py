@@ -60,7 +60,9 @@ def test_the_readme_is_a_landing_page():
     assert "](docs/index.md)" in README  # the docs
     assert re.search(r"^pip install -e \.", README, re.M)  # install from a clone
     assert re.search(r"^pip install -e \. && peanchor reproduce\b", README, re.M)  # installs, then the main job
-    assert len(re.findall(r"^!\[", README, re.M)) == 1  # one figure
+    # one figure of the results, and the interventions section's one
+    assert re.findall(r"^!\[.*\]\((.*)\)", README, re.M) == [
+        "docs/img/reproduce-cpu/ssdc_per_layer.png", "docs/img/interventions/rope_freqs_sweep.png"]
     assert "mkdocs build" in README.split("## Development")[1]  # the docs' build command
     # passages that used to be said twice are now said once, in the docs
     assert "running 8 cells" not in README and "data prepare" not in README

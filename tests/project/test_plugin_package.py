@@ -198,7 +198,7 @@ def test_installed_it_trains_analyses_and_logs(env, tmp_path):
     assert "attention entropy normal" in out.stdout
     doc = json.loads((run / "analysis" / "analysis.json").read_text())
     assert doc["shifts"]["brightness"] == {"kind": "brightness", "c": 0.3} and "brightness" in doc["acc"]
-    assert doc["attention_entropy"]["queries"] == "all" and len(doc["attention_entropy"]["normal"]) == 2
+    assert doc["lenses"]["attention_entropy"]["queries"] == "all" and len(doc["lenses"]["attention_entropy"]["normal"]) == 2
     assert doc["settings"]["lens_options"] == {"attention_entropy": {"queries": "all"}}
     csv = (run / "analysis" / "analysis.csv").read_text()
     assert "attention_entropy_normal" in csv and "attention_entropy_rpi" in csv
