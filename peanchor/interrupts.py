@@ -16,7 +16,7 @@ The exit code of a stopped command is ``128 + signal number`` (143 for SIGTERM, 
 shell reports for a process the signal killed, so batch scripts can tell "stopped, resumable" from
 "failed" and requeue.
 
-Imports: :mod:`peanchor.errors`.
+Imports: nothing.
 """
 
 from __future__ import annotations
@@ -28,15 +28,18 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from peanchor.errors import PeanchorError
-
 __all__ = ["STOP_SIGNALS", "Interrupted", "deferred", "handling", "install", "requested", "reset"]
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
 
 
-class Interrupted(PeanchorError):
-    """The process was asked to stop (SIGTERM/SIGINT); what it did so far is saved and resumable."""
+class Interrupted(BaseException):
+    """The process was asked to stop (SIGTERM/SIGINT); what it did so far is saved and resumable.
+
+    A :class:`BaseException`, as :class:`KeyboardInterrupt` is: code that records a failure and goes on (a lens
+    that fails in one pass, an audit check that raises) catches ``Exception`` and must not swallow a stop, or the
+    process would run on after the signal was spent.
+    """
 
     def __init__(self, signum: int, detail: str = "") -> None:
         self.signum = int(signum)
@@ -44,7 +47,7 @@ class Interrupted(PeanchorError):
         super().__init__(f"stopped by {name}" + (f": {detail}" if detail else ""))
 
     @property
-    def exit_code(self) -> int:  # type: ignore[override]
+    def exit_code(self) -> int:
         return 128 + self.signum
 
     def __reduce__(self) -> tuple[Any, ...]:  # crosses process boundaries (reproduce's worker pool)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import warnings
 
 import pytest
@@ -92,6 +93,20 @@ def test_a_lens_failing_in_a_pass_is_fed_no_more(evalset, micro, monkeypatch):
     r = _analyse(micro("rope", num_classes=3), evalset)
     assert r.lens_failures == {"position_probe": "ValueError: bad batch"}
     assert len(calls) == 1 and r.lens("ssdc") is not None and r.lens("effective_rank") is not None
+
+
+@pytest.mark.parametrize("where", ["update", "compute"])
+def test_a_stop_signal_inside_a_lens_stops_the_analysis(evalset, micro, monkeypatch, where):
+    # A SIGTERM raises Interrupted wherever the worker is; caught as a lens failure, it would be spent and the
+    # process would run on (a reproduce worker then waited for its next cell while its parent waited for it).
+    from peanchor.interrupts import Interrupted
+
+    def stopped(self, *args):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(probe_metric.PositionProbeAccumulator, where, stopped)
+    with pytest.raises(Interrupted, match="stopped by SIGTERM"):
+        _analyse(micro("ape", num_classes=3), evalset)
 
 
 def test_the_required_lens_failing_fails_the_analysis(evalset, micro, monkeypatch):
