@@ -10,11 +10,18 @@ Every worker is supervised on its own (a pipe per worker, no shared queue and no
 the pipes and the processes' sentinels at once, so a worker that dies (the OOM killer's SIGKILL, a segfault in
 native code, a CUDA fault) is noticed at once. Its cell becomes one failed status naming the signal or exit code,
 the likely cause and the remedy (:func:`death_message`); the other workers go on with their cells, and a fresh
-worker takes the dead one's place for the cells still pending.
+worker takes the dead one's place for the work still to do.
+
+With more than one worker a cell's training and its analysis are two tasks (:mod:`peanchor.study.schedule`):
+trainings first, then analyses, so that the last cell's analysis does not leave the other cores idle. Every
+worker keeps one thread, whatever is left to run: torch's CPU kernels do not give the same bits at another thread
+count, and the numbers must not depend on the scheduling.
 
 Imports: :mod:`peanchor.study.pipeline` (what one cell does), :mod:`peanchor.study.options`,
-:mod:`peanchor.study.resources`, :mod:`peanchor.study.cells`, :mod:`peanchor.interrupts`, :mod:`peanchor.presets`
+:mod:`peanchor.study.resources`, :mod:`peanchor.study.cells`, :mod:`peanchor.study.schedule`,
+:mod:`peanchor.interrupts`, :mod:`peanchor.presets`
 (whether a preset's cells run in parallel), :mod:`peanchor.training` (the run directory's file names),
+:mod:`peanchor.pe` (whether α scales a cell's PE: the cost of its analysis),
 :mod:`peanchor.registry` (the plug-ins a worker loads).
 """
 
@@ -25,10 +32,10 @@ import dataclasses
 import os
 import signal
 import sys
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from peanchor import interrupts
 from peanchor.errors import ConfigError
 from peanchor.interrupts import Interrupted
 from peanchor.presets import get_preset
@@ -36,6 +43,7 @@ from peanchor.registry import plugins_in_environment
 from peanchor.study.cells import Cell
 from peanchor.study.options import ReproduceOptions
 from peanchor.study.pipeline import Evaluation, attempt, stderr_log
+from peanchor.study.schedule import Task, TaskQueue
 
 __all__ = ["attempt_cells", "cells_in_workers", "cells_on_gpus", "death_message", "resolve_jobs"]
 
@@ -113,7 +121,6 @@ def resolve_jobs(jobs: str, preset: str, device: str | None) -> int:
 
 
 def _worker_init(parent: int, slot: int, gpus: list[str], threads: int, cpus: int) -> None:
-    from peanchor import interrupts
     from peanchor.training.loaders import CELL_CPUS_ENV
 
     os.environ[CELL_CPUS_ENV] = str(cpus)  # caps the cell's DataLoader workers
@@ -148,23 +155,25 @@ def _worker_init(parent: int, slot: int, gpus: list[str], threads: int, cpus: in
 
 def _worker_main(conn: Any, options: ReproduceOptions, parent: int, slot: int, gpus: list[str], threads: int,
                  cpus: int) -> None:  # fmt: skip
-    """A worker: cells arrive on ``conn`` (None: stop), statuses go back on it. A stop signal ends it with one
-    line and the exit code 128 + signal."""
+    """A worker: tasks (a cell, or its training or its analysis) arrive on ``conn`` (None: stop), statuses go
+    back on it. A stop signal ends it with one line and the exit code 128 + signal."""
     _worker_init(parent, slot, gpus, threads, cpus)
     evaluation: Evaluation | None = None  # evaluation sets and corrupted copies, shared by this worker's cells
-    cell: Cell | None = None
+    task: Task | None = None
     try:
-        while (cell := conn.recv()) is not None:
+        while (task := conn.recv()) is not None:
             if evaluation is None:
                 evaluation = Evaluation(False)
-            status = attempt(options, cell, evaluation, stderr_log)
+            status = attempt(options, task.cell, evaluation, stderr_log, task.stage)
+            if (signum := interrupts.requested()) is not None:  # recorded and not raised: stop all the same
+                raise Interrupted(signum, f"{task.cell.name}'s {task.stage} ended after the signal")
             gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
             if gpu is not None and options.device in (None, "auto", "cuda"):
                 status["gpu"] = gpu
             conn.send(status)
     except Interrupted as e:
-        if cell is not None:
-            stderr_log(f"{cell.name}: {e}")
+        if task is not None:
+            stderr_log(f"{task.cell.name}: {e}")
         sys.exit(e.exit_code)
     except (EOFError, BrokenPipeError):  # the parent is gone
         sys.exit(1)
@@ -181,7 +190,8 @@ class _Worker:
     slot: int
     process: Any  # multiprocessing.Process
     conn: Any  # the parent's end of the worker's pipe
-    cell: Cell | None = None  # the cell it runs
+    task: Task | None = None  # what it runs; None: waiting for a task, or told to stop
+    stopped: bool = False  # told to stop (sent None)
 
 
 def _dead_status(options: ReproduceOptions, cell: Cell, worker: _Worker) -> dict[str, Any]:
@@ -193,8 +203,23 @@ def _dead_status(options: ReproduceOptions, cell: Cell, worker: _Worker) -> dict
             "error": death_message(worker.process.pid, worker.process.exitcode)}  # fmt: skip
 
 
+def analysis_cost(options: ReproduceOptions) -> Callable[[Cell], float]:
+    """How costly a cell's analysis is, to rank the ready ones: the α points it measures (none for a model
+    trained with RPT, or whose PE α does not scale), each of which costs about as much as the clean pass."""
+    from peanchor.pe import PE_REGISTRY
+
+    def cost(cell: Cell) -> float:
+        name = cell.condition.pe
+        scalable = bool(getattr(PE_REGISTRY[name], "scalable", True)) if name in PE_REGISTRY else True
+        return float(1 + len(options.plan_for(cell).for_model(scalable).alphas))
+
+    return cost
+
+
 class _Supervisor:
-    """Worker processes, one per slot, each handed the next pending cell when it is free."""
+    """Worker processes, one per slot, each handed the next task (:class:`TaskQueue`) when it is free; with more
+    than one worker a cell's training and analysis are two tasks, so that the last cells' work spreads over every
+    worker."""
 
     def __init__(self, options: ReproduceOptions, cells: Sequence[Cell], workers: int, gpus: list[str]) -> None:
         import multiprocessing
@@ -204,7 +229,7 @@ class _Supervisor:
         self.ctx = multiprocessing.get_context("spawn")  # no fork of a process that already runs torch threads
         # One worker keeps the progress bars (nothing interleaves with them); several print one line per cell.
         self.options = options.with_runtime(progress=options.progress and workers == 1, debug=False)
-        self.pending = deque(cells)
+        self.queue = TaskQueue(cells, split=workers > 1, analysis_cost=analysis_cost(options))
         self.gpus = gpus
         self.cpus = max(1, usable_cpus() // workers)
         self.threads = self.cpus  # one per CPU the worker was given (1 when there is a worker per CPU)
@@ -226,11 +251,22 @@ class _Supervisor:
         self._hand_out(worker)
 
     def _hand_out(self, worker: _Worker) -> None:
-        worker.cell = self.pending.popleft() if self.pending else None
+        """Send ``worker`` its next task, or the stop when nothing is left; leave it waiting when its next task
+        can only come from a training still running elsewhere."""
+        worker.task = self.queue.next()
+        if worker.task is None and not self.queue.exhausted:
+            return
+        worker.stopped = worker.task is None
         try:
-            worker.conn.send(worker.cell)  # None: no more cells, the worker exits
+            worker.conn.send(worker.task)  # None: nothing more to do, the worker exits
         except (BrokenPipeError, OSError):
             pass  # it died meanwhile: its sentinel says so next
+
+    def _wake_waiting(self) -> None:
+        """After a task ended: hand what became ready (or the stop) to the workers that wait."""
+        for worker in list(self.workers.values()):
+            if worker.task is None and not worker.stopped:
+                self._hand_out(worker)
 
     def run(self) -> Iterator[tuple[Cell, dict[str, Any]]]:
         from multiprocessing.connection import wait
@@ -243,14 +279,19 @@ class _Supervisor:
                     yield from self._collect(worker)
 
     def _collect(self, worker: _Worker) -> Iterator[tuple[Cell, dict[str, Any]]]:
-        """What ``worker`` has to say: a finished cell's status, or its death."""
+        """What ``worker`` has to say: a finished task's status (and, when that finishes a cell, the cell's), or
+        its death."""
         try:
             if worker.conn.poll():
                 status = worker.conn.recv()
-                cell, worker.cell = worker.cell, None
-                assert cell is not None
-                yield cell, status
-                self._hand_out(worker)  # after the yield: a caller that stops here starts no other cell
+                task, worker.task = worker.task, None
+                assert task is not None
+                finished = self.queue.done(task, status)
+                if finished is not None:
+                    yield finished
+                # after the yield: a caller that stops here starts nothing more
+                self._hand_out(worker)
+                self._wake_waiting()
                 return
         except (EOFError, OSError):
             pass  # the pipe is closed: the worker is gone
@@ -259,30 +300,35 @@ class _Supervisor:
         worker.process.join()
         worker.conn.close()
         del self.workers[worker.slot]
-        if worker.cell is not None:  # it died running a cell
-            yield worker.cell, _dead_status(self.options, worker.cell, worker)
-            if self.pending:  # a fresh worker for the cells still to run; the others go on undisturbed
+        task, worker.task = worker.task, None
+        if task is not None:  # it died running a task
+            finished = self.queue.done(task, _dead_status(self.options, task.cell, worker))
+            assert finished is not None  # a dead task is a failed one: its cell is finished
+            yield finished
+            if not self.queue.exhausted:  # a fresh worker for the work still to do; the others go on undisturbed
                 self._start(worker.slot)
+            self._wake_waiting()
 
     def close(self, log: Callable[[str], None]) -> None:
         """Stop and reap every worker: pass a stop signal on (each checkpoints its cell first); on an early close
         without one, stop the busy workers with SIGTERM."""
-        from peanchor import interrupts
-
         signum = interrupts.requested()
         alive = [w for w in self.workers.values() if w.process.is_alive()]
         if alive and signum is not None:
             log(f"stopping the workers on {signal.Signals(signum).name} (each checkpoints its cell first)")
         with interrupts.deferred():  # a repeated SIGTERM must not abandon the workers' checkpoints
             for worker in alive:
-                if worker.cell is not None or signum is not None:
+                if worker.task is not None or signum is not None:
                     _signal(worker.process.pid, signum or signal.SIGTERM)
                 else:  # idle: told to stop (again, if it was told already)
                     with contextlib.suppress(OSError):
                         worker.conn.send(None)
             for worker in self.workers.values():
-                worker.process.join()
+                # Closed before the join: a worker still busy after its signal, or waiting for a task, then reads
+                # EOF (or a broken pipe for its status) and exits instead of waiting for the parent forever.
                 worker.conn.close()
+            for worker in self.workers.values():
+                worker.process.join()
         self.workers.clear()
 
 

@@ -98,13 +98,20 @@ def _stored_analysis(path: Path, log: Callable[[str], None], cell: Cell) -> Anal
 
 
 def _run_cell(
-    options: ReproduceOptions, cell: Cell, evaluation: Evaluation, log: Callable[[str], None], status: dict[str, Any]
+    options: ReproduceOptions, cell: Cell, evaluation: Evaluation, log: Callable[[str], None], status: dict[str, Any],
+    stage: str = "cell",
 ) -> None:
-    """Train (or reuse) and analyse (or reuse) one cell, filling ``status`` as it goes (its ``stage``
-    says where an exception came from)."""
-    from peanchor.analysis.evaluate import evaluate_model, measure_lenses
-    from peanchor.checkpoint import load_model, model_digest
-    from peanchor.results import write_analysis
+    """Train (or reuse) and analyse (or reuse) one cell, or only one of the two (``stage`` ``"train"`` or
+    ``"analyze"``), filling ``status`` as it goes (its ``stage`` says where an exception came from)."""
+    if stage != "analyze":
+        _train_cell(options, cell, log, status)
+    if stage != "train":
+        _analyse_cell(options, cell, evaluation, log, status)
+    status["stage"] = "done" if stage != "train" else "trained"
+    status["status"] = "ok"
+
+
+def _train_cell(options: ReproduceOptions, cell: Cell, log: Callable[[str], None], status: dict[str, Any]) -> None:
     from peanchor.training.loop import train
 
     run_dir = options.cell_dir(cell)
@@ -131,6 +138,17 @@ def _run_cell(
     if trained:
         log(f"{cell.name}: trained, val acc {summary.get('val_acc', math.nan):.4f} ({summary.get('seconds', 0):.0f} s)")
 
+
+def _analyse_cell(
+    options: ReproduceOptions, cell: Cell, evaluation: Evaluation, log: Callable[[str], None], status: dict[str, Any]
+) -> None:
+    from peanchor.analysis.evaluate import evaluate_model, measure_lenses
+    from peanchor.checkpoint import load_model, model_digest
+    from peanchor.results import write_analysis
+
+    run_dir = options.cell_dir(cell)
+    status["stage"] = "config"
+    config = options.cell_config(cell)
     status["stage"] = "analyze"
     plan = options.plan_for(cell)
     digest = model_digest(run_dir)
@@ -179,8 +197,6 @@ def _run_cell(
         if status["analyzed"] or not has_events(events):  # a reused analysis is logged once
             with TensorBoardLog(events) as tb:
                 log_analysis(tb, result)
-    status["stage"] = "done"
-    status["status"] = "ok"
 
 
 def _failures_said(result: AnalysisResult) -> str:
@@ -193,12 +209,14 @@ def _failures_said(result: AnalysisResult) -> str:
 
 
 def attempt(
-    options: ReproduceOptions, cell: Cell, evaluation: Evaluation, log: Callable[[str], None]
+    options: ReproduceOptions, cell: Cell, evaluation: Evaluation, log: Callable[[str], None], stage: str = "cell"
 ) -> dict[str, Any]:
-    """Run one cell; a failure becomes ``status="failed"`` with the error instead of an exception."""
+    """Run one cell (or only its training or its analysis: ``stage`` ``"train"``, ``"analyze"``, as
+    :mod:`peanchor.study.schedule` hands them out); a failure becomes ``status="failed"`` with the error instead of
+    an exception."""
     status: dict[str, Any] = {"name": cell.name, "condition": cell.condition.name, "seed": cell.seed}
     try:
-        _run_cell(options, cell, evaluation, log, status)
+        _run_cell(options, cell, evaluation, log, status, stage)
     except Interrupted:  # a stop signal: the training checkpointed; the whole run stops, resumable
         raise
     except Exception as e:  # one failed cell must not stop the others

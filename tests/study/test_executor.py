@@ -137,5 +137,7 @@ def test_closing_the_cells_early_stops_the_workers_and_starts_no_other_cell(tmp_
         first, status = next(outcomes)
     assert status["status"] == "ok"
     assert not multiprocessing.active_children()  # every worker reaped
-    started = {p.name for p in (tmp_path / "runs").iterdir()}
-    assert first.name in started and "sincos-s0" not in started  # the third cell was never handed out
+    # With two workers every training is handed out first (peanchor.study.schedule), then the analyses: when the
+    # first cell is done, the other worker runs at most one more task and nothing is handed out after the yield.
+    analysed = {p.parent.parent.name for p in (tmp_path / "runs").glob("*/analysis/analysis.json")}
+    assert first.name in analysed and len(analysed) <= 2  # the third analysis was never handed out
