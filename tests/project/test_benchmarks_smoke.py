@@ -113,3 +113,14 @@ def test_doses_benchmark_checks_its_sweeps_against_separate_calls():
     assert set(record["sweeps"]) == {"head_ablate", "patch", "rope_planes"} and record["layers"] == 12
     assert all(s["equal_to_separate"] and s["ratio"] > 0 for s in record["sweeps"].values())
     assert record["sweeps"]["head_ablate"]["doses"] == record["sweeps"]["patch"]["doses"] == 12
+
+
+def test_rotary_benchmark_checks_both_rotations_give_the_same_bits():
+    from peanchor.pe.base import RotaryTables
+
+    before = RotaryTables.apply
+    record = load("bench_rotary").main(["--model", "vit_micro", "--img-size", "16", "--batch", "2", "--reps", "1",
+                                        "--no-write"])  # fmt: skip
+    assert record["equal_bits"] and set(record["results"]) == {"train", "analysis", "rotation"}
+    assert all(r["ratio"] > 0 for r in record["results"].values())
+    assert RotaryTables.apply is before  # the benchmark puts the rotation back
