@@ -88,7 +88,8 @@ def run(model_name: str, img_size: int, batch: int, reps: int) -> dict[str, Any]
     x = torch.randn(batch, 3, img_size, img_size, generator=g)
     y = torch.randint(0, 10, (batch,), generator=g)
     x_eval = torch.randn(batch * 8 if batch < 64 else 500, 3, img_size, img_size, generator=g)
-    if not _same_bits(model, x, y):
+    same = _same_bits(model, x, y)
+    if not same:
         raise AssertionError("the two rotations give different logits or gradients")
     print(f"{model_name} (cpu preset) rope @ {img_size} px, {model.num_patches} patches, batch {batch} "
           f"(eval {len(x_eval)}), {reps} reps; both rotations give the same logits and gradients", flush=True)  # fmt: skip
@@ -128,7 +129,7 @@ def run(model_name: str, img_size: int, batch: int, reps: int) -> dict[str, Any]
         return _using(variant, rotate)
 
     record: dict[str, Any] = {"model": model_name, "img_size": img_size, "batch": batch, "reps": reps,
-                              "equal_bits": _same_bits(model, x, y), "results": {}}  # fmt: skip
+                              "equal_bits": same, "results": {}}  # fmt: skip
     for name, make in {"train": train_step, "analysis": analysis_pass, "rotation": rotation}.items():
         print(f"{name}:", flush=True)
         times = bc.interleaved({v: make(v) for v in VARIANTS}, reps, warmup=2)

@@ -167,7 +167,7 @@ _CPU_PE_KWARGS: dict[str, dict[str, Any]] = {"ape": {"init_std": 0.2}}
 # draw. cpu takes 5 points of the paper's grid (1.0, 0.9, ..., 0.1). RPI draws one permutation per forward call, so
 # the batch size sets how many permutations SSDC under RPI averages over: 20 per draw for cpu (2000 / 100), about
 # 20 for paper (5000 / 256), 8 for smoke, 40 for demo (1000 / 25): on its 4 x 4 grid, 10 permutations (batch 100)
-# left SSDC under RPI scattering by 0.06-0.10 between draws, the width of the ghost-map claim's band (docs/study.md).
+# left SSDC under RPI moving by up to 0.13 between two draws, wider than the ghost-map claim's band (docs/study.md).
 PRESETS: Registry[Preset] = Registry("preset", "peanchor.presets")
 for _preset in (
     Preset("smoke", "seconds, a sanity check", _smoke, {"alphas": (1.0, 0.5, 0.0), "batch_size": 25},

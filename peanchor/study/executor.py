@@ -165,8 +165,6 @@ def _worker_main(conn: Any, options: ReproduceOptions, parent: int, slot: int, g
             if evaluation is None:
                 evaluation = Evaluation(False)
             status = attempt(options, task.cell, evaluation, stderr_log, task.stage)
-            if (signum := interrupts.requested()) is not None:  # recorded and not raised: stop all the same
-                raise Interrupted(signum, f"{task.cell.name}'s {task.stage} ended after the signal")
             gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
             if gpu is not None and options.device in (None, "auto", "cuda"):
                 status["gpu"] = gpu
@@ -209,8 +207,7 @@ def analysis_cost(options: ReproduceOptions) -> Callable[[Cell], float]:
     from peanchor.pe import PE_REGISTRY
 
     def cost(cell: Cell) -> float:
-        name = cell.condition.pe
-        scalable = bool(getattr(PE_REGISTRY[name], "scalable", True)) if name in PE_REGISTRY else True
+        scalable = PE_REGISTRY.lookup(cell.condition.pe).scalable  # as the model's pe_scalable says
         return float(1 + len(options.plan_for(cell).for_model(scalable).alphas))
 
     return cost
