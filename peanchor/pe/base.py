@@ -11,7 +11,7 @@ Every hook takes ``alpha`` (the paper's PE scale, 1 = as trained, 0 = no positio
 PEs describe *slots*: the token permutation is applied to the content before any hook runs, so an
 intervention never needs to reach inside a PE.
 
-Imports: torch only.
+Imports: torch; :mod:`peanchor.pe` (declaration).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from peanchor.pe.declaration import PEDeclaration
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,8 @@ class PositionalEncoding(nn.Module):
     has_table: ClassVar[bool] = False
     has_rotary: ClassVar[bool] = False
     any_grid: ClassVar[bool] = True
+    #: What the PE promises, for the audit (:mod:`peanchor.pe.declaration`); None: it declares nothing to check.
+    declares: ClassVar[PEDeclaration | None] = PEDeclaration(kinds=("none",))
 
     def __init__(self, ctx: PEContext) -> None:
         super().__init__()
