@@ -18,7 +18,9 @@ Imports: :mod:`peanchor.errors`, :mod:`peanchor.interrupts`, :mod:`peanchor.regi
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -33,10 +35,33 @@ COMMANDS = ("train", "analyze", "reproduce", "report", "data", "import_", "audit
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line, like every other peanchor error (sub-parsers inherit this class)."""
+    """Usage errors as one line, like every other peanchor error, with the closest command or flag (sub-parsers
+    inherit this class). No prefix abbreviations: ``--rpi-draw`` is not silently ``--rpi-draws``."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> NoReturn:
+        choice = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if choice:
+            options = re.findall(r"'([^']*)'", choice.group(3)) or [c.strip() for c in choice.group(3).split(",")]
+            message += did_you_mean(choice.group(2), options)
         self.exit(2, f"peanchor: error: {message} (see '{self.prog} --help')\n")
+
+    def flags(self) -> list[str]:
+        """Every option string this parser takes."""
+        return [s for action in self._actions for s in action.option_strings]
+
+
+def did_you_mean(word: str, options: Sequence[str]) -> str:
+    """``"; did you mean X?"`` for the closest of ``options``, or ``""``.
+
+    >>> did_you_mean("reprodce", ["train", "reproduce", "report"])
+    '; did you mean reproduce?'
+    """
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> str:
@@ -95,6 +120,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unknown_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> NoReturn:
+    """One line for arguments no parser took, with the closest flag of the command they were given to."""
+    command = getattr(args, "command", None)
+    target = parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            target = action.choices[command]
+    flags = target.flags() if isinstance(target, _Parser) else []
+    hint = next((did_you_mean(a.split("=", 1)[0], flags) for a in extra if a.startswith("-")), "")
+    target.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     previous_format = warnings.formatwarning
@@ -116,8 +153,10 @@ def _main(argv: list[str]) -> int:
         print(f"peanchor: error: {e}", file=sys.stderr)
         return e.exit_code
     parser = build_parser()
-    # argparse exits 2 with its own one-line message for bad flags; keep that behaviour.
-    args = parser.parse_args(argv)
+    # argparse exits 2 with its own one-line message for bad flags; an unknown flag also gets the closest one.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _unknown_arguments(parser, args, extra)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if not argv or argv == ["--debug"] else 2

@@ -41,7 +41,7 @@ from typing import Any, Generic, TypeVar, overload
 from peanchor.errors import ConfigError, PeanchorError
 
 __all__ = ["GROUPS", "PLUGINS_ENV", "DerivedView", "NamesView", "Registry", "RegistryError", "entry_point_names",
-           "load_plugins", "loaded_plugins", "plugins_from_env", "plugins_in_environment"]  # fmt: skip
+           "declared_modules", "load_plugins", "loaded_plugins", "plugins_from_env", "plugins_in_environment"]  # fmt: skip
 
 T = TypeVar("T")
 O = TypeVar("O")
@@ -53,6 +53,7 @@ GROUPS: tuple[str, ...] = ("peanchor.pes", "peanchor.shifts", "peanchor.lenses",
 PLUGINS_ENV = "PEANCHOR_PLUGINS"
 
 _LOADED: list[str] = []  # the modules load_plugins imported, in order (the --plugin flags)
+_REGISTERED = [0]  # registrations into any registry so far: whether importing a plug-in registered anything
 
 
 class RegistryError(ConfigError, ValueError):
@@ -80,9 +81,38 @@ def load_plugins(modules: Iterable[str], origin: str = "--plugin") -> None:
     for module in modules:
         if not module or not all(part.isidentifier() for part in module.split(".")):
             raise RegistryError(f"{origin} {module!r}: expected a module name such as my_lab.peanchor_plugins")
-        _import_plugin(module, origin)
+        before = _REGISTERED[0]
+        imported = _import_plugin(module, origin)
+        if origin != PLUGINS_ENV and _REGISTERED[0] == before and hasattr(imported, "__path__"):
+            _load_declared(module, origin)  # a package whose plug-ins sit in its submodules
         if origin != PLUGINS_ENV and module not in _LOADED:
             _LOADED.append(module)
+
+
+def declared_modules(package: str) -> tuple[str, ...]:
+    """The plug-in modules that installed distributions declare (entry points in :data:`GROUPS`) inside
+    ``package``, in the order they are declared."""
+    from importlib.metadata import entry_points
+
+    found = (point.value.partition(":")[0].strip() for group in GROUPS for point in entry_points(group=group))
+    return tuple(dict.fromkeys(m for m in found if m == package or m.startswith(package + ".")))
+
+
+def _load_declared(package: str, origin: str) -> None:
+    """Import the plug-in modules ``package`` declares; if there are none, or importing them registers nothing (and
+    none was imported before, e.g. by a registry reading its entry points), one :class:`RegistryError` line says so:
+    a ``--plugin`` that silently does nothing would hide a typo or a missing install."""
+    import sys
+
+    declared = declared_modules(package)
+    before, earlier = _REGISTERED[0], [m for m in declared if m in sys.modules]
+    for name in declared:
+        _import_plugin(name, origin)
+    if _REGISTERED[0] == before and not earlier:
+        where = (f"its declared modules ({', '.join(declared)}) register nothing" if declared else
+                 f"no installed distribution declares peanchor entry points ({', '.join(GROUPS)}) inside it")
+        raise RegistryError(f"{origin} {package}: the package registered nothing: {where}; name the module that "
+                            f"registers (e.g. {origin} {package}.my_pe)")  # fmt: skip
 
 
 def loaded_plugins() -> tuple[str, ...]:
@@ -196,6 +226,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
             self._check(obj)
         self[key] = self._make(obj) if self._make is not None else obj
         self._registered[key] = obj
+        _REGISTERED[0] += 1
         return obj
 
     def __setitem__(self, key: str, value: T) -> None:

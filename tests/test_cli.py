@@ -707,3 +707,16 @@ def test_all_corrupt_images_in_a_real_process_warn_once_each_then_one_error(ws, 
     assert sorted(w.split()[5] for w in warnings) == [f"{ws}/corrupt_ds/train/c0/{i}.jpg" for i in range(3)]
     rest = "".join(line + "\n" for line in proc.stderr.splitlines() if line not in warnings)
     assert_one_error_line(proc.returncode, rest, "decoded")
+
+
+def test_a_mistyped_command_or_flag_gets_the_closest_and_no_flag_is_abbreviated(capsys):
+    for argv, expected in ((["reprodce"], "invalid choice: 'reprodce'"), (["analyze", "RUN", "--rpi-draw", "2"],
+                           "unrecognized arguments: --rpi-draw 2; did you mean --rpi-draws?")):  # fmt: skip
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert expected in err and err.count("\n") == 1, err
+    with pytest.raises(SystemExit):
+        main(["reprodce"])
+    assert "did you mean reproduce?" in capsys.readouterr().err

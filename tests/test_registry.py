@@ -213,3 +213,31 @@ def test_the_command_line_loads_plug_ins_first_and_stays_light(tmp_path, capsys)
     assert subprocess.run([sys.executable, "-c", light], timeout=120).returncode == 0
     assert main(["train", "--plugin", "no_such_plugin"]) == 2
     assert "no_such_plugin" in capsys.readouterr().err
+
+
+def test_a_plug_in_package_loads_the_modules_it_declares(tmp_path, monkeypatch):
+    """``--plugin PKG`` for a package whose plug-ins sit in submodules imports the ones its distribution declares;
+    a package that declares none, or whose modules register nothing, is one line, never a silent no-op."""
+    PE_REGISTRY.names()  # the PE family's entry points are read before this test's distribution is on the path
+    pkg = tmp_path / "lab_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "shapes.py").write_text("from tests.test_registry import Shape\n"
+                                   "from peanchor import registry\n"
+                                   "registry.Registry('shape', 'peanchor.test-pkg').register(Shape('pentagon'))\n")
+    (tmp_path / "quiet_pkg").mkdir()
+    (tmp_path / "quiet_pkg" / "__init__.py").write_text("")
+    _dist(tmp_path, "lab_pkg", "[peanchor.pes]\npentagon = lab_pkg.shapes\n", {})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert R.declared_modules("lab_pkg") == ("lab_pkg.shapes",)
+        assert R.declared_modules("quiet_pkg") == ()
+        R.load_plugins(["lab_pkg"])
+        assert "lab_pkg.shapes" in sys.modules
+        with pytest.raises(ConfigError, match=r"^--plugin quiet_pkg: the package registered nothing: no installed "
+                           r"distribution declares peanchor entry points"):  # fmt: skip
+            R.load_plugins(["quiet_pkg"])
+    finally:
+        for module in ("lab_pkg", "lab_pkg.shapes", "quiet_pkg"):
+            sys.modules.pop(module, None)
+        monkeypatch.setattr(R, "_LOADED", [m for m in R._LOADED if m not in ("lab_pkg", "quiet_pkg")])
