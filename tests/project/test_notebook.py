@@ -4,7 +4,6 @@ gives the numbers it was committed with."""
 
 from __future__ import annotations
 
-import math
 import os
 import re
 
@@ -102,34 +101,24 @@ def test_the_tutorial_runs_and_gives_its_committed_numbers(tmp_path, monkeypatch
     got_text = [stdout(c) for c in result_cells(nb)]
     got, expected = ([NUMBER.findall(t) for t in texts] for texts in (got_text, expected_text))
     assert [len(g) for g in got] == [len(e) for e in expected]
-    for g, e in zip(sum(got, []), sum(expected, [])):
+    spread = nb.metadata.get("peanchor", {}).get("spread")
+    assert spread is not None and len(spread) == len(sum(expected, [])), (
+        "the notebook's metadata lacks the seed-to-seed spread of its numbers: run tools/tutorial_outputs.py")
+    # Another CPU trains these seconds-long models along another path (its float rounding differs), so a fresh run
+    # moves about as far as another seed does: each number is compared within 5 standard deviations over seeds
+    # (tools/tutorial_outputs.py measured them; at least 0.02, 4 of the 200 images), and a number that is undefined
+    # in some seeds and not in others (spread null) is not compared.
+    for g, e, s in zip(sum(got, []), sum(expected, []), spread):
+        if s is None:
+            continue
         assert ("nan" in g) == ("nan" in e), (g, e)
-    if nb.metadata.get("peanchor", {}).get("cpu_capability") == torch.backends.cpu.get_cpu_capability():
-        # Seeded: the same numbers as committed, up to 0.02 (4 of the 200 evaluation images) for a CPU of the same
-        # kernels whose float rounding still differs.
-        for g, e in zip(sum(got, []), sum(expected, [])):
-            if "nan" not in g:
-                assert abs(float(g) - float(e)) <= 0.02, (g, e)
-    else:
-        # Other kernels (the outputs were made on an AVX-512 Xeon): the tutorial's tiny models train for seconds, and
-        # their weights move by more than rounding. Measured on an AVX2 EPYC: accuracies by up to 5 of the 200
-        # images, SSDC by up to 0.06, so FS (a ratio of accuracies near 0.2) by up to 0.3. Compared there: each
-        # accuracy, clean and shifted (recovered as clean x (1 - FS)), within 0.03, and each SSDC within 0.10.
-        lines = zip("\n".join(got_text).splitlines(), "\n".join(expected_text).splitlines())
-        for line_got, line_expected in lines:
-            a, b = measured(line_got), measured(line_expected)
-            assert a.keys() == b.keys(), (line_got, line_expected)
-            for key in a:
-                if not (math.isnan(a[key]) or math.isnan(b[key])):
-                    limit = 0.03 if key.endswith("acc") else 0.10
-                    assert abs(a[key] - b[key]) <= limit, (key, line_got, line_expected)
+        if "nan" not in g:
+            assert abs(float(g) - float(e)) <= max(0.02, 5 * s), (g, e, s)
 
-def measured(line: str) -> dict[str, float]:
-    """The numbers of one printed line by what they are: ``clean acc``, ``shifted acc`` (from FS), or SSDC."""
-    values = {k: float(v) for k, v in re.findall(r"(clean acc|FS jpeg|ΔSSDC) ([+-]?(?:\d+\.\d+|nan))", line)}
-    if "FS jpeg" in values:
-        values["shifted acc"] = values["clean acc"] * (1 - values.pop("FS jpeg"))
-    if "SSDC" in line and "ΔSSDC" not in line:  # the per-layer rows, and the α sweep's "layer 0" column
-        tail = line.split(":", 1)[1] if ":" in line else line.rsplit("layer 0", 1)[1]
-        values.update({f"ssdc {i}": float(v) for i, v in enumerate(NUMBER.findall(tail))})
-    return values
+
+def test_the_spread_that_sets_the_tolerance_was_measured_over_seeds() -> None:
+    meta = committed().metadata.get("peanchor", {})
+    assert meta.get("spread_seeds", 0) >= 3, "run tools/tutorial_outputs.py"
+    spread = meta["spread"]
+    assert all(s is None or s >= 0 for s in spread)
+    assert any(s for s in spread), "a spread of zero everywhere: the seeds were not varied"
