@@ -265,12 +265,18 @@ class TimmViT(AnalysisInterface, nn.Module):
             x = x.reshape(b, h * w, d)
         return x  # (B, N, D), row-major slots
 
+    def _prefix_tokens(self, batch: int) -> list[Tensor]:
+        """The prefix tokens in timm's ``_pos_embed`` order, each ``(B, 1|R, D)``: CLS, the distillation token
+        (DeiT-distilled) or the registers. Every path that builds the sequence takes them from here."""
+        m = self.model
+        tokens = (m.cls_token, getattr(m, "dist_token", None), m.reg_token)
+        return [t.expand(batch, -1, -1) for t in tokens if t is not None]
+
     def _add_prefix_and_ape(self, x: Tensor, alpha: float) -> Tensor:
         """timm's ``_pos_embed`` order (CLS, the distillation token or registers, then patches), with the table
         scaled by α."""
         m = self.model
-        prefix = [t.expand(x.shape[0], -1, -1) for t in (m.cls_token, getattr(m, "dist_token", None), m.reg_token)
-                  if t is not None]  # fmt: skip
+        prefix = self._prefix_tokens(x.shape[0])
         pos = m.pos_embed  # (1, [P +] N, D) or None
         if pos is not None and alpha != 1.0:
             pos = pos * alpha
@@ -289,7 +295,7 @@ class TimmViT(AnalysisInterface, nn.Module):
     def _add_prefix_and_table(self, x: Tensor, run: EditPass, alpha: float) -> Tensor:
         """:meth:`_add_prefix_and_ape` with the table edited by ``run`` (the same sums, in one place)."""
         m = self.model
-        prefix = [t.expand(x.shape[0], -1, -1) for t in (m.cls_token, m.reg_token) if t is not None]
+        prefix = self._prefix_tokens(x.shape[0])
         pos = m.pos_embed if alpha == 1.0 else m.pos_embed * alpha  # (1, [P +] N, D)
         p = pos.shape[1] - self.num_patches
         table = run.table(PETable(pos[:, :p] if p else None, pos[:, p:], self.grid))

@@ -21,6 +21,7 @@ MODELS = [
     ("ape_cls", "vit_small_patch16_224", {}),
     ("none", "vit_small_patch16_224", {"pos_embed": "none"}),
     ("ape_no_embed_class", "deit3_small_patch16_224", {}),
+    ("ape_cls_dist", "deit_small_distilled_patch16_224", {}),  # CLS + the distillation token
     ("ape_cls_reg4", "vit_small_patch14_reg4_dinov2", {}),
     ("ape_parallel_block", "vit_pwee_patch16_reg1_gap_256", {}),
     ("rope", "vit_small_patch16_rope_224", {}),
@@ -108,6 +109,17 @@ def test_a_zeroed_table_is_the_model_without_one(tid: str, name: str, extra: dic
         zeroed = logits(model, x, "pe_zero")
         model.model.pos_embed.zero_()
         assert torch.equal(zeroed, logits(model, x))
+
+
+@pytest.mark.parametrize("tid, name, extra", TABLE, ids=[m[0] for m in TABLE])
+def test_pe_zero_is_the_library_forward_with_a_zeroed_table(tid: str, name: str, extra: dict) -> None:
+    """The oracle is timm's own forward, not the adapter's pass: every prefix token (the distillation token of
+    DeiT-distilled included) goes through the edited path as through timm's ``_pos_embed``."""
+    model, x = build(name, extra), images()
+    with torch.no_grad():
+        zeroed = logits(model, x, "pe_zero")
+        model.model.pos_embed.zero_()
+        torch.testing.assert_close(zeroed, model.model.eval()(x), rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("tid, name, extra", APE_ONLY, ids=[m[0] for m in APE_ONLY])
