@@ -18,7 +18,7 @@ changes is what runs (docs/interventions.md, "The cost of a sweep"):
 A sweep of k doses so costs at most k + 1 passes (plus one per distinct other donor), and a sweep of an edit over
 the blocks of a model about half of that.
 
-Imports: torch; :mod:`peanchor.interventions` (edit, intervention, kinds.patch, record, start).
+Imports: torch; :mod:`peanchor.interventions` (edit, intervention, record, start).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from torch import Tensor
 
 from peanchor.interventions.edit import Edit, EditPass, HookPoints
 from peanchor.interventions.intervention import Intervention
-from peanchor.interventions.kinds.patch import Patch
 from peanchor.interventions.record import Record
 from peanchor.interventions.start import Start, first_changed_block, same_edits, same_perm
 
@@ -85,7 +84,7 @@ def forward_doses(
     # With head=False the base pass runs blocks 0 .. count-2 whole (and block count-1's probe only).
     reach = hooks.depth if head else count - 1
     base_plain = tuple(e for e in base.edits if not isinstance(e, Record))
-    base_donates = not any(isinstance(e, Patch) for e in base.edits)
+    base_donates = not any(e.donor_key() is not None for e in base.edits)
     donor_passes: list[_DonorPass] = []
     plans = []
     for dose in doses:
@@ -95,13 +94,13 @@ def forward_doses(
             continue
         plan = _Dose(dose, first)
         n = _slots(dose, hooks)
-        rest = tuple(e for e in dose.edits if not isinstance(e, (Patch, Record)))
-        for p in (e for e in dose.edits if isinstance(e, Patch)):
-            key, site = (*p.donor_key(), p.site, p.layer), (p.site, p.layer)
+        rest = tuple(e for e in dose.edits if not e.donor_pass_excludes)
+        for p, site in ((e, site) for e in dose.edits if e.donor_key() is not None for site in sorted(e.donor_sites())):
+            key = (*p.donor_key(), *site)
             perm = p.donor_perm(dose.token_perm, n, images.device)
             is_base = same_perm(perm, base.token_perm) and same_edits(rest, base_plain)
             is_base = is_base and dose.pe_scale == base.pe_scale
-            if base_donates and is_base and p.layer < reach:
+            if base_donates and is_base and site[1] < reach:
                 plan.from_base[key] = site
                 continue
             shared = next((d for d in donor_passes if d.serves(perm, dose.pe_scale, rest)), None)

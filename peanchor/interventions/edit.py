@@ -185,6 +185,31 @@ class Edit:
     def on_block(self, site: str, layer: int, x: Tensor, run: EditPass) -> Tensor:
         return x
 
+    # ---- what an edit needs before its pass: a fit over images, activations of a donor pass -----------------
+    #: Whether the edit is left out of a donor pass (an edit that reads donors, or records a pass's sites).
+    donor_pass_excludes: ClassVar[bool] = False
+
+    def needs_fit(self) -> bool:
+        """Whether :meth:`fit` must run before this edit can act (e.g. a mean ablation without its means)."""
+        return False
+
+    def fit(self, model: Any, batches: Iterable[Tensor]) -> Edit:
+        """This edit made ready from ``batches`` of normalised images under the model's plain pass (a copy; the
+        default: the edit as it is)."""
+        return self
+
+    def donor_key(self) -> Any:
+        """The donor pass this edit reads activations from (edits with the same key share one pass), or None."""
+        return None
+
+    def donor_sites(self) -> frozenset[tuple[str, int]]:
+        """The ``(site, layer)`` activations it reads from its donor pass."""
+        return frozenset()
+
+    def donor_perm(self, receiving: Tensor | None, n: int, device: Any) -> Tensor | None:
+        """The token order of its donor pass, given the receiving pass's ``receiving`` (None: tokens in order)."""
+        return None
+
     @property
     def spec(self) -> str:
         """The spec text this edit reads back from (every parameter written out)."""

@@ -1,6 +1,8 @@
-"""What one pass changes at inference: :class:`Intervention` (token order, PE scale, edits) and its spec text.
+"""What one pass changes at inference: :class:`Intervention` (token order, PE scale, edits) and its spec text; what
+edits need before their pass (:func:`fitted_edits`, :func:`donor_activations`), through the :class:`Edit` protocol
+alone: no kind is named here.
 
-Imports: torch; :mod:`peanchor.interventions` (edit, registry, spec).
+Imports: torch; :mod:`peanchor.interventions` (edit, record, registry, spec).
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from typing import Any
 from torch import Tensor
 
 from peanchor.interventions.edit import Edit, EditPass, HookPoints
-from peanchor.interventions.kinds.patch import donor_activations
+from peanchor.interventions.record import Record
 from peanchor.interventions.registry import edit_from_spec
 from peanchor.interventions.spec import split_edits
 
-__all__ = ["NO_INTERVENTION", "Intervention", "fitted_edits"]
+__all__ = ["NO_INTERVENTION", "Intervention", "donor_activations", "fitted_edits"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,16 +87,41 @@ NO_INTERVENTION = Intervention()
 
 
 def fitted_edits(edits: Iterable[Edit], model: Any, batches: Callable[[], Iterable[Tensor]]) -> tuple[Edit, ...]:
-    """``edits`` made ready for an analysis of ``model`` and checked against its hook points: a mean ablation
-    (``head_ablate:value=mean``) gets its means over ``batches()`` (normalised images) under the plain pass."""
-    from peanchor.interventions.kinds.head_ablate import HeadAblate
-
-    ready = tuple(
-        e.fit_means(model, batches()) if isinstance(e, HeadAblate) and e.value == "mean" and e.means is None else e
-        for e in edits
-    )
+    """``edits`` made ready for an analysis of ``model`` and checked against its hook points: an edit that
+    :meth:`~Edit.needs_fit` (a mean ablation, ``head_ablate:value=mean``) is fitted over ``batches()`` (normalised
+    images) under the plain pass."""
+    ready = tuple(e.fit(model, batches()) if e.needs_fit() else e for e in edits)
     if ready:
         hooks = model.hook_points
         for edit in ready:
             edit.check(hooks)
     return ready
+
+
+def donor_activations(
+    edits: tuple[Edit, ...],
+    receiving: Tensor | None,
+    n: int,
+    device: Any,
+    run: Callable[[Any, tuple[Edit, ...]], None],
+    have: Mapping[Any, Tensor] | None = None,
+) -> dict[Any, Tensor]:
+    """Every activation the edits among ``edits`` read from donor passes (:meth:`Edit.donor_key`): one donor pass
+    per key, ``run(perm, edits)`` with the edits a donor pass keeps (not :attr:`Edit.donor_pass_excludes`) and a
+    :class:`Record` of the sites read; keyed ``(*donor_key, site, layer)``. A donor whose every activation ``have``
+    holds (keyed alike, from a pass already run) is not run again."""
+    readers = [e for e in edits if e.donor_key() is not None]
+    rest = tuple(e for e in edits if not e.donor_pass_excludes)
+    have = have or {}
+    donors: dict[Any, Tensor] = {}
+    for key in dict.fromkeys(e.donor_key() for e in readers):
+        group = [e for e in readers if e.donor_key() == key]
+        sites = frozenset(site for e in group for site in e.donor_sites())
+        wanted = [(*key, site, layer) for site, layer in sorted(sites)]
+        if all(k in have for k in wanted):
+            donors.update({k: have[k] for k in wanted})
+            continue
+        store: dict[tuple[str, int], Tensor] = {}
+        run(group[0].donor_perm(receiving, n, device), rest + (Record(sites, store),))
+        donors.update({(*key, site, layer): t for (site, layer), t in store.items()})
+    return donors

@@ -19,6 +19,7 @@ class Record(Edit):
     """Keeps ``store[(site, layer)] = x`` for each of ``sites`` during the pass; returns ``x`` unchanged."""
 
     kind = "record"
+    donor_pass_excludes = True  # another pass's record: not part of a donor pass
     summary = "keeps the tensors at some block sites"
 
     sites: frozenset[tuple[str, int]] = frozenset()

@@ -124,3 +124,16 @@ def test_a_point_the_model_lacks_or_a_bad_function_is_one_line() -> None:
         run(model, Intervention().with_edits(Hook("blocks.0.mlp", lambda x: x[:, 0, 0])))
     with pytest.raises(ConfigError, match="not a hook point"):
         Hook("block.0.mlp", abs)
+
+
+def test_the_edit_protocol_names_no_kind_outside_the_kinds() -> None:
+    """What an edit needs before its pass (a fit, a donor pass) is asked through ``Edit``'s methods: neither
+    ``Intervention`` nor the sweeps import a kind."""
+    from pathlib import Path
+
+    import peanchor.interventions as package
+
+    root = Path(package.__file__).parent
+    for name in ("intervention.py", "doses.py", "start.py", "hook.py"):
+        text = (root / name).read_text()
+        assert "interventions.kinds" not in text and "HeadAblate" not in text and "Patch)" not in text, name

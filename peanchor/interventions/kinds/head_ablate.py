@@ -62,6 +62,12 @@ class HeadAblate(LayersAndHeads):
             x[:, :, heads] = mean[:, heads].expand_as(x[:, :, heads])
         return x
 
+    def needs_fit(self) -> bool:
+        return self.value == "mean" and self.means is None
+
+    def fit(self, model: Any, batches: Iterable[Tensor]) -> HeadAblate:
+        return self.fit_means(model, batches)
+
     def fit_means(self, model: Any, batches: Iterable[Tensor], intervention: Any = None) -> HeadAblate:
         """This edit with the mean head output of its blocks over ``batches`` of normalised images, each pass run as
         ``model.forward_intermediates(images, intervention)`` (default: the plain pass)."""

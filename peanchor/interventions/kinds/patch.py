@@ -4,15 +4,14 @@
 The donor is the same intervention (α and every edit but the patches) run with another token order: ``clean``
 (tokens in order) or ``rpi`` (the receiving pass's permutation, or, when the receiving pass has none, a shared
 permutation drawn from ``seed``). So clean activations go into an RPI run (``donor=clean`` on an RPI pass) and the
-reverse (``donor=rpi`` on a clean pass). The donor passes are run by :func:`donor_activations` before the pass,
-once per donor.
+reverse (``donor=rpi`` on a clean pass). The donor passes are run by
+:func:`~peanchor.interventions.intervention.donor_activations` before the pass, once per donor.
 
-Imports: torch; :mod:`peanchor.interventions` (edit, registry, spec, record, permutation).
+Imports: torch; :mod:`peanchor.interventions` (edit, registry, spec, permutation).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,6 @@ from torch import Tensor
 from peanchor.errors import ConfigError
 from peanchor.interventions.edit import Edit, EditPass, HookPoints
 from peanchor.interventions.permutation import random_permutation
-from peanchor.interventions.record import Record
 from peanchor.interventions.registry import register_intervention
 from peanchor.interventions.spec import choice, integer, param
 
@@ -61,8 +59,13 @@ class Patch(Edit):
                               f"{tuple(x.shape)}")  # fmt: skip
         return donor
 
+    donor_pass_excludes = True  # a donor pass runs without the patches
+
     def donor_key(self) -> tuple[str, int]:
         return (self.donor, self.seed if self.donor == "rpi" else 0)
+
+    def donor_sites(self) -> frozenset[tuple[str, int]]:
+        return frozenset({(self.site, self.layer)})
 
     def donor_perm(self, receiving: Tensor | None, n: int, device: torch.device) -> Tensor | None:
         if self.donor == "clean":
@@ -70,32 +73,3 @@ class Patch(Edit):
         if receiving is not None:
             return receiving
         return random_permutation(n, generator=torch.Generator().manual_seed(self.seed), device=device)
-
-
-def donor_activations(
-    edits: tuple[Edit, ...],
-    receiving: Tensor | None,
-    n: int,
-    device: torch.device,
-    run: Callable[[Any, tuple[Edit, ...]], None],
-    have: Mapping[Any, Tensor] | None = None,
-) -> dict[Any, Tensor]:
-    """Every activation the ``patch`` edits among ``edits`` read: one donor pass per donor, ``run(perm, edits)``
-    with the other edits (a :class:`Record` of another pass's sites left out) and a :class:`Record` of the patched
-    sites; keyed ``(donor, seed, site, layer)``. A donor whose every activation ``have`` holds (keyed alike, from a
-    pass already run) is not run again."""
-    patches = [e for e in edits if isinstance(e, Patch)]
-    rest = tuple(e for e in edits if not isinstance(e, (Patch, Record)))
-    have = have or {}
-    donors: dict[Any, Tensor] = {}
-    for key in dict.fromkeys(p.donor_key() for p in patches):
-        group = [p for p in patches if p.donor_key() == key]
-        wanted = [(key[0], key[1], p.site, p.layer) for p in group]
-        if all(k in have for k in wanted):
-            donors.update({k: have[k] for k in wanted})
-            continue
-        store: dict[tuple[str, int], Tensor] = {}
-        record = Record(frozenset((p.site, p.layer) for p in group), store)
-        run(group[0].donor_perm(receiving, n, device), rest + (record,))
-        donors.update({(key[0], key[1], site, layer): t for (site, layer), t in store.items()})
-    return donors
