@@ -13,7 +13,7 @@ The stream entering block ``k >= 1`` is what leaves block ``k - 1``, the ``block
 :class:`~peanchor.interventions.record.Record` of that site keeps it during the earlier pass (:meth:`Start.record`).
 
 ``donors``, at any layer, are the activations of ``patch`` donor passes that already ran (keyed as
-:func:`~peanchor.interventions.kinds.patch.donor_activations` keys them): the pass does not run those donors again.
+:func:`~peanchor.interventions.intervention.donor_activations` keys them): the pass does not run those donors again.
 
 Imports: torch; :mod:`peanchor.interventions` (edit, intervention, record).
 """
