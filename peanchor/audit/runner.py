@@ -10,6 +10,7 @@ Imports: torch; :mod:`peanchor.api` (wrap_model: timm and transformers models be
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -26,15 +27,21 @@ from peanchor.errors import ConfigError, PeanchorError
 __all__ = ["audit"]
 
 
-def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None = None) -> AuditReport:
+def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None = None,
+          dtype: str | torch.dtype = "fp32") -> AuditReport:
     """Audit ``model`` (a peanchor ViT, a timm ViT/Eva or a transformers vision model, wrapped or not): the
-    checks named in ``checks`` (default: all of :data:`~peanchor.audit.registry.CHECKS`, in order)."""
+    checks named in ``checks`` (default: all of :data:`~peanchor.audit.registry.CHECKS`, in order).
+    ``dtype`` (``fp32``, ``bf16``, ``fp16``): the dtype ``reference_parity`` runs a copy of the model in."""
+    run_dtype = _dtype(dtype)
     chosen = list(CHECKS) if checks is None else list(checks)
     unknown = [c for c in chosen if c not in CHECKS]
     if unknown:
         raise ConfigError(f"unknown audit check(s) {', '.join(unknown)}; the checks: {', '.join(CHECKS)}")
     wrapped = wrap_model(model)
     subject = subject_for(wrapped)
+    if run_dtype != torch.float32 and subject.observer is not None:
+        subject.dtype = run_dtype
+        subject.observer = type(subject.observer)(copy.deepcopy(wrapped).to(run_dtype).eval())
     report = AuditReport(name or subject.name)
     start = time.perf_counter()
     training = wrapped.training
@@ -42,6 +49,9 @@ def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None =
     try:
         with torch.no_grad():
             for check in chosen:
+                if subject.claim.kind == "undeclared":
+                    report.checks.append(CheckResult(check, "n/a", None, "the PE declares nothing to check"))
+                    continue
                 try:
                     report.checks.append(CHECKS[check].run(subject))
                 except PeanchorError as e:
@@ -53,3 +63,14 @@ def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None =
         wrapped.train(training)
     report.seconds = time.perf_counter() - start
     return report
+
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype {dtype!r} is not supported; the audit runs in {', '.join(DTYPES)}")
+    return DTYPES[str(dtype)]
