@@ -289,7 +289,8 @@ class TimmViT(AnalysisInterface, nn.Module):
     def _add_prefix_and_table(self, x: Tensor, run: EditPass, alpha: float) -> Tensor:
         """:meth:`_add_prefix_and_ape` with the table edited by ``run`` (the same sums, in one place)."""
         m = self.model
-        prefix = [t.expand(x.shape[0], -1, -1) for t in (m.cls_token, m.reg_token) if t is not None]
+        prefix = [t.expand(x.shape[0], -1, -1) for t in (m.cls_token, getattr(m, "dist_token", None), m.reg_token)
+                  if t is not None]  # fmt: skip
         pos = m.pos_embed if alpha == 1.0 else m.pos_embed * alpha  # (1, [P +] N, D)
         p = pos.shape[1] - self.num_patches
         table = run.table(PETable(pos[:, :p] if p else None, pos[:, p:], self.grid))
@@ -407,8 +408,11 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
-def _size_arg(model: nn.Module) -> int | list[int]:
-    """The model's input size as ``create_model(img_size=...)`` takes it: an int when square."""
+def _size_arg(model: nn.Module) -> int | list[int] | None:
+    """The model's input size as ``create_model(img_size=...)`` takes it: an int when square (None: no patch
+    embedding, a model :class:`TimmViT` then refuses with the classes it supports)."""
+    if not hasattr(model, "patch_embed"):
+        return None
     rows, cols = (int(s) for s in model.patch_embed.img_size)
     return rows if rows == cols else [rows, cols]
 

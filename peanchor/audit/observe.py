@@ -124,20 +124,24 @@ class TimmObserver:
             return None
         return timm_rope_reference(self.rope, grid, 0)
 
-    def reference_embedding(self, patches: Tensor, grid: tuple[int, int]) -> Tensor:
-        """timm's ``_pos_embed`` as declared: CLS, then registers, then the patches; the table (``pos_embed``)
+    #: How the table is resampled off the native grid, as timm documents it (``resample_abs_pos_embed``).
+    resample = ("bicubic", True)
+
+    def reference_embedding(self, patches: Tensor, grid: tuple[int, int], resample: tuple | None = None) -> Tensor:
+        """timm's ``_pos_embed`` as declared: CLS, then the distillation token or registers, then the patches; the table (``pos_embed``)
         resampled to the grid by bicubic, antialiased ``F.interpolate`` (timm's documented default), over the
         prefix too unless ``no_embed_class``; then the model's own ``norm_pre``."""
         from peanchor.audit.reference import resample_table
 
         inner, b = self.inner, patches.shape[0]
-        to_cat = [t.expand(b, -1, -1) for t in (getattr(inner, "cls_token", None), getattr(inner, "reg_token", None))
-                  if t is not None]  # fmt: skip
+        tokens = (getattr(inner, "cls_token", None), getattr(inner, "dist_token", None), getattr(inner, "reg_token", None))
+        to_cat = [t.expand(b, -1, -1) for t in tokens if t is not None]  # CLS, DeiT's distillation token, registers
         table = getattr(inner, "pos_embed", None)
         x = patches
         if table is not None:
             rows = 0 if getattr(inner, "no_embed_class", False) else self.prefix
-            own = resample_table(table[:, rows:], self.native_grid, grid, "bicubic", True).to(patches.dtype)
+            mode, antialias = resample or self.resample
+            own = resample_table(table[:, rows:], self.native_grid, grid, mode, antialias).to(patches.dtype)
             if rows:
                 x = torch.cat(to_cat + [x], dim=1) + torch.cat([table[:, :rows], own], dim=1)
                 to_cat = []
@@ -253,7 +257,12 @@ class HFObserver:
 
         return hf_dinov3_reference(self.config, grid) if self.family.rope is not None else None
 
-    def reference_embedding(self, patches: Tensor, grid: tuple[int, int]) -> Tensor:
+    @property
+    def resample(self) -> tuple[str, bool]:
+        """How the table is resampled off the native grid, as the family's code says."""
+        return "bicubic", self.family.name == "dinov2_with_registers"
+
+    def reference_embedding(self, patches: Tensor, grid: tuple[int, int], resample: tuple | None = None) -> Tensor:
         """The family's embeddings as declared: CLS (and DeiT's distillation token) first, the learned table
         added (resampled by bicubic ``F.interpolate`` off the native grid, antialiased for DINOv2 with registers,
         whose code says so), then DINOv2's registers after CLS with no table row; DINOv3: CLS, registers, patches."""
@@ -269,7 +278,7 @@ class HFObserver:
             table = e.position_embeddings
             cls = [e.cls_token.expand(b, -1, -1)] + ([e.distillation_token.expand(b, -1, -1)] if name == "deit" else [])
         rows = len(cls)
-        own = resample_table(table[:, rows:], self.native_grid, grid, "bicubic", name == "dinov2_with_registers")
+        own = resample_table(table[:, rows:], self.native_grid, grid, *(resample or self.resample))
         x = torch.cat(cls + [patches], dim=1) + torch.cat([table[:, :rows], own.to(table.dtype)], dim=1)
         if name == "dinov2_with_registers":
             x = torch.cat([x[:, :1], e.register_tokens.expand(b, -1, -1), x[:, 1:]], dim=1)

@@ -24,6 +24,7 @@ TIMM = {
     "ape": ("vit_small_patch16_224", {}),
     "ape_reg4": ("vit_small_patch14_reg4_dinov2", {}),
     "ape_no_embed_class": ("deit3_small_patch16_224", {}),
+    "deit_distilled": ("deit_tiny_distilled_patch16_224", {}),
     "ape_dynamic": ("vit_small_patch16_224", {"dynamic_img_size": True}),
     "rope_axial": ("vit_small_patch16_rope_224", {}),
     "rope_mixed": ("vit_small_patch16_rope_mixed_224", {}),

@@ -72,7 +72,7 @@ def check(subject: AuditSubject) -> CheckResult:
             err = max_diff(a, b)
             worst = max(worst, err)
             if err > tol:
-                what = _diagnose(obs, images, grid, rope, i, a, b, tol)
+                what = _diagnose(obs, images, grid, rope, i, a, b, tol, ref)
                 return CheckResult(NAME, "fail", err, f"{where}, {what} (tokens {err:.2g} apart, relative)")
         eager = obs.run(images, eager=True)
         for layer in sorted(eager.probs):
@@ -110,10 +110,13 @@ def _wrong_dtype(seen: Pass, obs: Any, dtype: torch.dtype) -> str | None:
 
 
 def _diagnose(obs: Any, images: torch.Tensor, grid: tuple[int, int], rope: RotaryReference | None, index: int,
-              native: torch.Tensor, ref: torch.Tensor, tol: float) -> str:  # fmt: skip
+              native: torch.Tensor, ref: torch.Tensor, tol: float, ref_pass: Pass) -> str:  # fmt: skip
     p = obs.prefix
     if index == 0:
-        return "the embedding (tokens entering block 0): " + _embedding_suspects(obs, grid, native, ref, p, tol)
+        text = _embedding_suspects(obs, grid, native, ref, p, tol)
+        if native.shape == ref.shape and tuple(grid) != tuple(obs.native_grid) and "patches" in ref_pass.tables:
+            text += _resample_suspect(obs, grid, native, ref_pass.tables["patches"], tol)
+        return "the embedding (tokens entering block 0): " + text
     layer = index - 1
     eager = obs.run(images, eager=True)
     if layer in eager.probs and layer in eager.q:
@@ -135,6 +138,21 @@ def _embedding_suspects(obs: Any, grid: tuple[int, int], native: torch.Tensor, r
     if patches > tol:
         parts.append(f"patch tokens {patches:.2g}")
     return "differ from the declared prefix and table: " + ", ".join(parts or ["within tolerance"])
+
+
+def _resample_suspect(obs: Any, grid: tuple[int, int], native: torch.Tensor, patches: torch.Tensor,
+                      tol: float) -> str:  # fmt: skip
+    """Which other interpolation the model's table matches off its native grid, if one does."""
+    declared = obs.resample
+    for mode in ("bicubic", "bilinear", "nearest"):
+        for antialias in (True, False):
+            if (mode, antialias) == tuple(declared) or (mode == "nearest" and antialias):
+                continue
+            x = obs.reference_embedding(patches, grid, (mode, antialias))
+            if x.shape == native.shape and max_diff(native, x.to(native.dtype)) <= tol:
+                said = lambda m, a: f"{m}{', antialiased' if a and m != 'nearest' else ''}"  # noqa: E731
+                return f"; the table is resampled {said(mode, antialias)} where {said(*declared)} is declared"
+    return ""
 
 
 def _attention_suspects(obs: Any, seen: Pass, layer: int, rope: RotaryReference | None, tol: float) -> str:

@@ -174,7 +174,10 @@ def test_a_table_resampled_other_than_declared_is_caught(fault: str, monkeypatch
 
     monkeypatch.setattr(vt, "resample_abs_pos_embed", faulty)
     found = caught(timm_model(APE), f"ape resample {fault}", checks=("reference_parity",))
-    assert found["reference_parity"].status == "fail" and "grid 3x7" in found["reference_parity"].message
+    message = found["reference_parity"].message
+    assert found["reference_parity"].status == "fail" and "grid 3x7" in message
+    named = {"bilinear": "resampled bilinear, antialiased where", "no_antialias": "resampled bicubic where", "indexed": ""}
+    assert named[fault] in message
 
 
 def test_bf16_healthy_models_pass() -> None:
