@@ -72,6 +72,15 @@ def hooks(handles: list[Any]) -> Iterator[None]:
             h.remove()
 
 
+def other_grids(native: tuple[int, int]) -> list[tuple[int, int]]:
+    """The grids a model that takes other sizes runs at: its own, a non-square wider one (rows x cols+2), and one
+    with as many slots as its own but another shape (timm PR #2737: a resample between equal counts skipped)."""
+    rows, cols = native
+    grids = [native, (rows, cols + 2)]
+    same = (rows // 2, cols * 2) if rows % 2 == 0 else (rows * 2, cols // 2) if cols % 2 == 0 else None
+    return grids + ([same] if same and same != native else [])
+
+
 def same_token_hooks(attns: list[nn.Module], name: str) -> list[Any]:
     """Pre-hooks that hand every attention module one random token at every position (prefix included), drawn
     once per layer: the model's own q·k then depends on the slots through its PE alone."""
@@ -111,8 +120,7 @@ class TimmObserver:
 
     def grids(self) -> list[tuple[int, int]]:
         """The grids it runs at: its own, and a non-square other one where its forward takes other sizes."""
-        rows, cols = self.native_grid
-        return [self.native_grid, (rows, cols + 2)] if self.dynamic else [self.native_grid]
+        return other_grids(self.native_grid) if self.dynamic else [self.native_grid]
 
     def scale(self, layer: int) -> float:
         return float(self.attns[layer].scale)
@@ -245,9 +253,8 @@ class HFObserver:
         return None
 
     def grids(self) -> list[tuple[int, int]]:
-        rows, cols = self.native_grid
         takes_other = self.family.rope is not None or "input.grid" in self.wrapped.hook_points.points
-        return [self.native_grid, (rows, cols + 2)] if takes_other else [self.native_grid]
+        return other_grids(self.native_grid) if takes_other else [self.native_grid]
 
     def scale(self, layer: int) -> float:
         return float(self.attns[layer].scaling)

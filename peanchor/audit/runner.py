@@ -52,6 +52,7 @@ def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None =
                 if subject.claim.kind == "undeclared":
                     report.checks.append(CheckResult(check, "n/a", None, "the PE declares nothing to check"))
                     continue
+                began = time.perf_counter()
                 try:
                     report.checks.append(CHECKS[check].run(subject))
                 except PeanchorError as e:
@@ -59,6 +60,7 @@ def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None =
                 except Exception as e:  # noqa: BLE001  (the model's code failed on the probe: a finding)
                     line = f"{type(e).__name__}: {e}".splitlines()[0]
                     report.checks.append(CheckResult(check, "fail", None, f"the check raised {line}"))
+                report.timings[check] = time.perf_counter() - began
     finally:
         wrapped.train(training)
     report.seconds = time.perf_counter() - start

@@ -252,3 +252,37 @@ def test_dinov3_rope_table_kept_in_float32_in_a_bf16_run_is_caught(monkeypatch: 
     monkeypatch.setattr(rope_cls, "forward", lambda self, pixels: tuple(t.float() for t in real(self, pixels)))
     found = caught(model, "hf dinov3 rope float32 in bf16", checks=("reference_parity",), dtype="bf16")
     assert found["reference_parity"].status == "fail" and "float32" in found["reference_parity"].message
+
+
+def test_a_resample_skipped_between_equal_token_counts_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """timm PR #2737: resample_abs_pos_embed returned the table unchanged when the token count did not change."""
+    import timm.models.vision_transformer as vt
+
+    real = vt.resample_abs_pos_embed
+
+    def early_return(pe: torch.Tensor, new_size: Any, old_size: Any = None, num_prefix_tokens: int = 1, **kw: Any):
+        if old_size is not None and new_size[0] * new_size[1] == old_size[0] * old_size[1]:
+            return pe  # the shortcut that assumed both grids square
+        return real(pe, new_size, old_size, num_prefix_tokens, **kw)
+
+    monkeypatch.setattr(vt, "resample_abs_pos_embed", early_return)
+    model = timm_model(("vit_small_patch16_224", dict(img_size=32, dynamic_img_size=True)))  # 4x4, then 2x8
+    found = caught(model, "ape equal-count resample skipped", checks=("reference_parity",))
+    assert found["reference_parity"].status == "fail" and "grid 2x8" in found["reference_parity"].message
+
+
+def test_prefix_tokens_dropped_without_a_table_are_caught() -> None:
+    """timm PR #2676: with pos_embed='none' the CLS and register tokens were never concatenated."""
+    model = timm_model(("vit_small_patch16_224", dict(pos_embed="none", reg_tokens=2, class_token=True)))
+    _instance_pos_embed(model, lambda self, x: self.pos_drop(x.reshape(x.shape[0], -1, x.shape[-1])))
+    found = caught(model, "no table, prefix dropped", checks=("reference_parity",))
+    assert found["reference_parity"].status == "fail" and "16 tokens where 19 are declared" in found["reference_parity"].message
+
+
+def test_a_loader_that_skipped_the_table_leaves_no_position() -> None:
+    """lightning-pose #351: the checkpoint's position embeddings skipped, the table left at its zero init."""
+    model = hf_model(HF["vit"])
+    with torch.no_grad():
+        model._backbone.embeddings.position_embeddings.zero_()
+    found = caught(model, "hf vit table never loaded", checks=("position_reaches",))
+    assert found["position_reaches"].status == "fail"
