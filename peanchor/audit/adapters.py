@@ -1,7 +1,8 @@
 """Audit subjects for the timm and transformers adapters: the claim read off the wrapped model's own config
 (timm: ``num_prefix_tokens``, ``no_embed_class``, its rotary module; transformers: the family and
 ``num_register_tokens``), the observer that watches the model's own modules (:mod:`peanchor.audit.observe`: the
-rotary checks read q·k from the model's own forward, never from a copy of its code), its own forward, and its own interpolation path (timm's ``dynamic_img_size``, transformers' ``interpolate_pos_encoding``)
+rotary checks read q·k from the model's own forward, never from a copy of its code), its own forward, and its own
+interpolation path (timm's ``dynamic_img_size``, transformers' ``interpolate_pos_encoding``)
 compared with ``pe_resample`` at the documented mode on a non-square grid.
 
 Imports: torch; :mod:`peanchor.adapters` (TimmViT, HFViT), :mod:`peanchor.interventions` (pe_resample).

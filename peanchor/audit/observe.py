@@ -114,7 +114,8 @@ class TimmObserver:
     def missing(self) -> str | None:
         """Why the attention cannot be watched (None: it can)."""
         for a in self.attns:
-            if a is None or not all(isinstance(getattr(a, n, None), nn.Module) for n in ("q_norm", "k_norm", "attn_drop")):
+            names = ("q_norm", "k_norm", "attn_drop")
+            if a is None or not all(isinstance(getattr(a, n, None), nn.Module) for n in names):
                 return f"a block's attention ({type(a).__name__}) has no q_norm, k_norm and attn_drop modules to watch"
         return None
 
@@ -136,13 +137,13 @@ class TimmObserver:
     resample = ("bicubic", True)
 
     def reference_embedding(self, patches: Tensor, grid: tuple[int, int], resample: tuple | None = None) -> Tensor:
-        """timm's ``_pos_embed`` as declared: CLS, then the distillation token or registers, then the patches; the table (``pos_embed``)
-        resampled to the grid by bicubic, antialiased ``F.interpolate`` (timm's documented default), over the
+        """timm's ``_pos_embed`` as declared: CLS, then the distillation token or registers, then the patches; the
+        table (``pos_embed``) resampled to the grid by bicubic, antialiased ``F.interpolate`` (timm's documented default), over the
         prefix too unless ``no_embed_class``; then the model's own ``norm_pre``."""
         from peanchor.audit.reference import resample_table
 
         inner, b = self.inner, patches.shape[0]
-        tokens = (getattr(inner, "cls_token", None), getattr(inner, "dist_token", None), getattr(inner, "reg_token", None))
+        tokens = [getattr(inner, n, None) for n in ("cls_token", "dist_token", "reg_token")]
         to_cat = [t.expand(b, -1, -1) for t in tokens if t is not None]  # CLS, DeiT's distillation token, registers
         table = getattr(inner, "pos_embed", None)
         x = patches
@@ -292,7 +293,8 @@ class HFObserver:
         return x
 
     def _logits(self, images: Tensor, grid: tuple[int, int]) -> Tensor:
-        kwargs = {"interpolate_pos_encoding": True} if self.family.interpolate_kwarg and grid != self.native_grid else {}
+        other = self.family.interpolate_kwarg and grid != self.native_grid
+        kwargs = {"interpolate_pos_encoding": True} if other else {}
         out = self.wrapped.model(pixel_values=images, **kwargs)
         return out.logits if self.wrapped.has_head else out.pooler_output
 

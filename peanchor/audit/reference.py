@@ -96,7 +96,8 @@ def timm_rope_reference(rope: Any, grid: tuple[int, int], head_dim: int) -> Rota
                               indexing="ij")  # fmt: skip
         first, second = (y.flatten(), x.flatten()) if indexing == "ij" else (x.flatten(), y.flatten())  # (N,)
         angles = first[:, None] * freqs[0][:, :, None, :] + second[:, None] * freqs[1][:, :, None, :]
-        return RotaryReference(angles, "interleaved", f"{kind}: learned freqs {tuple(freqs.shape)}, indexing {indexing}")
+        said = f"{kind}: learned freqs {tuple(freqs.shape)}, indexing {indexing}"
+        return RotaryReference(angles, "interleaved", said)
     return f"{kind} is not modelled"
 
 
@@ -129,7 +130,8 @@ def _timm_axial(rope: Any, grid: tuple[int, int], order: list[int]) -> RotaryRef
 def _timm_dinov3(rope: Any, grid: tuple[int, int], order: list[int]) -> RotaryReference | str:
     count = int(rope.dim) // 4
     if rope.min_period is not None and rope.max_period is not None:
-        periods = rope.min_period * (rope.max_period / rope.min_period) ** torch.linspace(0, 1, count, dtype=torch.float64)
+        steps = torch.linspace(0, 1, count, dtype=torch.float64)
+        periods = rope.min_period * (rope.max_period / rope.min_period) ** steps
         said = f"periods {rope.min_period:g}..{rope.max_period:g}"
     else:
         periods = float(rope.temperature) ** (torch.arange(count, dtype=torch.float64) / count)

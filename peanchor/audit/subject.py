@@ -120,7 +120,8 @@ def _peanchor_subject(model: VisionTransformer) -> AuditSubject:
     head_dim = model.patch_embed.proj.out_channels // model.blocks[0].attn.num_heads
     named = PE_REGISTRY[pe] if pe in PE_REGISTRY else type(model.pe)  # the config's PE, not the module's
     declared = declaration_of(named)
-    claim = _peanchor_claim(declared, options, head_dim, f"{source}, declared {declared.kinds if declared else 'nothing'}", model.num_prefix)
+    said = f"{source}, declared {declared.kinds if declared else 'nothing'}"
+    claim = _peanchor_claim(declared, options, head_dim, said, model.num_prefix)
     rotate = None
     if model.pe.has_rotary:
 

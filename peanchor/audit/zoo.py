@@ -1,8 +1,8 @@
 """The zoo, audited offline: many architectures with random weights in one process, one row each, written after
 every model (so a run that stops resumes where it stopped) as one table, CSV and Markdown.
 
-timm: every model ``timm.list_models(PATTERN)`` names, built with 2 blocks and random weights; only the first of
-each distinct PE configuration (the model class, its table and prefix tokens, its rope module's declared options,
+timm: every model ``timm.list_models(PATTERN)`` names (several patterns: comma-separated), built with 2 blocks, random
+weights and an 8 x 8 patch grid (its own size where the name gives no patch size); only the first (the smallest) of each distinct PE configuration (the model class, its table and prefix tokens, its rope module's declared options,
 its attention class, whether it takes other sizes) is audited, the others are listed as its duplicates. Every
 learned position table is drawn N(0, 0.5²) before the audit (a zero-initialised table shows nothing).
 transformers: a ``save_pretrained`` or config-only folder, or a family name (``vit``, ``deit``, ``dinov2``,
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,21 +38,36 @@ HF_FAMILIES = {
     "dinov3": ("DINOv3ViTConfig", "DINOv3ViTModel"),
 }  # fmt: skip
 DEPTH = 2
+GRID = 8  # patches per side in the zoo (timm)
 FIELDS = ["architecture", "backend", "pe", "signature", "result", "seconds"]
 
 Entry = tuple[str, str, Callable[[], Any]]  # (architecture, backend, build)
 
 
 def timm_entries(pattern: str) -> list[Entry]:
-    """Every timm model matching ``pattern``, built with random weights and 2 blocks."""
+    """Every timm model matching ``pattern`` (several: comma-separated), built with random weights and 2 blocks."""
     import timm
 
-    from peanchor.adapters import load_timm_model
-
-    names = sorted(timm.list_models(pattern), key=_size_rank)  # the smallest of a PE configuration is audited
+    patterns = [p.strip() for p in pattern.split(",") if p.strip()]
+    found = {name for p in patterns for name in timm.list_models(p)}
+    names = sorted(found, key=_size_rank)  # the smallest model of a PE configuration is the one audited
     if not names:
         raise PeanchorError(f"no timm model matches {pattern!r}")
-    return [(name, "timm", lambda name=name: load_timm_model(name, depth=DEPTH)) for name in names]
+    return [(name, "timm", lambda name=name: _timm_build(name)) for name in names]
+
+
+def _timm_build(name: str) -> Any:
+    """``name`` with 2 blocks at a grid of ``GRID`` x ``GRID`` patches where its name gives the patch size (the
+    PE's configuration is kept, its cost is not), else at its own size."""
+    from peanchor.adapters import load_timm_model
+
+    patch = re.search(r"patch(\d+)", name)
+    if patch:
+        try:
+            return load_timm_model(name, depth=DEPTH, img_size=int(patch.group(1)) * GRID)
+        except PeanchorError:  # a model that takes no img_size: its own
+            pass
+    return load_timm_model(name, depth=DEPTH)
 
 
 #: Size words in timm's names, smallest first: the zoo audits the smallest model of each PE configuration.
@@ -111,8 +127,9 @@ def signature(wrapped: Any) -> str:
     inner = wrapped.model
     rope = getattr(inner, "rope", None)
     keys = ("temperature", "in_pixels", "grid_indexing", "rotate_half", "grid_type", "normalize_coords")
-    rope_said = "none" if rope is None else type(rope).__name__ + "(" + ", ".join(
-        f"{k}={getattr(rope, k)}" for k in keys if hasattr(rope, k)) + f", ref={getattr(rope, 'ref_feat_shape', None) is not None})"  # fmt: skip
+    options = [f"{k}={getattr(rope, k)}" for k in keys if hasattr(rope, k)]
+    options.append(f"ref={getattr(rope, 'ref_feat_shape', None) is not None}")
+    rope_said = "none" if rope is None else f"{type(rope).__name__}({', '.join(options)})"
     table = getattr(inner, "pos_embed", None) is not None
     return (f"{type(inner).__name__} table={table} no_embed_class={getattr(inner, 'no_embed_class', False)} "
             f"prefix={inner.num_prefix_tokens} rope={rope_said} "

@@ -34,9 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument("run_dir", nargs="?", metavar="MODEL", help="a run directory (from peanchor train or import)")
     p.add_argument("--timm", metavar="NAME|DIR|PATTERN", help="a timm ViT or Eva model (random unless --weights), a "
-                   "timm model folder (config.json + model.safetensors), or a pattern ('vit_*', 'eva*'): the zoo, "
-                   "every matching model with random weights and 2 blocks, one per PE configuration "
-                   "(pip install 'peanchor[timm]')")  # fmt: skip
+                   "timm model folder (config.json + model.safetensors), or a pattern ('vit_*', or several: "
+                   "'vit_*,eva*'): the zoo, every matching model with random weights and 2 blocks, one per PE "
+                   "configuration (pip install 'peanchor[timm]')")  # fmt: skip
     p.add_argument("--weights", metavar="FILE", help="the timm model's weights: .safetensors, or .pt/.pth read with "
                    "weights_only")  # fmt: skip
     p.add_argument("--timm-arg", action="append", default=[], metavar="KEY=VALUE",

@@ -60,8 +60,9 @@ def check(subject: AuditSubject) -> CheckResult:
     declared = subject.declares
     if not has_table and declared is not None and "absolute" in declared.kinds and declared.layout not in ("table",
                                                                                                          "function"):
-        return CheckResult(NAME, "pass", None, f"an absolute PE laid out {declared.layout!r}, added in its own code "
-                           f"(no pe.table hook point: position_reaches checks it reaches the tokens); {said}")  # fmt: skip
+        return CheckResult(NAME, "pass", None, f"an absolute PE laid out {declared.layout!r}, added in its own "
+                           f"code (no pe.table hook point: position_reaches checks it reaches the tokens); "
+                           f"{said}")  # fmt: skip
     if has_table != (claim.prefix_rows is not None):
         what = "adds a table" if has_table else "adds no table"
         return CheckResult(NAME, "fail", None, f"the model {what}; {said}")

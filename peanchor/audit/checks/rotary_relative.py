@@ -2,7 +2,8 @@
 only. peanchor's ViT: random q and k, the same at every slot, are rotated by its rotary tables. timm and
 transformers: the model's own forward runs with one random token at every position of every attention module
 (pre-hooks on the model's modules) and its eager attention weights are read; ``log p(i→j) − log p(i→i)`` is then
-the rotated logit minus the offset-0 one. Every pair of slots with the same 2D offset must give the same logit. A dropped ``rotate_half``, a wrong interleave or a table in another layout
+the rotated logit minus the offset-0 one. Every pair of slots with the same 2D offset must give the same logit. A
+dropped ``rotate_half``, a wrong interleave or a table in another layout
 breaks this; so does a rotation applied to the prefix tokens, which must come out as they went in.
 
 Imports: torch.
