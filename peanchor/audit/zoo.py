@@ -150,13 +150,20 @@ def _write(out: Path, rows: list[dict[str, str]]) -> None:
     writer.writeheader()
     writer.writerows(rows)
     write_text(out.with_suffix(".csv"), buffer.getvalue())
-    audited = [r for r in rows if not r["result"].startswith("same PE as")]
+    audited = [r for r in rows if r["result"] in ("passed", "FAILED")]
+    skipped = [r for r in rows if r["result"].startswith("skipped")]
     lines = ["| " + " | ".join(["architecture", "PE", "result", "s"] + list(CHECKS)) + " |",
              "|" + "---|" * (4 + len(CHECKS))]  # fmt: skip
     for r in audited:
         lines.append("| " + " | ".join([r["architecture"], r["pe"], r["result"], r["seconds"]]
                                        + [r.get(c, "") for c in CHECKS]) + " |")  # fmt: skip
-    lines.append(f"\n{len(audited)} audited; {len(rows) - len(audited)} more share a PE configuration with one above.")
+    same = len(rows) - len(audited) - len(skipped)
+    lines.append(f"\n{len(audited)} audited ({sum(r['result'] == 'FAILED' for r in audited)} failed); {same} more "
+                 f"share a PE configuration with one above; {len(skipped)} cannot be built or wrapped:\n")
+    reasons: dict[str, list[str]] = {}
+    for r in skipped:
+        reasons.setdefault(r["result"].removeprefix("skipped: ")[:110], []).append(r["architecture"])
+    lines += [f"- {why}: {', '.join(names)}" for why, names in reasons.items()]
     write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
 
 
@@ -193,6 +200,7 @@ def run_zoo(entries: list[Entry], out: str | Path, *, dtype: str = "fp32",
         _write(out, rows)
         if progress is not None:
             progress(f"{name}: {row['result']} ({row['seconds']} s)")
+    _write(out, rows)  # a finished run rewrites its tables too
     return rows
 
 
