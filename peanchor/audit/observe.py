@@ -9,13 +9,13 @@ the model's own modules, so a difference between the two passes is in the PE cod
 Patching what the model calls (``timm.models.eva.apply_rot_embed_cat``, an instance's ``_pos_embed``, a
 transformers embeddings' ``forward``) changes the recorded pass, never the reference.
 
-Imports: torch; :mod:`peanchor.adapters` (the hf adapter's families, through the wrapped model).
+Imports: torch (the wrapped timm and transformers models are handed in by :mod:`peanchor.audit.adapters`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from peanchor.audit.reference import RotaryReference, rotate
 
-__all__ = ["Pass", "reference_probs"]
+__all__ = ["HFObserver", "Pass", "TimmObserver", "other_grids", "reference_probs"]
 
 
 @dataclass
@@ -301,7 +301,6 @@ class HFObserver:
     def run(self, images: Tensor, *, eager: bool, reference: Callable | None = None, same: bool = False) -> Pass:
         seen = Pass()
         grid = (images.shape[-2] // self.patch, images.shape[-1] // self.patch)
-        stack = ExitStack()
         handles: list[Any] = []
         patch_module = self.backbone.get_submodule(self.family.patch)
 
@@ -335,7 +334,7 @@ class HFObserver:
         try:
             if eager or reference is not None:
                 self.wrapped.model.set_attn_implementation("eager")
-            with hooks(handles), stack:
+            with hooks(handles):
                 try:
                     seen.logits = self._logits(images, grid)
                 except Exception as e:  # noqa: BLE001  (the model's code failed on the probe: a finding)
@@ -366,15 +365,3 @@ class HFObserver:
 
         return [attn.q_proj.register_forward_hook(proj(seen.q)), attn.k_proj.register_forward_hook(proj(seen.k)),
                 attn.v_proj.register_forward_hook(proj(seen.v)), attn.register_forward_hook(done)]  # fmt: skip
-
-
-def observer_for(wrapped: Any) -> TimmObserver | HFObserver | None:
-    """The observer of a wrapped timm or transformers model (None: a peanchor ViT, whose PE code is peanchor's)."""
-    from peanchor.adapters.hf_vit import HFViT
-    from peanchor.adapters.timm_vit import TimmViT
-
-    if isinstance(wrapped, TimmViT):
-        return TimmObserver(wrapped)
-    if isinstance(wrapped, HFViT):
-        return HFObserver(wrapped)
-    return None

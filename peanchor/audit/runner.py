@@ -26,26 +26,35 @@ from peanchor.errors import ConfigError, PeanchorError
 
 __all__ = ["audit"]
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
 
 def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None = None,
-          dtype: str | torch.dtype = "fp32") -> AuditReport:
+          dtype: str | torch.dtype | None = None) -> AuditReport:
     """Audit ``model`` (a peanchor ViT, a timm ViT/Eva or a transformers vision model, wrapped or not): the
     checks named in ``checks`` (default: all of :data:`~peanchor.audit.registry.CHECKS`, in order).
-    ``dtype`` (``fp32``, ``bf16``, ``fp16``): the dtype ``reference_parity`` runs a copy of the model in."""
-    run_dtype = _dtype(dtype)
+    ``dtype`` (``fp32``, ``bf16``, ``fp16``): the dtype ``reference_parity`` runs the model in, a copy where it
+    differs from the model's own (default: the dtype of the model's parameters); the other checks run in float32."""
+    run_dtype = _dtype(dtype) if dtype is not None else None
     chosen = list(CHECKS) if checks is None else list(checks)
     unknown = [c for c in chosen if c not in CHECKS]
     if unknown:
         raise ConfigError(f"unknown audit check(s) {', '.join(unknown)}; the checks: {', '.join(CHECKS)}")
     wrapped = wrap_model(model)
-    subject = subject_for(wrapped)
-    if run_dtype != torch.float32 and subject.observer is not None:
+    own = next((p.dtype for p in wrapped.parameters() if p.is_floating_point()), torch.float32)
+    run_dtype = run_dtype or (own if own in DTYPES.values() else torch.float32)
+    # The other checks' probes and thresholds are made for float32: a model in another dtype is audited by them
+    # on a float32 copy (the caller's model stays as it is).
+    subject = subject_for(wrapped if own == torch.float32 else copy.deepcopy(wrapped).float())
+    if subject.observer is not None and run_dtype != torch.float32:
         subject.dtype = run_dtype
-        subject.observer = type(subject.observer)(copy.deepcopy(wrapped).to(run_dtype).eval())
+        in_dtype = wrapped if run_dtype == own else copy.deepcopy(wrapped).to(run_dtype).eval()
+        subject.parity_observer = type(subject.observer)(in_dtype)
     report = AuditReport(name or subject.name)
     start = time.perf_counter()
     training = wrapped.training
     wrapped.eval()
+    subject.model.eval()
     try:
         with torch.no_grad():
             for check in chosen:
@@ -67,7 +76,6 @@ def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None =
     return report
 
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def _dtype(dtype: str | torch.dtype) -> torch.dtype:

@@ -82,6 +82,7 @@ class AuditSubject:
     observer: Any = None  # hooks on a timm / transformers model's own modules (audit.observe); None: peanchor's ViT
     declares: PEDeclaration | None = None  # what the PE class declares (peanchor's ViT; None: nothing)
     dtype: torch.dtype = torch.float32  # the dtype reference_parity runs the model in
+    parity_observer: Any = None  # the observer of the model in that dtype (None: ``observer``, float32)
 
     @property
     def hooks(self) -> Any:

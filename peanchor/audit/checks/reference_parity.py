@@ -38,7 +38,7 @@ def _declared(obs: Any, grid: tuple[int, int]) -> RotaryReference | None:
 
 @register_check(NAME, "the model's own forward equals peanchor's reference built from what it declares")
 def check(subject: AuditSubject) -> CheckResult:
-    obs = subject.observer
+    obs = subject.parity_observer or subject.observer
     if obs is None:
         return CheckResult(NAME, "n/a", None, "the model runs peanchor's own PE modules: they are the reference")
     why = obs.missing()
@@ -114,7 +114,7 @@ def _diagnose(obs: Any, images: torch.Tensor, grid: tuple[int, int], rope: Rotar
               native: torch.Tensor, ref: torch.Tensor, tol: float, ref_pass: Pass) -> str:  # fmt: skip
     p = obs.prefix
     if index == 0:
-        text = _embedding_suspects(obs, grid, native, ref, p, tol)
+        text = _embedding_suspects(grid, native, ref, p, tol)
         if native.shape == ref.shape and tuple(grid) != tuple(obs.native_grid) and "patches" in ref_pass.tables:
             text += _resample_suspect(obs, grid, native, ref_pass.tables["patches"], tol)
         return "the embedding (tokens entering block 0): " + text
@@ -129,8 +129,7 @@ def _diagnose(obs: Any, images: torch.Tensor, grid: tuple[int, int], rope: Rotar
     return f"block {layer}: its output differs while its attention weights match the reference"
 
 
-def _embedding_suspects(obs: Any, grid: tuple[int, int], native: torch.Tensor, ref: torch.Tensor, p: int,
-                        tol: float) -> str:  # fmt: skip
+def _embedding_suspects(grid: tuple[int, int], native: torch.Tensor, ref: torch.Tensor, p: int, tol: float) -> str:
     if native.shape != ref.shape:
         return f"{native.shape[1]} tokens where {ref.shape[1]} are declared ({p} prefix + {grid[0] * grid[1]})"
     prefix = max_diff(native[:, :p], ref[:, :p]) if p else 0.0

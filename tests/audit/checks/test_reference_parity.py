@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from peanchor.audit import audit
 
@@ -286,3 +285,11 @@ def test_a_loader_that_skipped_the_table_leaves_no_position() -> None:
         model._backbone.embeddings.position_embeddings.zero_()
     found = caught(model, "hf vit table never loaded", checks=("position_reaches",))
     assert found["position_reaches"].status == "fail"
+
+
+def test_a_model_already_in_bf16_is_audited_in_bf16_by_default() -> None:
+    model = timm_model(ROPE).to(torch.bfloat16)
+    report = audit(model)
+    assert report.passed and "bfloat16" in report["reference_parity"].message, report.table()
+    assert report["attention_paths"].status == "pass", report.table()  # the others: on a float32 copy
+    assert next(model.parameters()).dtype == torch.bfloat16
