@@ -145,7 +145,7 @@ def _resample_suspect(obs: Any, grid: tuple[int, int], native: torch.Tensor, pat
     """Which other interpolation the model's table matches off its native grid, if one does."""
     declared = obs.resample
     for mode in ("bicubic", "bilinear", "nearest"):
-        for antialias in (True, False):
+        for antialias in (declared[1], not declared[1]):  # the declared antialias first: upsampling ignores it
             if (mode, antialias) == tuple(declared) or (mode == "nearest" and antialias):
                 continue
             x = obs.reference_embedding(patches, grid, (mode, antialias))

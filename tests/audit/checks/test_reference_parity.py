@@ -293,3 +293,39 @@ def test_a_model_already_in_bf16_is_audited_in_bf16_by_default() -> None:
     assert report.passed and "bfloat16" in report["reference_parity"].message, report.table()
     assert report["attention_paths"].status == "pass", report.table()  # the others: on a float32 copy
     assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_transformers_vit_interpolating_bilinear_is_caught_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """timm #2542 on the transformers side: the table interpolated bilinear where the family's code says bicubic."""
+    model = hf_model(HF["vit"])
+    embeddings = model._backbone.embeddings
+    real, interpolate = embeddings.interpolate_pos_encoding, torch.nn.functional.interpolate
+
+    def bilinear(*args: Any) -> torch.Tensor:
+        with monkeypatch.context() as m:
+            m.setattr(torch.nn.functional, "interpolate", lambda *a, **k: interpolate(*a, **{**k, "mode": "bilinear"}))
+            return real(*args)
+
+    monkeypatch.setattr(embeddings, "interpolate_pos_encoding", bilinear)
+    found = caught(model, "hf vit bilinear", checks=("reference_parity",))
+    assert found["reference_parity"].status == "fail"
+    assert "resampled bilinear where bicubic is declared" in found["reference_parity"].message
+
+
+def test_transformers_dinov3_with_its_axes_swapped_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """timm #2541 on the transformers side: DINOv3's patch coordinates (row, col) handed over as (col, row)."""
+    model = hf_model(HF["dinov3"])
+    module = sys.modules[type(model._backbone.rope_embeddings).__module__]
+    real = module.get_patches_center_coordinates
+    monkeypatch.setattr(module, "get_patches_center_coordinates",
+                        lambda h, w, dtype, device: real(h, w, dtype=dtype, device=device).flip(-1))  # fmt: skip
+    found = caught(model, "hf dinov3 axes swapped", checks=("reference_parity",))
+    assert found["reference_parity"].status == "fail" and "the axes swapped" in found["reference_parity"].message
+
+
+def test_clip_with_its_position_ids_shifted_is_caught() -> None:
+    model = hf_model(HF["clip"])
+    ids = model._backbone.embeddings.position_ids
+    ids.copy_(torch.roll(ids, 1, dims=-1))  # every token reads its neighbour's row
+    found = caught(model, "hf clip position ids shifted", checks=("reference_parity",))
+    assert found["reference_parity"].status == "fail" and "the embedding" in found["reference_parity"].message
