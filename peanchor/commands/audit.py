@@ -1,5 +1,5 @@
-"""``peanchor audit MODEL``: the PE audit (docs/audit.md). Nine checks that the model's positional encoding does
-what its config says, on built probe inputs (no dataset), printed as a table, one line per check; ``--json FILE``
+"""``peanchor audit MODEL``: the PE audit (docs/audit.md). Ten checks that the model's positional encoding does
+what its config says (on timm and transformers models, against a reference forward built from what it declares), on built probe inputs (no dataset), printed as a table, one line per check; ``--json FILE``
 writes the same. The exit status is 1 when a check fails.
 
 MODEL is a run directory (``peanchor train``, or the paper's checkpoint through ``peanchor import``), a timm model
@@ -29,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description="Run the PE audit on one model: what the PE is (beside its config), whether position reaches "
         "the tokens, whether rotary logits are relative, whether the axes are in order on a non-square grid, "
         "whether resampling is faithful, whether prefix tokens are kept, whether fused and eager attention agree, "
-        "whether the model without its PE knows no position, and whether α behaves. One line per check: pass, "
+        "whether the model without its PE knows no position, whether α behaves, and whether the model's own forward "
+        "equals a reference forward built from what it declares (timm, transformers). One line per check: pass, "
         "warn, fail or n/a (with the reason) and what was measured. Exit status 1 when a check fails.",
     )
     p.add_argument("run_dir", nargs="?", metavar="MODEL", help="a run directory (from peanchor train or import)")
