@@ -175,7 +175,16 @@ def _attention_suspects(obs: Any, seen: Pass, layer: int, rope: RotaryReference 
     for text, turn in suspects.items():
         if max_diff(model, reference_probs(q, k, scale, rope, layer, p, turn)) <= tol:
             return text + (f"; {table}" if table else "")
+    if p and _patch_logits_agree(model, reference_probs(q, k, scale, rope, layer, p), p, tol):
+        return "the patch slots agree, the prefix tokens' rows and columns do not: the prefix tokens rotated too"
     return table or f"no usual suspect matches (declared: {rope.source})"
+
+
+def _patch_logits_agree(model: torch.Tensor, ref: torch.Tensor, p: int, tol: float) -> bool:
+    """Whether the logits among patch slots agree up to each row's constant (``log p(i→j) − log p(i→first
+    patch)``, which the prefix columns' share of the softmax does not touch)."""
+    mine, theirs = (w[..., p:, p:].double().clamp_min(1e-300).log() for w in (model, ref))  # (B, H, N, N)
+    return max_diff(mine - mine[..., :1], theirs - theirs[..., :1]) <= tol
 
 
 def _table_gap(obs: Any, seen: Pass, layer: int, rope: RotaryReference) -> str | None:

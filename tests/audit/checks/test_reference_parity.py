@@ -329,3 +329,20 @@ def test_clip_with_its_position_ids_shifted_is_caught() -> None:
     ids.copy_(torch.roll(ids, 1, dims=-1))  # every token reads its neighbour's row
     found = caught(model, "hf clip position ids shifted", checks=("reference_parity",))
     assert found["reference_parity"].status == "fail" and "the embedding" in found["reference_parity"].message
+
+
+def test_a_rotation_applied_to_the_prefix_tokens_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """clasp PR #7 class: the rotary embedding applied to the CLS token (and registers) too."""
+    model = hf_model(HF["dinov3"])
+    module = sys.modules[type(model._backbone.model.layer[0].attention).__module__]
+    real = module.apply_rotary_pos_emb
+
+    def with_prefix(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, **kw: Any):
+        q, k = real(q, k, cos, sin)
+        p = q.shape[-2] - cos.shape[-2]
+        turn = lambda t: t[..., :p, :] * cos[-1] + module.rotate_half(t[..., :p, :]) * sin[-1]  # noqa: E731
+        return (torch.cat([turn(q), q[..., p:, :]], dim=-2), torch.cat([turn(k), k[..., p:, :]], dim=-2))
+
+    monkeypatch.setattr(module, "apply_rotary_pos_emb", with_prefix)
+    found = caught(model, "hf dinov3 prefix rotated", checks=("reference_parity",))
+    assert found["reference_parity"].status == "fail" and "the prefix tokens rotated too" in found["reference_parity"].message
