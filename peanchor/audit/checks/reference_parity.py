@@ -25,8 +25,11 @@ from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
 
 NAME = "reference_parity"
-#: Relative tolerance by the run's dtype (the reference is float64; the model rounds at its own precision).
-TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+#: Relative tolerance by the run's dtype for the tokens and logits, whose rounding adds up over the layers (the
+#: reference is float64, the model rounds at its own precision; healthy 12-block models part by up to 1.9e-2 in
+#: fp16 and 1.8e-2 in bf16), and for one layer's attention weights from the same q and k.
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-2, torch.bfloat16: 5e-2}
+WEIGHTS_TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 
 
 def _declared(obs: Any, grid: tuple[int, int]) -> RotaryReference | None:
@@ -80,9 +83,10 @@ def check(subject: AuditSubject) -> CheckResult:
             mine = reference_probs(eager.q[layer], eager.k[layer], obs.scale(layer), rope, layer, obs.prefix)
             gap = max_diff(eager.probs[layer], mine)
             worst = max(worst, gap)
-            if gap > tol:
+            if gap > WEIGHTS_TOLERANCE[dtype]:
                 return CheckResult(NAME, "fail", gap, f"{where}, block {layer} attention: q·k differs (weights "
-                                   f"{gap:.2g} apart, relative); {_attention_suspects(obs, eager, layer, rope, tol)}")
+                                   f"{gap:.2g} apart, relative); "
+                                   f"{_attention_suspects(obs, eager, layer, rope, WEIGHTS_TOLERANCE[dtype])}")
         err = max_diff(native.logits, ref.logits)
         worst = max(worst, err)
         if err > tol:
@@ -123,9 +127,10 @@ def _diagnose(obs: Any, images: torch.Tensor, grid: tuple[int, int], rope: Rotar
     if layer in eager.probs and layer in eager.q:
         mine = reference_probs(eager.q[layer], eager.k[layer], obs.scale(layer), rope, layer, p)
         gap = max_diff(eager.probs[layer], mine)
-        if gap > tol:
+        wtol = WEIGHTS_TOLERANCE.get(native.dtype, tol)
+        if gap > wtol:
             return f"block {layer} attention: q·k differs ({gap:.2g}); " + _attention_suspects(
-                obs, eager, layer, rope, tol)
+                obs, eager, layer, rope, wtol)
     return f"block {layer}: its output differs while its attention weights match the reference"
 
 
