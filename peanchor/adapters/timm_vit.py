@@ -413,8 +413,11 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
-def _size_arg(model: nn.Module) -> int | list[int]:
-    """The model's input size as ``create_model(img_size=...)`` takes it: an int when square."""
+def _size_arg(model: nn.Module) -> int | list[int] | None:
+    """The model's input size as ``create_model(img_size=...)`` takes it: an int when square (None: no patch
+    embedding, a model :class:`TimmViT` then refuses with the classes it supports)."""
+    if not hasattr(model, "patch_embed"):
+        return None
     rows, cols = (int(s) for s in model.patch_embed.img_size)
     return rows if rows == cols else [rows, cols]
 

@@ -1,8 +1,8 @@
 """Audit subjects for the timm and transformers adapters: the claim read off the wrapped model's own config
 (timm: ``num_prefix_tokens``, ``no_embed_class``, its rotary module; transformers: the family and
-``num_register_tokens``), the model's own rotary code (timm's ``apply_rot_embed_cat`` with the attention's
-``rotate_half`` and prefix count; DINOv3's ``apply_rotary_pos_emb`` from its attention's module), its own
-forward, and its own interpolation path (timm's ``dynamic_img_size``, transformers' ``interpolate_pos_encoding``)
+``num_register_tokens``), the observer that watches the model's own modules (:mod:`peanchor.audit.observe`: the
+rotary checks read q·k from the model's own forward, never from a copy of its code), its own forward, and its own
+interpolation path (timm's ``dynamic_img_size``, transformers' ``interpolate_pos_encoding``)
 compared with ``pe_resample`` at the documented mode on a non-square grid.
 
 Imports: torch; :mod:`peanchor.adapters` (TimmViT, HFViT), :mod:`peanchor.interventions` (pe_resample).
@@ -10,12 +10,12 @@ Imports: torch; :mod:`peanchor.adapters` (TimmViT, HFViT), :mod:`peanchor.interv
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from peanchor.audit.observe import HFObserver, TimmObserver
 from peanchor.audit.probes import max_diff, random_images
 from peanchor.audit.subject import AuditSubject, Claim
 from peanchor.interventions import Intervention
@@ -48,19 +48,8 @@ def _timm_subject(model: Any) -> AuditSubject:
     claim = Claim(kind, _TIMM_LAYOUTS.get(rope) if rope else None, rows, prefix,
                   source=f"timm {type(inner).__name__}: pos_embed={'yes' if table else 'none'}, rope={rope or 'none'}, "
                   f"num_prefix_tokens={prefix}")  # fmt: skip
-    rotate = None
-    if rope:
-        from timm.layers import apply_rot_embed_cat
-
-        def rotate(t: Tensor, layer: int) -> Tensor:
-            emb = model._rope(1.0)  # the table Eva hands its blocks
-            emb = emb[layer] if emb.dim() == 4 else emb  # a mixed rope has one table per block
-            attn = inner.blocks[layer].attn
-            npt, half = int(attn.num_prefix_tokens), bool(getattr(attn, "rotate_half", False))
-            return torch.cat([t[:, :, :npt], apply_rot_embed_cat(t[:, :, npt:], emb, half=half)], dim=2)
-
     subject = AuditSubject(model, model.pe_name, "timm", claim, model.img_size[0] // model.grid[0], model.pe_scalable,
-                           rotate, False, lambda images: inner(images))  # fmt: skip
+                           None, False, lambda images: inner(images), observer=TimmObserver(model))  # fmt: skip
     if table and not rope and getattr(inner, "dynamic_img_size", False):
         subject.own_resample = lambda: _own_path(subject, lambda x: inner(x), "bicubic", True)
     return subject
@@ -90,23 +79,13 @@ def _hf_subject(model: Any) -> AuditSubject:
     else:
         claim = Claim("learned table", None, family.extra_prefix, prefix,
                       source=f"transformers {family.name}: a learned table, {registers} registers")  # fmt: skip
-    rotate = None
-    if family.rope is not None:
-        backbone = model._backbone
-        attention = backbone.get_submodule(family.layers)[0].get_submodule(family.attention)
-        apply = sys.modules[type(attention).__module__].apply_rotary_pos_emb  # what the attention calls
-        rope = backbone.get_submodule(family.rope)
-
-        def rotate(t: Tensor, layer: int) -> Tensor:
-            cos, sin = rope(torch.zeros(1, 3, *model.img_size, dtype=t.dtype))  # (N, hd) each
-            return apply(t, t, cos, sin)[0]
-
     def native(images: Tensor) -> Tensor:
         out = model.model(pixel_values=images)
         return out.logits if model.has_head else out.pooler_output
 
     subject = AuditSubject(model, model.pe_name.replace("hf:", f"hf:{family.name}:"), "transformers", claim,
-                           model.img_size[0] // model.grid[0], model.pe_scalable, rotate, False, native)  # fmt: skip
+                           model.img_size[0] // model.grid[0], model.pe_scalable, None, False, native,
+                           observer=HFObserver(model))  # fmt: skip
     if family.table is not None and "input.grid" in model.hook_points.points:
         kwargs = {"interpolate_pos_encoding": True} if family.interpolate_kwarg else {}
 

@@ -46,6 +46,7 @@ class AuditReport:
     model: str
     checks: list[CheckResult] = field(default_factory=list)
     seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)  # check name → its seconds (where the time goes)
 
     @property
     def passed(self) -> bool:

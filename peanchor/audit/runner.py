@@ -10,6 +10,7 @@ Imports: torch; :mod:`peanchor.api` (wrap_model: timm and transformers models be
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -25,23 +26,42 @@ from peanchor.errors import ConfigError, PeanchorError
 
 __all__ = ["audit"]
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None = None) -> AuditReport:
+
+def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None = None,
+          dtype: str | torch.dtype | None = None) -> AuditReport:
     """Audit ``model`` (a peanchor ViT, a timm ViT/Eva or a transformers vision model, wrapped or not): the
-    checks named in ``checks`` (default: all of :data:`~peanchor.audit.registry.CHECKS`, in order)."""
+    checks named in ``checks`` (default: all of :data:`~peanchor.audit.registry.CHECKS`, in order).
+    ``dtype`` (``fp32``, ``bf16``, ``fp16``): the dtype ``reference_parity`` runs the model in, a copy where it
+    differs from the model's own (default: the dtype of the model's parameters); the other checks run in float32."""
+    run_dtype = _dtype(dtype) if dtype is not None else None
     chosen = list(CHECKS) if checks is None else list(checks)
     unknown = [c for c in chosen if c not in CHECKS]
     if unknown:
         raise ConfigError(f"unknown audit check(s) {', '.join(unknown)}; the checks: {', '.join(CHECKS)}")
     wrapped = wrap_model(model)
-    subject = subject_for(wrapped)
+    own = next((p.dtype for p in wrapped.parameters() if p.is_floating_point()), torch.float32)
+    run_dtype = run_dtype or (own if own in DTYPES.values() else torch.float32)
+    # The other checks' probes and thresholds are made for float32: a model in another dtype is audited by them
+    # on a float32 copy (the caller's model stays as it is).
+    subject = subject_for(wrapped if own == torch.float32 else copy.deepcopy(wrapped).float())
+    if subject.observer is not None and run_dtype != torch.float32:
+        subject.dtype = run_dtype
+        in_dtype = wrapped if run_dtype == own else copy.deepcopy(wrapped).to(run_dtype).eval()
+        subject.parity_observer = type(subject.observer)(in_dtype)
     report = AuditReport(name or subject.name)
     start = time.perf_counter()
     training = wrapped.training
     wrapped.eval()
+    subject.model.eval()
     try:
         with torch.no_grad():
             for check in chosen:
+                if subject.claim.kind == "undeclared":
+                    report.checks.append(CheckResult(check, "n/a", None, "the PE declares nothing to check"))
+                    continue
+                began = time.perf_counter()
                 try:
                     report.checks.append(CHECKS[check].run(subject))
                 except PeanchorError as e:
@@ -49,7 +69,18 @@ def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None =
                 except Exception as e:  # noqa: BLE001  (the model's code failed on the probe: a finding)
                     line = f"{type(e).__name__}: {e}".splitlines()[0]
                     report.checks.append(CheckResult(check, "fail", None, f"the check raised {line}"))
+                report.timings[check] = time.perf_counter() - began
     finally:
         wrapped.train(training)
     report.seconds = time.perf_counter() - start
     return report
+
+
+
+
+def _dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype {dtype!r} is not supported; the audit runs in {', '.join(DTYPES)}")
+    return DTYPES[str(dtype)]

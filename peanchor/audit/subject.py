@@ -6,7 +6,12 @@ transformers model is wrapped by ``peanchor.api.wrap_model`` first, in :mod:`pea
 is read from the config (peanchor: ``model.args``; timm: the model's own attributes; transformers: its config),
 never from the hook points, so that a check can compare the two.
 
-Imports: torch; :mod:`peanchor.models` (VisionTransformer), :mod:`peanchor.pe` (RotaryTables).
+The claim of a peanchor model is what the class its config names declares (``declares``,
+:mod:`peanchor.pe.declaration`), never its name: a plug-in PE is audited by what it says of itself, and one that
+declares nothing is "n/a" in every check.
+
+Imports: torch; :mod:`peanchor.models` (VisionTransformer), :mod:`peanchor.pe` (RotaryTables, the declaration,
+the registry).
 """
 
 from __future__ import annotations
@@ -15,11 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from peanchor.errors import ConfigError
 from peanchor.models.vit import VisionTransformer
-from peanchor.pe import RotaryTables
+from peanchor.pe import PositionalEncoding, RotaryTables
+from peanchor.pe.declaration import PEDeclaration
+from peanchor.pe.registry import PE_REGISTRY
 
 __all__ = ["AuditSubject", "Claim", "subject_for"]
 
@@ -71,6 +79,10 @@ class AuditSubject:
     relative_bias: bool = False
     native_forward: Callable[[Tensor], Tensor] | None = None  # the model's logits outside the analysis interface
     own_resample: Callable[[], float] | None = None  # its own interpolation path's distance from pe_resample
+    observer: Any = None  # hooks on a timm / transformers model's own modules (audit.observe); None: peanchor's ViT
+    declares: PEDeclaration | None = None  # what the PE class declares (peanchor's ViT; None: nothing)
+    dtype: torch.dtype = torch.float32  # the dtype reference_parity runs the model in
+    parity_observer: Any = None  # the observer of the model in that dtype (None: ``observer``, float32)
 
     @property
     def hooks(self) -> Any:
@@ -107,7 +119,10 @@ def _peanchor_subject(model: VisionTransformer) -> AuditSubject:
     options = dict(args.pe_kwargs) if args is not None else {}
     source = f"model_args pe={pe!r}" if args is not None else f"the PE module {pe!r} (no model_args)"
     head_dim = model.patch_embed.proj.out_channels // model.blocks[0].attn.num_heads
-    claim = _peanchor_claim(pe, options, head_dim, source)
+    named = PE_REGISTRY[pe] if pe in PE_REGISTRY else type(model.pe)  # the config's PE, not the module's
+    declared = declaration_of(named)
+    said = f"{source}, declared {declared.kinds if declared else 'nothing'}"
+    claim = _peanchor_claim(declared, options, head_dim, said, model.num_prefix)
     rotate = None
     if model.pe.has_rotary:
 
@@ -118,28 +133,44 @@ def _peanchor_subject(model: VisionTransformer) -> AuditSubject:
 
     return AuditSubject(
         model, f"peanchor:{pe}", "peanchor", claim, model.patch_embed.proj.kernel_size[0], model.pe_scalable,
-        rotate, model.pe.attn_bias(1.0) is not None, lambda images: model(images),
+        rotate, model.pe.attn_bias(1.0) is not None, lambda images: model(images), declares=declared,
     )  # fmt: skip
 
 
-def _peanchor_claim(pe: str, options: dict[str, Any], head_dim: int, source: str) -> Claim:
-    if pe == "ape":
-        return Claim("learned table", None, 1, 1, source=source)
-    if pe == "sincos":
-        rows = 1 if options.get("cls") == "learned" else 0
-        return Claim("sin-cos", None, rows, 1, sincos_temperature=float(options.get("temperature", 10000.0)),
-                     source=source)  # fmt: skip
-    if pe == "rope":
-        theta = float(options.get("theta", 10000.0))
-        quarter = head_dim // 4
-        speeds = tuple(theta ** (-j / quarter) for j in range(quarter))
-        return Claim("rotary", "axial", None, 1, speeds=speeds, source=source)
-    if pe == "rope_mixed":
-        return Claim("rotary", "mixed", None, 1, source=source)
-    if pe == "relbias":
-        return Claim("relative bias", None, None, 1, source=source)
-    if pe == "peg":
-        return Claim("conditional", None, None, 1, source=source)
-    if pe == "none":
-        return Claim("none", None, None, 1, source=source)
-    return Claim("unknown", None, None, 1, source=source)
+def declaration_of(cls: type[PositionalEncoding]) -> PEDeclaration | None:
+    """What a PE class declares. A subclass that sets no ``declares`` of its own but inherits the base's
+    ("none") while overriding what the base does declares nothing: None."""
+    owner = next((c for c in cls.__mro__ if "declares" in vars(c)), PositionalEncoding)
+    if owner is PositionalEncoding and cls is not PositionalEncoding:
+        hooks = ("add", "rotary", "rotary_at", "table_rows", "attn_bias", "after_block")
+        if any(getattr(cls, h) is not getattr(PositionalEncoding, h) for h in hooks):
+            return None
+    return cls.declares
+
+
+def _peanchor_claim(declared: PEDeclaration | None, options: dict[str, Any], head_dim: int, source: str,
+                    num_prefix: int) -> Claim:  # fmt: skip
+    """The claim of a peanchor PE, read from what its class declares (never from its name)."""
+    if declared is None:
+        return Claim("undeclared", None, None, num_prefix, source=source)
+    kinds, param = declared.kinds, declared.param
+    rows = {"none": 0, "zero": 0, "own": num_prefix}[declared.prefix]
+    if "rotary" in kinds:
+        layout = str(param["axes"]) if "axes" in param else None
+        speeds = None
+        if layout == "axial" and "theta" in param:
+            theta = float(options.get("theta", param["theta"]))
+            quarter = head_dim // 4
+            speeds = tuple(theta ** (-j / quarter) for j in range(quarter))
+        return Claim("rotary", layout, rows if "absolute" in kinds else None, num_prefix, speeds=speeds, source=source)
+    if "absolute" in kinds:
+        if declared.layout == "function" and "temperature" in param:
+            temperature = float(options.get("temperature", param["temperature"]))
+            cls_rows = num_prefix if options.get("cls") == "learned" else rows
+            return Claim("sin-cos", None, cls_rows, num_prefix, sincos_temperature=temperature, source=source)
+        return Claim("learned table", declared.layout, rows, num_prefix, source=source)
+    if "bias" in kinds:
+        return Claim("relative bias", None, None, num_prefix, source=source)
+    if "conditional" in kinds:
+        return Claim("conditional", None, None, num_prefix, source=source)
+    return Claim("none", None, None, num_prefix, source=source)

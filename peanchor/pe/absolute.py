@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from peanchor.pe.base import PEContext, PositionalEncoding
+from peanchor.pe.declaration import PEDeclaration
 from peanchor.pe.registry import register_pe
 
 
@@ -23,6 +24,8 @@ class LearnedAbsolutePE(PositionalEncoding):
     """
 
     name = "ape"
+    declares = PEDeclaration(kinds=("absolute",), layout="table", prefix="own", alpha="the table, CLS row included",
+                             pe_zero="the table (every row)")  # fmt: skip
 
     anchoring = "indices, by construction; geometry only once training makes the table smooth"
     scalable = True
@@ -77,6 +80,9 @@ class SinCos2DPE(PositionalEncoding):
     """
 
     name = "sincos"
+    declares = PEDeclaration(kinds=("absolute",), layout="function", prefix="zero", alpha="the code (and CLS's "
+                             "learned vector with cls='learned')", pe_zero="the code (and CLS's vector)",
+                             params=(("temperature", 10000.0),))  # fmt: skip
 
     anchoring = "indices and grid geometry, by construction (a fixed smooth code)"
     scalable = True

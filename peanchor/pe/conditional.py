@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from peanchor.pe.base import PEContext, PositionalEncoding
+from peanchor.pe.declaration import PEDeclaration
 from peanchor.pe.registry import register_pe
 
 
@@ -50,6 +51,8 @@ class PositionalEncodingGenerator(PositionalEncoding):
     """
 
     name = "peg"
+    declares = PEDeclaration(kinds=("conditional",), alpha="the conv's output",
+                             pe_zero="nothing: no edit removes a conv between blocks")  # fmt: skip
 
     anchoring = (
         "the slot grid, but not by a table: a depth-wise conv over slot neighbours whose zero padding "

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from peanchor.pe.base import PEContext, PositionalEncoding
+from peanchor.pe.declaration import PEDeclaration
 from peanchor.pe.registry import register_pe
 
 
@@ -57,6 +58,8 @@ class RelativePositionBias(PositionalEncoding):
     """
 
     name = "relbias"
+    declares = PEDeclaration(kinds=("bias",), relative=True, alpha="the attention bias",
+                             pe_zero="nothing: no edit removes a learned bias")  # fmt: skip
 
     anchoring = "relative offsets between slots, by construction (a learned bias per (dy, dx) offset)"
     scalable = True

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from peanchor.pe.base import PEContext, PositionalEncoding, RotaryTables
+from peanchor.pe.declaration import PEDeclaration
 from peanchor.pe.registry import register_pe
 
 
@@ -26,6 +27,8 @@ class AxialRoPE(PositionalEncoding):
     """
 
     name = "rope"
+    declares = PEDeclaration(kinds=("rotary",), layout="half", relative=True, alpha="the rotation angles",
+                             pe_zero="the rotation (angles 0)", params=(("axes", "axial"), ("theta", 10000.0)))  # fmt: skip
 
     anchoring = "relative offsets between slots, by construction (q·k depends on index differences)"
     scalable = True
@@ -72,6 +75,8 @@ class MixedRoPE(PositionalEncoding):
     """
 
     name = "rope_mixed"
+    declares = PEDeclaration(kinds=("rotary",), layout="half", relative=True, alpha="the rotation angles",
+                             pe_zero="the rotation (angles 0)", params=(("axes", "mixed"),))  # fmt: skip
 
     anchoring = "relative offsets between slots, by construction (learned 2D frequencies)"
     scalable = True

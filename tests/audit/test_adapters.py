@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from peanchor.audit import audit
+from peanchor.audit import CHECKS, audit
 
 timm = pytest.importorskip("timm")
 T = pytest.importorskip("transformers")
@@ -24,6 +24,7 @@ TIMM = {
     "ape": ("vit_small_patch16_224", {}),
     "ape_reg4": ("vit_small_patch14_reg4_dinov2", {}),
     "ape_no_embed_class": ("deit3_small_patch16_224", {}),
+    "deit_distilled": ("deit_tiny_distilled_patch16_224", {}),
     "ape_dynamic": ("vit_small_patch16_224", {"dynamic_img_size": True}),
     "rope_axial": ("vit_small_patch16_rope_224", {}),
     "rope_mixed": ("vit_small_patch16_rope_mixed_224", {}),
@@ -199,7 +200,7 @@ def test_a_check_the_model_breaks_on_fails_and_the_others_still_run() -> None:
     report = audit(model)
     assert all(c.status == "fail" for c in report.checks if c.name == "attention_paths")
     assert report["attention_paths"].message == "the check raised RuntimeError: boom"
-    assert len(report.checks) == 9
+    assert len(report.checks) == len(CHECKS)
 
 
 def test_registers_dropped_without_a_table_are_failed() -> None:

@@ -13,4 +13,5 @@ from peanchor.audit.checks import (  # noqa: F401  (each registers its check)
     attention_paths,
     no_hidden_position,
     alpha_behaves,
+    reference_parity,
 )

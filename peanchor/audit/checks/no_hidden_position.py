@@ -33,6 +33,16 @@ def removal(subject: AuditSubject) -> list[str] | None:
     return (["pe_zero"] if "pe.table" in points else []) + (["rope_planes"] if "rope.tables" in points else [])
 
 
+def _without_pe(subject: AuditSubject, edits: list[str], perm: torch.Tensor | None = None) -> Intervention:
+    """The pass without the PE: the removal edits, or α = 0 for a PE with no hook point that declares that α
+    scales it (a plug-in's ``add``, say)."""
+    declared = subject.declares
+    by_alpha = not edits and subject.claim.kind != "none" and declared is not None and declared.alpha is not None
+    if edits:
+        return Intervention.parse(edits, token_perm=perm)
+    return Intervention(token_perm=perm, pe_scale=0.0 if by_alpha else 1.0)
+
+
 @register_check(NAME, "without its PE the model is permutation-equivariant and constant images carry no slot")
 def check(subject: AuditSubject) -> CheckResult:
     edits = removal(subject)
@@ -43,15 +53,15 @@ def check(subject: AuditSubject) -> CheckResult:
     images = random_images(2, subject.size())
     perm = random_permutation(n, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        plain = model.forward_intermediates(images, Intervention.parse(edits) if edits else Intervention())
-        moved = model.forward_intermediates(images, Intervention.parse(edits, token_perm=perm) if edits
-                                            else Intervention(token_perm=perm))  # fmt: skip
+        plain = model.forward_intermediates(images, _without_pe(subject, edits))
+        moved = model.forward_intermediates(images, _without_pe(subject, edits, perm))
     gap = max(max_diff(moved.tokens, plain.tokens[:, :, perm]), max_diff(moved.logits, plain.logits))
-    removed = "+".join(edits) or "nothing to remove"
+    alpha = _without_pe(subject, edits).pe_scale == 0.0
+    removed = "+".join(edits) or ("α = 0 (the PE declares that α scales it)" if alpha else "nothing to remove")
     if gap > TOLERANCE:
         return CheckResult(NAME, "fail", gap, f"under {removed}, permuted content moves tokens/logits by {gap:.2g}: "
                            "position is hidden somewhere")  # fmt: skip
-    iv = Intervention.parse(edits) if edits else Intervention()
+    iv = _without_pe(subject, edits)
     r2 = probe_r2(layer0_tokens(model, constant_images(8, subject.size()), iv), grid)
     status = "pass" if r2 <= R2_MAX else "fail"
     return CheckResult(NAME, status, r2, f"under {removed}: equivariant to {gap:.2g}; constant images' layer-0 probe "

@@ -57,6 +57,12 @@ def check(subject: AuditSubject) -> CheckResult:
         return CheckResult(NAME, "fail", float(hooks.num_prefix), f"{hooks.num_prefix} prefix token(s); {said}")
     images = random_images(1, subject.size())
     has_table = "pe.table" in hooks.points
+    declared = subject.declares
+    if not has_table and declared is not None and "absolute" in declared.kinds and declared.layout not in ("table",
+                                                                                                         "function"):
+        return CheckResult(NAME, "pass", None, f"an absolute PE laid out {declared.layout!r}, added in its own "
+                           f"code (no pe.table hook point: position_reaches checks it reaches the tokens); "
+                           f"{said}")  # fmt: skip
     if has_table != (claim.prefix_rows is not None):
         what = "adds a table" if has_table else "adds no table"
         return CheckResult(NAME, "fail", None, f"the model {what}; {said}")

@@ -1,6 +1,9 @@
 """Check 3, ``rotary_relative``: the model's own rotary code makes q·k depend on the offset between two slots
-only. Random q and k, the same at every slot, are rotated by the model's code; every pair of slots with the same
-2D offset must give the same logit. A dropped ``rotate_half``, a wrong interleave or a table in another layout
+only. peanchor's ViT: random q and k, the same at every slot, are rotated by its rotary tables. timm and
+transformers: the model's own forward runs with one random token at every position of every attention module
+(pre-hooks on the model's modules) and its eager attention weights are read; ``log p(i→j) − log p(i→i)`` is then
+the rotated logit minus the offset-0 one. Every pair of slots with the same 2D offset must give the same logit. A
+dropped ``rotate_half``, a wrong interleave or a table in another layout
 breaks this; so does a rotation applied to the prefix tokens, which must come out as they went in.
 
 Imports: torch.
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from peanchor.audit.probes import random_images
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
@@ -39,7 +43,9 @@ def check(subject: AuditSubject) -> CheckResult:
     if "rope.tables" not in subject.hooks.points:
         return CheckResult(NAME, "n/a", None, "the model has no rotary PE")
     if subject.rotate is None:
-        return CheckResult(NAME, "n/a", None, f"the {subject.backend} adapter does not expose the rotary code")
+        if subject.observer is None or subject.observer.missing():
+            return CheckResult(NAME, "n/a", None, f"the {subject.backend} model's attention cannot be watched")
+        return _observed(subject)
     hooks = subject.hooks
     n, p = hooks.grid[0] * hooks.grid[1], hooks.num_prefix
     head_dim = len(hooks.planes) * 2 if hooks.planes else None
@@ -59,3 +65,21 @@ def check(subject: AuditSubject) -> CheckResult:
     status = "pass" if spread <= TOLERANCE else "fail"
     return CheckResult(NAME, status, spread, f"logits of equal offsets spread by {spread:.2g} (relative; pass ≤ "
                        f"{TOLERANCE:g}) over {hooks.depth} layer(s), {DRAWS} random q, k each")  # fmt: skip
+
+
+def _observed(subject: AuditSubject) -> CheckResult:
+    """The spread of the model's own q·k (read off its eager attention weights on one repeated token)."""
+    obs = subject.observer
+    p, spread = obs.prefix, 0.0
+    for grid in obs.grids():
+        images = random_images(1, (grid[0] * obs.patch, grid[1] * obs.patch))
+        seen = obs.run(images, eager=True, same=True)
+        for layer in range(len(obs.attns)):
+            probs = seen.probs[layer][:, :, p:, p:].double()  # (1, H, N, N)
+            logp = probs.clamp_min(1e-300).log()
+            logits = logp - logp.diagonal(dim1=-2, dim2=-1)[..., :, None]  # (1, H, N, N): minus the offset 0
+            spread = max(spread, offset_spread(logits, grid))
+    status = "pass" if spread <= TOLERANCE else "fail"
+    return CheckResult(NAME, status, spread, f"the model's own q·k at equal offsets spreads by {spread:.2g} "
+                       f"(relative; pass ≤ {TOLERANCE:g}) over {len(obs.attns)} layer(s), grids "
+                       f"{', '.join(f'{r}x{c}' for r, c in obs.grids())}")  # fmt: skip

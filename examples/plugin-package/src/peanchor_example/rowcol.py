@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from peanchor.pe import PEContext, PositionalEncoding, register_pe
+from peanchor.pe.declaration import PEDeclaration
 
 
 @register_pe
@@ -15,6 +16,8 @@ class RowColumnPE(PositionalEncoding):
     """``x[patch (r, c)] += α (row[r] + col[c])``; both tables start at ``N(0, init_std²)``."""
 
     name = "rowcol"
+    declares = PEDeclaration(kinds=("absolute",), layout="factorized", prefix="none", alpha="the row and column tables",
+                             pe_zero="the row and column tables")  # fmt: skip
     anchoring = "rows and columns separately, by construction; the grid's geometry only if training makes them smooth"
     scalable = True
 

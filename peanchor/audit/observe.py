@@ -1,0 +1,367 @@
+"""The audit watches a model's own forward: forward hooks on the model's own modules record what its PE code handed
+on (the tokens entering block 0, the rotary table each block receives, q and k before the rotation, the attention
+weights of the eager path, every block's output, the logits), and, for the reference pass, replace the two places
+where position enters with peanchor's reference (:mod:`peanchor.audit.reference`): the tokens entering block 0
+(prefix tokens and table assembled as declared) and the attention weights (``softmax(rot(q)·rot(k)ᵀ·scale)`` from
+the q and k the model made, rotated by the declared angles and layout). Everything else in the reference pass is
+the model's own modules, so a difference between the two passes is in the PE code the model runs.
+
+Patching what the model calls (``timm.models.eva.apply_rot_embed_cat``, an instance's ``_pos_embed``, a
+transformers embeddings' ``forward``) changes the recorded pass, never the reference.
+
+Imports: torch (the wrapped timm and transformers models are handed in by :mod:`peanchor.audit.adapters`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from peanchor.audit.reference import RotaryReference, rotate
+
+__all__ = ["HFObserver", "Pass", "TimmObserver", "other_grids", "reference_probs"]
+
+
+@dataclass
+class Pass:
+    """What one forward handed on, per layer (``tokens[0]`` enters block 0, ``tokens[k + 1]`` leaves block k)."""
+
+    tokens: list[Tensor] = field(default_factory=list)
+    logits: Tensor | None = None
+    tables: dict[int, Any] = field(default_factory=dict)  # layer → what the PE code handed the block
+    q: dict[int, Tensor] = field(default_factory=dict)  # layer → (B, H, T, hd) before the rotation
+    k: dict[int, Tensor] = field(default_factory=dict)
+    v: dict[int, Tensor] = field(default_factory=dict)
+    probs: dict[int, Tensor] = field(default_factory=dict)  # layer → (B, H, T, T), eager passes only
+    error: Exception | None = None  # what the model's own forward raised (the tensors seen up to there are kept)
+
+
+def reference_probs(q: Tensor, k: Tensor, scale: float, rope: RotaryReference | None, layer: int,
+                    prefix: int, turn: Callable | None = None) -> Tensor:  # fmt: skip
+    """``softmax(q'·k'ᵀ·scale)`` in float64, ``q'``/``k'`` the patch slots (after ``prefix`` tokens) rotated by
+    the reference angles of ``layer`` in the declared layout. q, k: ``(B, H, T, hd)``. ``turn(x, angles,
+    layout)`` replaces the rotation (a suspect, for the diagnosis)."""
+    q, k = q.double(), k.double()
+    if rope is not None:
+        angles = rope.angles[layer if rope.angles.shape[0] > 1 else 0]  # (H|1, N, hd/2)
+        how = turn or rotate
+        q = torch.cat([q[:, :, :prefix], how(q[:, :, prefix:], angles, rope.layout)], dim=2)
+        k = torch.cat([k[:, :, :prefix], how(k[:, :, prefix:], angles, rope.layout)], dim=2)
+    return ((q * scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, T, T)
+
+
+def first_arg(args: tuple, kwargs: dict, name: str) -> Tensor:
+    return args[0] if args else kwargs[name]
+
+
+def as_tensor(out: Any) -> Tensor:
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+@contextmanager
+def hooks(handles: list[Any]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def other_grids(native: tuple[int, int]) -> list[tuple[int, int]]:
+    """The grids a model that takes other sizes runs at: its own, a non-square wider one (rows x cols+2), and one
+    with as many slots as its own but another shape (timm PR #2737: a resample between equal counts skipped)."""
+    rows, cols = native
+    grids = [native, (rows, cols + 2)]
+    same = (rows // 2, cols * 2) if rows % 2 == 0 else (rows * 2, cols // 2) if cols % 2 == 0 else None
+    return grids + ([same] if same and same != native else [])
+
+
+def same_token_hooks(attns: list[nn.Module], name: str) -> list[Any]:
+    """Pre-hooks that hand every attention module one random token at every position (prefix included), drawn
+    once per layer: the model's own q·k then depends on the slots through its PE alone."""
+    g = torch.Generator().manual_seed(0)
+
+    def hook_for(layer: int) -> Callable:
+        def hook(_m: nn.Module, args: tuple, kwargs: dict) -> Any:
+            x = first_arg(args, kwargs, name)
+            token = torch.randn(1, 1, x.shape[-1], generator=g).to(x.dtype).expand_as(x).contiguous()  # (B, T, D)
+            return ((token, *args[1:]), kwargs) if args else (args, {**kwargs, name: token})
+
+        return hook
+
+    return [a.register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, a in enumerate(attns)]
+
+
+class TimmObserver:
+    """Watches a timm ViT or Eva (``wrapped.model``) through hooks on its own modules."""
+
+    backend = "timm"
+
+    def __init__(self, wrapped: Any) -> None:
+        self.inner = wrapped.model
+        self.blocks = list(self.inner.blocks)
+        self.attns = [getattr(b, "attn", None) for b in self.blocks]
+        self.prefix = int(self.inner.num_prefix_tokens)
+        self.rope = getattr(self.inner, "rope", None)
+        self.native_grid = tuple(int(s) for s in self.inner.patch_embed.grid_size)
+        self.dynamic = bool(getattr(self.inner, "dynamic_img_size", False))
+
+    def missing(self) -> str | None:
+        """Why the attention cannot be watched (None: it can)."""
+        for a in self.attns:
+            names = ("q_norm", "k_norm", "attn_drop")
+            if a is None or not all(isinstance(getattr(a, n, None), nn.Module) for n in names):
+                return f"a block's attention ({type(a).__name__}) has no q_norm, k_norm and attn_drop modules to watch"
+        return None
+
+    def grids(self) -> list[tuple[int, int]]:
+        """The grids it runs at: its own, and a non-square other one where its forward takes other sizes."""
+        return other_grids(self.native_grid) if self.dynamic else [self.native_grid]
+
+    def scale(self, layer: int) -> float:
+        return float(self.attns[layer].scale)
+
+    def declared_rope(self, grid: tuple[int, int]) -> RotaryReference | str | None:
+        from peanchor.audit.reference import timm_rope_reference
+
+        if self.rope is None:
+            return None
+        return timm_rope_reference(self.rope, grid, 0)
+
+    #: How the table is resampled off the native grid, as timm documents it (``resample_abs_pos_embed``).
+    resample = ("bicubic", True)
+
+    def reference_embedding(self, patches: Tensor, grid: tuple[int, int], resample: tuple | None = None) -> Tensor:
+        """timm's ``_pos_embed`` as declared: CLS, then the distillation token or registers, then the patches; the
+        table (``pos_embed``) resampled to the grid by bicubic, antialiased ``F.interpolate`` (timm's documented default), over the
+        prefix too unless ``no_embed_class``; then the model's own ``norm_pre``."""
+        from peanchor.audit.reference import resample_table
+
+        inner, b = self.inner, patches.shape[0]
+        tokens = [getattr(inner, n, None) for n in ("cls_token", "dist_token", "reg_token")]
+        to_cat = [t.expand(b, -1, -1) for t in tokens if t is not None]  # CLS, DeiT's distillation token, registers
+        table = getattr(inner, "pos_embed", None)
+        x = patches
+        if table is not None:
+            rows = 0 if getattr(inner, "no_embed_class", False) else self.prefix
+            mode, antialias = resample or self.resample
+            own = resample_table(table[:, rows:], self.native_grid, grid, mode, antialias).to(patches.dtype)
+            if rows:
+                x = torch.cat(to_cat + [x], dim=1) + torch.cat([table[:, :rows], own], dim=1)
+                to_cat = []
+            else:
+                x = x + own
+        x = torch.cat(to_cat + [x], dim=1) if to_cat else x
+        return inner.norm_pre(x)
+
+    def run(self, images: Tensor, *, eager: bool, reference: Callable | None = None, same: bool = False) -> Pass:
+        """One forward of ``images``, recorded; ``reference``: ``(pass, layer) -> probs`` and the embedding are
+        peanchor's (the reference pass)."""
+        seen = Pass()
+        handles: list[Any] = []
+        grid = (images.shape[-2] // self.patch, images.shape[-1] // self.patch)
+
+        def on_patches(_m: nn.Module, _a: Any, out: Tensor) -> None:
+            seen.tables["patches"] = out.reshape(out.shape[0], -1, out.shape[-1])  # (B, N, D)
+
+        def enter(layer: int) -> Callable:
+            def hook(_m: nn.Module, args: tuple, kwargs: dict) -> Any:
+                if "rope" in kwargs:
+                    seen.tables[layer] = kwargs["rope"]
+                if layer == 0:
+                    x = first_arg(args, kwargs, "x")
+                    if reference is not None:
+                        x = self.reference_embedding(seen.tables["patches"], grid).to(x.dtype)
+                        args = (x, *args[1:]) if args else args
+                        kwargs = kwargs if args else {**kwargs, "x": x}
+                    seen.tokens.append(x)
+                    return args, kwargs
+                return None
+
+            return hook
+
+        def record(store: dict, layer: int) -> Callable:
+            def hook(_m: nn.Module, _a: Any, out: Tensor) -> None:
+                store[layer] = out
+
+            return hook
+
+        def weights(layer: int) -> Callable:
+            def hook(_m: nn.Module, _a: Any, out: Tensor) -> Tensor:
+                if reference is not None:
+                    out = reference(seen, layer).to(out.dtype)
+                seen.probs[layer] = out
+                return out
+
+            return hook
+
+        handles.append(self.inner.patch_embed.register_forward_hook(on_patches))
+        for layer, (block, attn) in enumerate(zip(self.blocks, self.attns)):
+            handles.append(block.register_forward_pre_hook(enter(layer), with_kwargs=True))
+            handles.append(block.register_forward_hook(lambda _m, _a, out: seen.tokens.append(as_tensor(out))))
+            handles.append(attn.q_norm.register_forward_hook(record(seen.q, layer)))
+            handles.append(attn.k_norm.register_forward_hook(record(seen.k, layer)))
+            handles.append(attn.attn_drop.register_forward_hook(weights(layer)))
+        if same:
+            handles += same_token_hooks(self.attns, "x")
+        saved = [a.fused_attn for a in self.attns]
+        try:
+            with hooks(handles):
+                for a in self.attns:
+                    a.fused_attn = a.fused_attn and not (eager or reference is not None)
+                try:
+                    seen.logits = self.inner(images)
+                except Exception as e:  # noqa: BLE001  (the model's code failed on the probe: a finding)
+                    seen.error = e
+        finally:
+            for a, fused in zip(self.attns, saved):
+                a.fused_attn = fused
+        return seen
+
+    @property
+    def patch(self) -> int:
+        return int(self.inner.patch_embed.patch_size[0])
+
+
+class HFObserver:
+    """Watches a transformers vision model (``wrapped``: the hf adapter) through hooks on its own modules."""
+
+    backend = "transformers"
+
+    def __init__(self, wrapped: Any) -> None:
+        self.wrapped = wrapped
+        self.family = wrapped.family
+        self.backbone = wrapped._backbone
+        self.layers = list(self.backbone.get_submodule(self.family.layers))
+        self.attns = [layer.get_submodule(self.family.attention) for layer in self.layers]
+        self.config = wrapped.model.config
+        registers = int(getattr(self.config, "num_register_tokens", 0) or 0)
+        self.prefix = self.family.extra_prefix + registers
+        self.native_grid = tuple(int(s) for s in wrapped.grid)
+        self.patch = int(wrapped.img_size[0]) // self.native_grid[0]
+
+    def missing(self) -> str | None:
+        if self.family.rope is None:
+            return None
+        for a in self.attns:
+            if not all(isinstance(getattr(a, n, None), nn.Module) for n in ("q_proj", "k_proj", "v_proj", "o_proj")):
+                return f"a layer's attention ({type(a).__name__}) has no q_proj, k_proj, v_proj, o_proj to watch"
+        return None
+
+    def grids(self) -> list[tuple[int, int]]:
+        takes_other = self.family.rope is not None or "input.grid" in self.wrapped.hook_points.points
+        return other_grids(self.native_grid) if takes_other else [self.native_grid]
+
+    def scale(self, layer: int) -> float:
+        return float(self.attns[layer].scaling)
+
+    def declared_rope(self, grid: tuple[int, int]) -> RotaryReference | str | None:
+        from peanchor.audit.reference import hf_dinov3_reference
+
+        return hf_dinov3_reference(self.config, grid) if self.family.rope is not None else None
+
+    @property
+    def resample(self) -> tuple[str, bool]:
+        """How the table is resampled off the native grid, as the family's code says."""
+        return "bicubic", self.family.name == "dinov2_with_registers"
+
+    def reference_embedding(self, patches: Tensor, grid: tuple[int, int], resample: tuple | None = None) -> Tensor:
+        """The family's embeddings as declared: CLS (and DeiT's distillation token) first, the learned table
+        added (resampled by bicubic ``F.interpolate`` off the native grid, antialiased for DINOv2 with registers,
+        whose code says so), then DINOv2's registers after CLS with no table row; DINOv3: CLS, registers, patches."""
+        from peanchor.audit.reference import resample_table
+
+        e, name, b = self.backbone.embeddings, self.family.name, patches.shape[0]
+        if name == "dinov3":
+            return torch.cat([e.cls_token.expand(b, -1, -1), e.register_tokens.expand(b, -1, -1), patches], dim=1)
+        if name in ("clip", "siglip"):
+            table = e.position_embedding.weight[None]  # (1, P + N, D)
+            cls = [e.class_embedding.expand(b, 1, -1)] if name == "clip" else []
+        else:
+            table = e.position_embeddings
+            cls = [e.cls_token.expand(b, -1, -1)] + ([e.distillation_token.expand(b, -1, -1)] if name == "deit" else [])
+        rows = len(cls)
+        own = resample_table(table[:, rows:], self.native_grid, grid, *(resample or self.resample))
+        x = torch.cat(cls + [patches], dim=1) + torch.cat([table[:, :rows], own.to(table.dtype)], dim=1)
+        if name == "dinov2_with_registers":
+            x = torch.cat([x[:, :1], e.register_tokens.expand(b, -1, -1), x[:, 1:]], dim=1)
+        return x
+
+    def _logits(self, images: Tensor, grid: tuple[int, int]) -> Tensor:
+        other = self.family.interpolate_kwarg and grid != self.native_grid
+        kwargs = {"interpolate_pos_encoding": True} if other else {}
+        out = self.wrapped.model(pixel_values=images, **kwargs)
+        return out.logits if self.wrapped.has_head else out.pooler_output
+
+    def run(self, images: Tensor, *, eager: bool, reference: Callable | None = None, same: bool = False) -> Pass:
+        seen = Pass()
+        grid = (images.shape[-2] // self.patch, images.shape[-1] // self.patch)
+        handles: list[Any] = []
+        patch_module = self.backbone.get_submodule(self.family.patch)
+
+        def on_patches(_m: nn.Module, _a: Any, out: Any) -> None:
+            out = as_tensor(out)
+            seen.tables["patches"] = out.flatten(2).transpose(1, 2) if out.dim() == 4 else out  # (B, N, D)
+
+        def on_embeddings(_m: nn.Module, _a: Any, out: Any) -> Any:
+            x = as_tensor(out)
+            if reference is not None:
+                x = self.reference_embedding(seen.tables["patches"], grid).to(x.dtype)
+                out = x
+            seen.tokens.append(x)
+            return out
+
+        def leave(_m: nn.Module, _a: Any, out: Any) -> None:
+            seen.tokens.append(as_tensor(out))
+
+        handles.append(patch_module.register_forward_hook(on_patches))
+        handles.append(self.backbone.embeddings.register_forward_hook(on_embeddings))
+        for layer in self.layers:
+            handles.append(layer.register_forward_hook(leave))
+        if self.family.rope is not None:
+            rope = self.backbone.get_submodule(self.family.rope)
+            handles.append(rope.register_forward_hook(lambda _m, _a, out: seen.tables.__setitem__("rope", out)))
+            for i, attn in enumerate(self.attns):
+                handles += self._attention_hooks(attn, i, seen, reference)
+        if same:
+            handles += same_token_hooks(self.attns, "hidden_states")
+        before = self.config._attn_implementation
+        try:
+            if eager or reference is not None:
+                self.wrapped.model.set_attn_implementation("eager")
+            with hooks(handles):
+                try:
+                    seen.logits = self._logits(images, grid)
+                except Exception as e:  # noqa: BLE001  (the model's code failed on the probe: a finding)
+                    seen.error = e
+        finally:
+            self.wrapped.model.set_attn_implementation(before)
+        return seen
+
+    def _attention_hooks(self, attn: nn.Module, layer: int, seen: Pass, reference: Callable | None) -> list[Any]:
+        heads, hd = int(attn.num_heads), int(attn.head_dim)
+
+        def proj(store: dict) -> Callable:
+            def hook(_m: nn.Module, _a: Any, out: Tensor) -> None:
+                store[layer] = out.view(out.shape[0], out.shape[1], heads, hd).transpose(1, 2)  # (B, H, T, hd)
+
+            return hook
+
+        def done(_m: nn.Module, _a: Any, out: Any) -> Any:
+            if reference is None:
+                if isinstance(out, tuple) and len(out) > 1 and out[1] is not None:
+                    seen.probs[layer] = out[1]
+                return None
+            v = seen.v[layer]
+            probs = reference(seen, layer).to(v.dtype)  # (B, H, T, T)
+            merged = (probs @ v).transpose(1, 2).reshape(v.shape[0], v.shape[2], heads * hd)  # (B, T, D)
+            seen.probs[layer] = probs
+            return (attn.o_proj(merged), probs)
+
+        return [attn.q_proj.register_forward_hook(proj(seen.q)), attn.k_proj.register_forward_hook(proj(seen.k)),
+                attn.v_proj.register_forward_hook(proj(seen.v)), attn.register_forward_hook(done)]  # fmt: skip
