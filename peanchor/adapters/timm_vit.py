@@ -266,8 +266,8 @@ class TimmViT(AnalysisInterface, nn.Module):
         return x  # (B, N, D), row-major slots
 
     def _prefix_tokens(self, batch: int) -> list[Tensor]:
-        """The prefix tokens in timm's ``_pos_embed`` order, each ``(B, 1|R, D)``: CLS, the distillation token
-        (DeiT-distilled) or the registers. Every path that builds the sequence takes them from here."""
+        """The prefix tokens in timm's ``_pos_embed`` order, each ``(B, 1|R, D)``: CLS, DeiT's distillation token or
+        the registers; every path that builds the sequence takes them from here."""
         m = self.model
         tokens = (m.cls_token, getattr(m, "dist_token", None), m.reg_token)
         return [t.expand(batch, -1, -1) for t in tokens if t is not None]
@@ -405,12 +405,9 @@ class TimmViT(AnalysisInterface, nn.Module):
 
 def _jsonable(value: Any) -> Any:
     try:
-        json.dumps(value)
-        return value
+        return json.dumps(value) and value
     except (TypeError, ValueError):
-        if isinstance(value, (tuple, list)):
-            return [_jsonable(v) for v in value]
-        return repr(value)
+        return [_jsonable(v) for v in value] if isinstance(value, (tuple, list)) else repr(value)
 
 
 def _size_arg(model: nn.Module) -> int | list[int] | None:
