@@ -20,7 +20,7 @@ from peanchor.interventions.registry import INTERVENTIONS
 from peanchor.pe import PE_NAMES
 
 TABLE_PES = [pe for pe in PE_NAMES if pe in ("ape", "sincos")]
-ROPE_PES = [pe for pe in PE_NAMES if pe.startswith("rope")]
+ROPE_PES = [pe for pe in PE_NAMES if pe in ("rope", "rope_mixed")]  # the families: tests/pe/test_families*.py
 
 
 def lively(model: torch.nn.Module) -> torch.nn.Module:
@@ -313,7 +313,8 @@ def test_edits_a_model_cannot_take_are_one_line(micro) -> None:
     cases = [
         (ape, x, "rope_planes", "rope_planes acts at rope.tables, which peanchor:ape does not have; it has: pe.table, "
                                 "input.grid, blocks.{k}.attn.heads, blocks.{k}.attn, blocks.{k}.mlp, blocks.{k}.residual"),
-        (rope, x, "pe_zero", "pe_zero acts at pe.table, which peanchor:rope does not have"),
+        (micro("relbias"), x, "pe_zero", "pe_zero acts at pe.table, rope.tables, pe.bias, pe.rotation, and "
+                                         "peanchor:relbias has none of them"),
         (ape, x, "head_ablate:heads=2", "head_ablate:heads=2: the model has 2 heads (0-1)"),
         (ape, x, "patch:layer=2", "patch:layer=2: the model has 2 blocks (0-1)"),
         (rope, x, "rope_planes:freqs=0-4", "rope_planes:freqs=0-4: the model has 4 frequencies per axis (0-3)"),
