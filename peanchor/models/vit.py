@@ -268,12 +268,7 @@ class VisionTransformer(AnalysisInterface, nn.Module):
         else:
             x = self._embedded(images, intervention, run)  # (B, 1 + N, D)
         rope = self.pe.rotary(alpha) if run is None or not run.acts_at("rope.tables") else self._edited_rope(run, alpha)
-        bias = self.pe.attn_bias(alpha)  # (L|1, H, T, T) or None
-        rotation = self.pe.rotation(alpha)  # (L|1, H|1, N, nb, b, b) or None
-        if run is not None and run.acts_at("pe.bias"):
-            bias = run.bias(bias)
-        if run is not None and run.acts_at("pe.rotation"):
-            rotation = run.rotation(rotation)
+        bias, rotation = self._bias_and_rotation(run, alpha)
         probes: list[Tensor] = start.probes_before(count) if start is not None else []
         for i, block in enumerate(self.blocks):
             if i < first:
@@ -330,6 +325,22 @@ class VisionTransformer(AnalysisInterface, nn.Module):
         rows = self.pe.table_rows(alpha)
         assert rows is not None  # pe.table is a hook point only of a PE with a table
         return run.table(PETable(rows[0], rows[1], self.grid))
+
+    def _bias_and_rotation(self, run: EditPass | None, alpha: float) -> tuple[Tensor | None, BlockRotation | None]:
+        """The PE's attention bias ``(L|1, H, T, T)`` and general rotation ``(L|1, H|1, N, nb, b, b)`` (None: none),
+        built at the pass's positions and edited when an edit acts at ``pe.bias`` / ``pe.rotation``."""
+        positions = run.positions() if run is not None else None
+        if run is not None and run.acts_at("pe.bias"):
+            bias = self.pe.attn_bias(alpha) if positions is None else self.pe.attn_bias_at(alpha, *positions)
+            bias = run.bias(bias)
+        else:
+            bias = self.pe.attn_bias(alpha)
+        if run is not None and run.acts_at("pe.rotation"):
+            turn = self.pe.rotation(alpha) if positions is None else self.pe.rotation_at(alpha, *positions)
+            rotation = run.rotation(turn)
+        else:
+            rotation = self.pe.rotation(alpha)
+        return bias, rotation
 
     def _edited_rope(self, run: EditPass, alpha: float) -> RotaryTables:
         positions = run.positions()

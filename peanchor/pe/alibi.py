@@ -32,11 +32,9 @@ def alibi_slopes(num_heads: int) -> Tensor:
     return torch.exp2(-8.0 * heads / num_heads).float()
 
 
-def grid_distances(grid: tuple[int, int]) -> Tensor:
-    """Euclidean distances ``(N, N)`` between the row-major slots of ``grid``, in patches."""
-    rows, cols = grid
-    slot = torch.arange(rows * cols)
-    pos = torch.stack((slot // cols, slot % cols), dim=1).double()  # (N, 2)
+def distances(rows: Tensor, cols: Tensor) -> Tensor:
+    """Euclidean distances ``(N, N)`` between slots at coordinates ``rows``, ``cols`` ``(N,)`` each, in patches."""
+    pos = torch.stack((rows, cols), dim=1).double()  # (N, 2)
     return torch.cdist(pos, pos).float()  # (N, N)
 
 
@@ -49,7 +47,6 @@ class ALiBi2D(PositionalEncoding):
 
     anchoring = "relative distances between slots, by construction (a fixed bias that falls with distance)"
     scalable = True
-    any_grid = False  # the bias is built for the trained grid
     has_bias = True
     declares = PEDeclaration(
         kinds=("bias",), layout="distance", prefix="zero", relative=True,
@@ -59,12 +56,21 @@ class ALiBi2D(PositionalEncoding):
 
     def __init__(self, ctx: PEContext) -> None:
         super().__init__(ctx)
-        slopes = alibi_slopes(ctx.num_heads)  # (H,)
-        patch = -slopes[:, None, None] * grid_distances(ctx.grid)  # (H, N, N)
-        p = ctx.num_prefix
-        self.register_buffer("bias", F.pad(patch, (p, 0, p, 0))[None], persistent=False)  # (1, H, T, T)
+        self.register_buffer("slopes", alibi_slopes(ctx.num_heads), persistent=False)  # (H,)
+        self.register_buffer("bias", self._bias(*ctx.positions()), persistent=False)  # (1, H, T, T)
+
+    def _bias(self, rows: Tensor, cols: Tensor) -> Tensor:
+        """``(1, H, P + N, P + N)`` for slots at ``rows``, ``cols`` ``(N,)``: zero on the prefix rows and columns."""
+        patch = -self.slopes[:, None, None] * distances(rows, cols).to(self.slopes)  # (H, N, N)
+        p = self.ctx.num_prefix
+        return F.pad(patch, (p, 0, p, 0))[None]
 
     def attn_bias(self, alpha: float) -> Tensor | None:
         if alpha == 0:
             return None  # no bias at all: exactly the position-free attention
         return alpha * self.bias  # (1, H, T, T)
+
+    def attn_bias_at(self, alpha: float, rows: Tensor, cols: Tensor) -> Tensor | None:
+        if alpha == 0:
+            return None
+        return alpha * self._bias(rows, cols)  # the distance extrapolates: ALiBi's own convention

@@ -165,6 +165,14 @@ class PositionalEncoding(nn.Module):
         """General rotations of q and k of the patch tokens, applied after :meth:`rotary`'s; None for none."""
         return None
 
+    def rotation_at(self, alpha: float, rows: Tensor, cols: Tensor) -> BlockRotation | None:
+        """:meth:`rotation` at other slot coordinates ``(N',)`` each (float, in patches of the trained grid)."""
+        return None
+
+    def attn_bias_at(self, alpha: float, rows: Tensor, cols: Tensor) -> Tensor | None:
+        """:meth:`attn_bias` for slots at other coordinates ``(N',)`` each (a ``pe.bias`` PE; None: no bias)."""
+        return None
+
     def macs(self, images: int) -> int:
         """Multiply-adds of the PE's own matrix products in one forward pass over ``images`` images (the model's
         FLOP count adds them; elementwise work is not counted). 0: it has none."""

@@ -33,7 +33,6 @@ class ComRoPE(PositionalEncoding):
 
     anchoring = "relative offsets between slots, by construction (commuting learned rotations)"
     scalable = True
-    any_grid = False  # the rotations are built at the trained grid's positions
     has_rotation = True
     declares = PEDeclaration(
         kinds=("rotary",), layout="matrix", prefix="none", relative=True, alpha="the angle matrices",
@@ -49,20 +48,28 @@ class ComRoPE(PositionalEncoding):
         self.init_std = init_std if init_std is not None else 1.0 / block
         nb = hd // block
         self.raw = nn.Parameter(torch.randn(ctx.depth, ctx.num_heads, nb, block, block) * self.init_std)
-        rows, cols = ctx.positions()
-        axis = torch.arange(nb) % 2  # 0: the row, 1: the column
-        coords = torch.stack((rows, cols), dim=1).float()  # (N, 2)
-        self.register_buffer("block_coords", coords[:, axis], persistent=False)  # (N, nb): each block's coordinate
+        self.register_buffer("block_coords", self._block_coords(*ctx.positions()), persistent=False)  # (N, nb)
+
+    def _block_coords(self, rows: Tensor, cols: Tensor) -> Tensor:
+        """Each block's coordinate ``(N, nb)``: the row for even blocks, the column for odd ones."""
+        axis = torch.arange(self.ctx.head_dim // self.block) % 2  # 0: the row, 1: the column
+        return torch.stack((rows, cols), dim=1).float()[:, axis]
 
     def angle_blocks(self) -> Tensor:
         """The skew-symmetric blocks ``(L, H, nb, b, b)``."""
         return skew(self.raw)
 
     def rotation(self, alpha: float) -> BlockRotation | None:
+        return self._rotation(self.block_coords, alpha)
+
+    def rotation_at(self, alpha: float, rows: Tensor, cols: Tensor) -> BlockRotation | None:
+        return self._rotation(self._block_coords(rows, cols).to(self.block_coords), alpha)
+
+    def _rotation(self, block_coords: Tensor, alpha: float) -> BlockRotation | None:
         if alpha == 0:
             return None  # the identity, exactly
         blocks = self.angle_blocks()[:, :, None]  # (L, H, 1, nb, b, b)
-        algebra = alpha * blocks * self.block_coords[:, :, None, None]  # (L, H, N, nb, b, b)
+        algebra = alpha * blocks * block_coords[:, :, None, None]  # (L, H, N, nb, b, b)
         return BlockRotation(torch.linalg.matrix_exp(algebra))
 
     def macs(self, images: int) -> int:

@@ -35,7 +35,6 @@ class LieRE(PositionalEncoding):
 
     anchoring = "slot positions through learned rotations; relative only where the generators commute"
     scalable = True
-    any_grid = False  # the rotations are built at the trained grid's positions
     has_rotation = True
     declares = PEDeclaration(
         kinds=("rotary",), layout="matrix", prefix="none", relative=False, alpha="the generators",
@@ -62,6 +61,12 @@ class LieRE(PositionalEncoding):
         if alpha == 0:
             return None  # the identity, exactly
         return BlockRotation(exp_rotations(self.generators(), self.coords, alpha))  # (L, H, N, nb, b, b)
+
+    def rotation_at(self, alpha: float, rows: Tensor, cols: Tensor) -> BlockRotation | None:
+        if alpha == 0:
+            return None
+        coords = torch.stack((rows, cols), dim=1).to(self.coords)  # (N', 2)
+        return BlockRotation(exp_rotations(self.generators(), coords, alpha))
 
     def macs(self, images: int) -> int:
         c = self.ctx

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from peanchor.pe.base import BlockRotation, PEContext, PositionalEncoding
+from peanchor.pe.base import BlockRotation, PEContext, PositionalEncoding, RotaryTables
 from peanchor.pe.declaration import PEDeclaration
 from peanchor.pe.lie import cayley, skew
 from peanchor.pe.registry import register_pe
@@ -32,7 +32,6 @@ class CayleySTRING(PositionalEncoding):
 
     anchoring = "relative offsets between slots, by construction (RoPE in a learned orthogonal basis)"
     scalable = True
-    any_grid = False  # the rotations are built at the trained grid's positions
     has_rotation = True
     declares = PEDeclaration(
         kinds=("rotary",), layout="matrix", prefix="none", relative=True,
@@ -51,9 +50,13 @@ class CayleySTRING(PositionalEncoding):
         return cayley(alpha * skew(self.raw))
 
     def rotation(self, alpha: float) -> BlockRotation | None:
-        if alpha == 0:
-            return None  # the identity, exactly
-        tables = self.rope.rotary(alpha)  # cos, sin (L, H, N, hd)
+        return None if alpha == 0 else self._rotation(self.rope.rotary(alpha), alpha)  # α = 0: the identity, exactly
+
+    def rotation_at(self, alpha: float, rows: Tensor, cols: Tensor) -> BlockRotation | None:
+        return None if alpha == 0 else self._rotation(self.rope.rotary_at(alpha, rows, cols), alpha)
+
+    def _rotation(self, tables: RotaryTables, alpha: float) -> BlockRotation:
+        """``R(p) P`` from RoPE-Mixed's ``tables`` (cos, sin ``(L, H, N, hd)``) and ``P = Cayley(α S)``."""
         cos, sin = tables._signed(0)
         columns = self.basis(alpha).mT[:, :, None]  # (L, H, 1, hd, hd): row j is P's column j
         half = columns.shape[-1] // 2
