@@ -32,3 +32,11 @@ def test_extrapolated_to_another_grid_is_the_same_weights_built_there(pe: str, m
     assert not torch.allclose(squeezed, moved, atol=1e-4)
     own = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(2))
     assert torch.equal(_logits(model, own, "pe_resample:grid=4x4"), _logits(model, own))  # the own grid: identity
+
+
+def test_a_model_without_a_pe_only_takes_the_other_grid(micro) -> None:
+    model = micro("none")
+    x = torch.randn(2, 3, 24, 24, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        plain = model(x)  # the none model takes any grid as it is
+    torch.testing.assert_close(_logits(model, x, "pe_resample:grid=6x6"), plain, rtol=0, atol=0)
