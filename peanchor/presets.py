@@ -125,6 +125,18 @@ def _demo() -> TrainConfig:
     return config
 
 
+def _families() -> TrainConfig:
+    # The demo's scale (4 x 4 grid, 3 blocks, 6 epochs), so that eleven conditions fit an evening on 2 cores.
+    config = _demo()
+    config.preset = "families"
+    return config
+
+
+#: The PE families of docs/families.md, with none, ape and rope as the baselines.
+FAMILY_CONDITIONS = ("none", "ape", "rope", "fourier", "factorized", "alibi", "liere", "comrope", "string", "rope_ape",
+                     "rope_dinov3")  # fmt: skip
+
+
 def _paper() -> TrainConfig:
     from peanchor.data.spec import DataSpec
     from peanchor.training.config import ModelConfig, OptimConfig, RunConfig, TrainConfig
@@ -178,6 +190,9 @@ for _preset in (
     Preset("demo", "a first look: 4 conditions in about 2 minutes on 2 CPU cores", _demo,
            {"alphas": (1.0, 0.5, 0.0), "rpi_draws": 1, "batch_size": 25, "severities": False},
            _CPU_SHIFTS, pe_kwargs=_CPU_PE_KWARGS, conditions=("none", "ape", "rope", "rpt")),
+    Preset("families", "the PE families against none, ape and rope, at the demo's scale (docs/families.md)",
+           _families, {"alphas": (1.0, 0.5, 0.0), "rpi_draws": 1, "batch_size": 25, "severities": False},
+           _CPU_SHIFTS, seeds=2, pe_kwargs=_CPU_PE_KWARGS, conditions=FAMILY_CONDITIONS),
     Preset("paper", "ImageNet-100 as in the paper", _paper,
            {"alphas": (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)}, PAPER.shifts, seeds=4),
 ):  # fmt: skip

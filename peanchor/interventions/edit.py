@@ -11,6 +11,9 @@ hook point                  value                                               
                             (prefix rows, patch rows on the grid), α already applied     pe_resample
 ``rope.tables``             the rotary tables: :class:`RopeTables` (cos, sin per layer,  rope_planes
                             head, slot and channel; the rotation planes)
+``pe.bias``                 a PE's attention bias ``(L|1, H, T, T)`` (ALiBi), α applied  pe_zero
+``pe.rotation``             a PE's general rotation of q and k (LieRE, ComRoPE, STRING:  pe_zero
+                            :class:`peanchor.pe.base.BlockRotation`), α applied
 ``input.grid``              the model takes images of another patch grid                 pe_resample
 ``blocks.{k}.attn.heads``   block k's per-head attention output before its projection,   head_ablate
                             ``(B, T, H, hd)``
@@ -47,7 +50,7 @@ __all__ = [
 #: The hook points inside each block, as ``blocks.{k}.<site>`` names them.
 BLOCK_SITES = ("attn.heads", "attn", "mlp", "residual")
 #: Every hook-point family, in the order messages list them.
-POINTS = ("pe.table", "rope.tables", "input.grid") + tuple(f"blocks.{{k}}.{s}" for s in BLOCK_SITES)
+POINTS = ("pe.table", "rope.tables", "pe.bias", "pe.rotation", "input.grid") + tuple(f"blocks.{{k}}.{s}" for s in BLOCK_SITES)
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,14 @@ class Edit:
 
     def on_rope(self, tables: RopeTables, hooks: HookPoints) -> RopeTables:
         return tables
+
+    def on_bias(self, bias: Tensor | None, hooks: HookPoints) -> Tensor | None:
+        """The PE's attention bias ``(L|1, H, T, T)`` (None: no bias) at ``pe.bias``."""
+        return bias
+
+    def on_rotation(self, rotation: Any, hooks: HookPoints) -> Any:
+        """The PE's general rotation at ``pe.rotation`` (a backend's own value; None: no rotation)."""
+        return rotation
 
     def on_block(self, site: str, layer: int, x: Tensor, run: EditPass) -> Tensor:
         return x
@@ -317,6 +328,16 @@ class EditPass:
         for e in self.edits:
             tables = e.on_rope(tables, self.hooks)
         return tables
+
+    def bias(self, bias: Tensor | None) -> Tensor | None:
+        for e in self.edits:
+            bias = e.on_bias(bias, self.hooks)
+        return bias
+
+    def rotation(self, rotation: Any) -> Any:
+        for e in self.edits:
+            rotation = e.on_rotation(rotation, self.hooks)
+        return rotation
 
     def block(self, site: str, layer: int, x: Tensor) -> Tensor:
         for e, sites in self._sites:

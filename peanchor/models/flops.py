@@ -2,7 +2,9 @@
 
 Counted: 2 FLOPs per multiply-add of every matrix product and convolution of one image's forward pass: the
 patch embedding, per block the qkv projection, q·kᵀ and attention·v over all heads, the output projection
-and the two MLP layers, the depth-wise convolution of ``peg``, and the head on the CLS token. Not counted:
+and the two MLP layers, the depth-wise convolution of ``peg``, the products a PE counts itself
+(:meth:`peanchor.pe.base.PositionalEncoding.macs`: the block rotations of LieRE, ComRoPE and STRING, the MLP of the
+Fourier code, once per pass), and the head on the CLS token. Not counted:
 norms, softmax, GELU, dropout, the PE additions and rotations (elementwise, a few percent of the total and
 bound by memory rather than by the tensor cores). A training step counts 3 × the forward pass (the backward
 pass computes two products for each one of the forward), the usual convention for model FLOPs utilisation.
@@ -37,6 +39,7 @@ def forward_flops(model: VisionTransformer) -> int:
     if conv is not None:
         macs += n * d * conv.kernel_size[0] * conv.kernel_size[1]
     macs += d * model.head.out_features
+    macs += model.pe.macs(1)  # the PE's own products (a general rotation of q and k; a Fourier code's MLP)
     return 2 * macs
 
 

@@ -39,6 +39,7 @@ from peanchor.interventions.edit import check_grid
 from peanchor.models.args import ViTArgs
 from peanchor.models.interface import AttentionSink, Intermediates, AnalysisInterface
 from peanchor.pe import PEContext, RotaryTables, create_pe
+from peanchor.pe.base import BlockRotation
 
 
 #: An edit pass's hook inside a block: ``site(name, x)`` for name in ``attn.heads``, ``attn``, ``mlp``.
@@ -53,6 +54,7 @@ class BlockPass:
 
     rope: RotaryTables | None = None
     bias: Tensor | None = None  # (H, T, T)
+    rotation: BlockRotation | None = None  # a general rotation of q and k after ``rope`` (LieRE, ComRoPE, STRING)
     num_prefix: int = 1
     weights_sink: Callable[[Tensor], None] | None = None
     site: Site | None = None
@@ -80,6 +82,8 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)  # (B, H, T, hd)
         if rope is not None:
             q, k = rope.apply(q, ctx.num_prefix), rope.apply(k, ctx.num_prefix)
+        if ctx.rotation is not None:
+            q, k = ctx.rotation.apply(q, ctx.num_prefix), ctx.rotation.apply(k, ctx.num_prefix)
         if bias is not None:
             bias = bias.to(q.dtype)
         if ctx.weights_sink is None:
@@ -264,7 +268,7 @@ class VisionTransformer(AnalysisInterface, nn.Module):
         else:
             x = self._embedded(images, intervention, run)  # (B, 1 + N, D)
         rope = self.pe.rotary(alpha) if run is None or not run.acts_at("rope.tables") else self._edited_rope(run, alpha)
-        bias = self.pe.attn_bias(alpha)  # (L|1, H, T, T) or None
+        bias, rotation = self._bias_and_rotation(run, alpha)
         probes: list[Tensor] = start.probes_before(count) if start is not None else []
         for i, block in enumerate(self.blocks):
             if i < first:
@@ -277,6 +281,7 @@ class VisionTransformer(AnalysisInterface, nn.Module):
             x, h = block(x, BlockPass(
                 rope=rope.layer(i) if rope is not None else None,
                 bias=bias[i if bias.shape[0] > 1 else 0] if bias is not None else None,
+                rotation=rotation.layer(i) if rotation is not None else None,
                 num_prefix=self.num_prefix,
                 weights_sink=functools.partial(attention, i) if attention is not None else None,
                 site=run.at_layer(i) if run is not None else None,
@@ -307,6 +312,8 @@ class VisionTransformer(AnalysisInterface, nn.Module):
         points = {f"blocks.{{k}}.{site}" for site in BLOCK_SITES}
         points |= {"pe.table"} if self.pe.has_table else set()
         points |= {"rope.tables"} if self.pe.has_rotary else set()
+        points |= {"pe.bias"} if self.pe.has_bias else set()
+        points |= {"pe.rotation"} if self.pe.has_rotation else set()
         points |= {"input.grid"} if self.pe.any_grid else set()
         heads = self.blocks[0].attn.num_heads
         head_dim = self.patch_embed.proj.out_channels // heads
@@ -318,6 +325,22 @@ class VisionTransformer(AnalysisInterface, nn.Module):
         rows = self.pe.table_rows(alpha)
         assert rows is not None  # pe.table is a hook point only of a PE with a table
         return run.table(PETable(rows[0], rows[1], self.grid))
+
+    def _bias_and_rotation(self, run: EditPass | None, alpha: float) -> tuple[Tensor | None, BlockRotation | None]:
+        """The PE's attention bias ``(L|1, H, T, T)`` and general rotation ``(L|1, H|1, N, nb, b, b)`` (None: none),
+        built at the pass's positions and edited when an edit acts at ``pe.bias`` / ``pe.rotation``."""
+        positions = run.positions() if run is not None else None
+        if run is not None and run.acts_at("pe.bias"):
+            bias = self.pe.attn_bias(alpha) if positions is None else self.pe.attn_bias_at(alpha, *positions)
+            bias = run.bias(bias)
+        else:
+            bias = self.pe.attn_bias(alpha)
+        if run is not None and run.acts_at("pe.rotation"):
+            turn = self.pe.rotation(alpha) if positions is None else self.pe.rotation_at(alpha, *positions)
+            rotation = run.rotation(turn)
+        else:
+            rotation = self.pe.rotation(alpha)
+        return bias, rotation
 
     def _edited_rope(self, run: EditPass, alpha: float) -> RotaryTables:
         positions = run.positions()

@@ -1,9 +1,11 @@
 """The interface between a ViT and its positional encoding.
 
-The model calls four hooks per forward pass and knows nothing else about the PE:
+The model calls five hooks per forward pass and knows nothing else about the PE:
 
 * :meth:`PositionalEncoding.add` adds an absolute code to the token sequence (CLS first);
 * :meth:`PositionalEncoding.rotary` returns cos/sin tables that rotate q and k of the patch tokens;
+* :meth:`PositionalEncoding.rotation` returns general rotation matrices for q and k of the patch tokens
+  (:class:`BlockRotation`: LieRE, ComRoPE, STRING);
 * :meth:`PositionalEncoding.attn_bias` returns an additive attention bias;
 * :meth:`PositionalEncoding.after_block` transforms the tokens between blocks (conditional PEs).
 
@@ -93,6 +95,31 @@ class RotaryTables:
         return F.pad(self.cos, rows, value=1.0), F.pad(signed, rows, value=0.0)
 
 
+@dataclass
+class BlockRotation:
+    """Per-slot block-diagonal rotations of q and k: ``mats`` ``(L|1, H|1, N, nb, b, b)``, ``nb`` blocks of ``b``
+    channels (``nb · b = head_dim``); block ``j`` of a patch token's head vector becomes ``mats[..., j, :, :] @ v_j``.
+    The prefix tokens are not rotated."""
+
+    mats: Tensor
+
+    def layer(self, index: int) -> BlockRotation:
+        i = index if self.mats.shape[0] > 1 else 0
+        return BlockRotation(self.mats[i])  # (H|1, N, nb, b, b)
+
+    def apply(self, t: Tensor, num_prefix: int) -> Tensor:
+        """Rotate the patch tokens of ``t`` ``(B, H, T, hd)`` with one layer's ``mats`` ``(H|1, N, nb, b, b)``."""
+        nb, b = self.mats.shape[-3], self.mats.shape[-1]
+        patches = t[:, :, num_prefix:].unflatten(-1, (nb, b))  # (B, H, N, nb, b)
+        turned = torch.einsum("hnkij,bhnkj->bhnki", self.mats.to(t.dtype), patches).flatten(-2)  # (B, H, N, hd)
+        return torch.cat((t[:, :, :num_prefix], turned), dim=2)  # (B, H, T, hd)
+
+    def macs(self, images: int, num_heads: int, depth: int) -> int:
+        """Multiply-adds of rotating q and k of ``images`` images in every block."""
+        n, nb, b = self.mats.shape[-4], self.mats.shape[-3], self.mats.shape[-1]
+        return 2 * depth * images * num_heads * n * nb * b * b
+
+
 class PositionalEncoding(nn.Module):
     """Base class: no positional information at all (the paper's "ablated" model)."""
 
@@ -106,6 +133,10 @@ class PositionalEncoding(nn.Module):
     has_table: ClassVar[bool] = False
     has_rotary: ClassVar[bool] = False
     any_grid: ClassVar[bool] = True
+    #: Whether its attention bias is the hook point ``pe.bias`` and its general rotation ``pe.rotation`` (edits such
+    #: as ``pe_zero`` reach them there; the relative bias of ``relbias`` is no hook point).
+    has_bias: ClassVar[bool] = False
+    has_rotation: ClassVar[bool] = False
     #: What the PE promises, for the audit (:mod:`peanchor.pe.declaration`); None: it declares nothing to check.
     declares: ClassVar[PEDeclaration | None] = PEDeclaration(kinds=("none",))
 
@@ -129,6 +160,23 @@ class PositionalEncoding(nn.Module):
         """:meth:`rotary` at other slot coordinates ``(N',)`` each (float, in patches; the trained grid's are the
         integers). None for a PE without rotation."""
         return None
+
+    def rotation(self, alpha: float) -> BlockRotation | None:
+        """General rotations of q and k of the patch tokens, applied after :meth:`rotary`'s; None for none."""
+        return None
+
+    def rotation_at(self, alpha: float, rows: Tensor, cols: Tensor) -> BlockRotation | None:
+        """:meth:`rotation` at other slot coordinates ``(N',)`` each (float, in patches of the trained grid)."""
+        return None
+
+    def attn_bias_at(self, alpha: float, rows: Tensor, cols: Tensor) -> Tensor | None:
+        """:meth:`attn_bias` for slots at other coordinates ``(N',)`` each (a ``pe.bias`` PE; None: no bias)."""
+        return None
+
+    def macs(self, images: int) -> int:
+        """Multiply-adds of the PE's own matrix products in one forward pass over ``images`` images (the model's
+        FLOP count adds them; elementwise work is not counted). 0: it has none."""
+        return 0
 
     def attn_bias(self, alpha: float) -> Tensor | None:
         """An additive bias ``(L|1, H, T, T)`` for the attention logits, or None."""

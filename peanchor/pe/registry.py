@@ -6,6 +6,7 @@ Imports: :mod:`peanchor.pe.base`, :mod:`peanchor.registry`.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
@@ -48,6 +49,12 @@ def pe_names() -> tuple[str, ...]:
 def create_pe(name: str, ctx: PEContext, **kwargs: Any) -> PositionalEncoding:
     """Build the PE registered as ``name``; an unknown name raises a ``ValueError`` listing the valid ones."""
     cls = PE_REGISTRY.lookup(name)
+    params = list(inspect.signature(cls.__init__).parameters.values())[2:]  # after self and ctx
+    takes = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = sorted(set(kwargs) - set(takes))
+    if unknown and not any(p.kind == p.VAR_KEYWORD for p in params):
+        can = f"it takes {', '.join(takes)}" if takes else "it takes no options"
+        raise ValueError(f"positional encoding {name!r} cannot take {', '.join(unknown)}; {can}")
     try:
         return cls(ctx, **kwargs)
     except TypeError as e:

@@ -186,7 +186,6 @@ def test_edits_a_timm_model_cannot_take_are_one_line() -> None:
     x = images()
     cases = [
         (ape, x, "rope_planes", "rope_planes acts at rope.tables, which timm:ape does not have; it has: pe.table"),
-        (rope, x, "pe_zero", "pe_zero acts at pe.table, which timm:rope does not have"),
         (rope, x, "pe_resample:rope_positions=interpolate", "pe_resample:rope_positions=interpolate is for peanchor's"),
         (ape, x, "pe_resample:grid=6x6", "images of 32x32 px give a 4x4 patch grid; this pass expects 6x6 (48x48 px)"),
         (ape, x, "head_ablate:layers=2", "head_ablate:layers=2: the model has 2 blocks (0-1)"),
@@ -195,3 +194,5 @@ def test_edits_a_timm_model_cannot_take_are_one_line() -> None:
         with pytest.raises(ConfigError) as e:
             logits(model, images_, spec)
         assert message in str(e.value) and "\n" not in str(e.value), spec
+    # pe_zero removes a rotation as it removes a table: every plane the identity
+    assert torch.equal(logits(rope, x, "pe_zero"), logits(rope, x, "rope_planes"))

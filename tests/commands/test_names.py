@@ -17,6 +17,10 @@ from peanchor.errors import did_you_mean
 
 from tests.helpers.paths import ROOT
 
+#: The built-in PEs in the registry's order (the modules of peanchor/pe/ by name; docs/families.md's families too).
+ALL_PES = ("none, ape, sincos, alibi, comrope, peg, factorized, fourier, liere, relbias, rope, rope_mixed, rope_ape, "
+           "rope_dinov3, string")
+
 
 
 def test_the_names_are_the_registries() -> None:
@@ -37,14 +41,13 @@ def test_did_you_mean_picks_the_closest_or_nothing() -> None:
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        (["train", "--pe", "rop"], "--pe rop: unknown positional encoding; valid: none, ape, sincos, peg, relbias, rope, "
-                                   "rope_mixed (did you mean rope?)"),
+        (["train", "--pe", "rop"], f"--pe rop: unknown positional encoding; valid: {ALL_PES} (did you mean rope?)"),
         (["train", "--model", "vit_tin"], "--model vit_tin: unknown model; valid: vit_micro, vit_tiny, vit_small, "
                                           "vit_paper (did you mean vit_tiny?)"),
         (["analyze", "RUN", "--data", "scene"], "--data scene: unknown dataset; valid: scenes, imagefolder, cifar10, "
                                                 "cifar100, imagenet100, hf, prepared (did you mean scenes?)"),
         (["reproduce", "--conditions", "ape,rop-rpt"], "--conditions: unknown condition 'rop-rpt'; expected a positional "
-         "encoding (none, ape, sincos, peg, relbias, rope, rope_mixed), 'rpt' (APE trained with RPT) or '<pe>-rpt' "
+         f"encoding ({ALL_PES}), 'rpt' (APE trained with RPT) or '<pe>-rpt' "
          "(did you mean rope-rpt?)"),
     ],
 )  # fmt: skip
@@ -66,8 +69,8 @@ def test_a_key_given_with_set_keeps_its_name_and_gets_a_suggestion(tmp_path, cap
     assert err.startswith("peanchor: error: unknown config key 'optim.lrr'; valid keys here: optim.lr,")
     assert err.endswith("(did you mean optim.lr?)\n")
     assert main(["train", "--preset", "smoke", "--set", "model.pe=rop", "--out", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err.strip().endswith("model.pe='rop': unknown positional encoding; valid: none, ape, "
-                                                    "sincos, peg, relbias, rope, rope_mixed (did you mean rope?)")
+    assert capsys.readouterr().err.strip().endswith(f"model.pe='rop': unknown positional encoding; valid: {ALL_PES} "
+                                                    "(did you mean rope?)")
 
 
 def test_the_help_texts_name_every_registered_lens(monkeypatch, capsys) -> None:

@@ -20,7 +20,7 @@ from peanchor.interventions.registry import INTERVENTIONS
 from peanchor.pe import PE_NAMES
 
 TABLE_PES = [pe for pe in PE_NAMES if pe in ("ape", "sincos")]
-ROPE_PES = [pe for pe in PE_NAMES if pe.startswith("rope")]
+ROPE_PES = [pe for pe in PE_NAMES if pe in ("rope", "rope_mixed")]  # the families: tests/pe/test_families*.py
 
 
 def lively(model: torch.nn.Module) -> torch.nn.Module:
@@ -120,7 +120,7 @@ def identity_specs(model: torch.nn.Module) -> list[str]:
              "patch:site=attn,layer=0", "patch:site=mlp,layer=1"]  # fmt: skip
     if "rope.tables" in points:
         specs += ["rope_planes:freqs=none", "rope_planes:layers=none", "rope_planes:heads=none"]
-    if "input.grid" in points and ({"pe.table", "rope.tables"} & points):
+    if "input.grid" in points and ({"pe.table", "rope.tables", "pe.bias", "pe.rotation"} & points):
         specs += [f"pe_resample:grid={model.grid[0]}x{model.grid[1]}", "pe_resample:rope_positions=interpolate"]
     return specs
 
@@ -313,12 +313,13 @@ def test_edits_a_model_cannot_take_are_one_line(micro) -> None:
     cases = [
         (ape, x, "rope_planes", "rope_planes acts at rope.tables, which peanchor:ape does not have; it has: pe.table, "
                                 "input.grid, blocks.{k}.attn.heads, blocks.{k}.attn, blocks.{k}.mlp, blocks.{k}.residual"),
-        (rope, x, "pe_zero", "pe_zero acts at pe.table, which peanchor:rope does not have"),
+        (micro("relbias"), x, "pe_zero", "pe_zero acts at pe.table, rope.tables, pe.bias, pe.rotation, and "
+                                         "peanchor:relbias has none of them"),
         (ape, x, "head_ablate:heads=2", "head_ablate:heads=2: the model has 2 heads (0-1)"),
         (ape, x, "patch:layer=2", "patch:layer=2: the model has 2 blocks (0-1)"),
         (rope, x, "rope_planes:freqs=0-4", "rope_planes:freqs=0-4: the model has 4 frequencies per axis (0-3)"),
         (ape, x, "pe_resample:grid=6x6", "images of 16x16 px give a 4x4 patch grid; this pass expects 6x6 (24x24 px)"),
-        (micro("relbias"), x, "pe_resample:grid=4x4", "pe_resample needs pe.table or rope.tables"),
+        (micro("relbias"), x, "pe_resample:grid=4x4", "pe_resample needs pe.table, rope.tables, pe.bias or pe.rotation"),
         (micro("rope_mixed"), x, "rope_planes:axis=x", "the planes of peanchor:rope_mixed mix both axes; use axis=both"),
         (micro("none"), x, "pe_shuffle", "pe_shuffle acts at pe.table, which peanchor:none does not have"),
     ]

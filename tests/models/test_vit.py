@@ -112,9 +112,44 @@ def _unscaled_pe(pe: torch.nn.Module) -> dict:
             return torch.cat((x[:, :p], x[:, p:] + pe.conv(grid).flatten(2).transpose(1, 2)), dim=1)
 
         out["after"] = after
+    elif pe.name in ("fourier", "factorized"):
+        code = pe.code_at(pe.xy)[None] if pe.name == "fourier" else (pe.row[:, :, None] + pe.col[:, None]).flatten(1, 2)
+        out["add"] = lambda x: torch.cat((x[:, :p], x[:, p:] + code), dim=1)  # (B, P + N, D); the prefix gets nothing
+    elif pe.name == "alibi":
+        out["bias"] = pe.bias  # (1, H, T, T)
+    elif pe.name in ("liere", "comrope", "string"):
+        out["rotation"] = _unscaled_rotation(pe)
+    elif pe.name == "rope_ape":
+        out["add"] = lambda x: x + pe.table
+        out.update(_unscaled_pe(pe.rope))
+    elif pe.name == "rope_dinov3":
+        angles = 2 * math.pi * pe.coords[:, :, None] / pe.periods  # (N, 2, hd/4)
+        a = torch.cat((angles.flatten(1), angles.flatten(1)), dim=1)  # (N, hd)
+        out["rope"] = RotaryTables(a.cos()[None, None], a.sin()[None, None], groups=1)
     else:
         raise AssertionError(f"write out the unscaled forward of the new scalable PE {pe.name!r} here")
     return out
+
+
+def _unscaled_rotation(pe: torch.nn.Module):
+    """The general rotation of LieRE, ComRoPE or STRING as trained, with no α anywhere."""
+    from peanchor.pe.base import BlockRotation, RotaryTables
+    from peanchor.pe.lie import cayley, skew
+
+    rows, cols = pe.ctx.positions()
+    if pe.name == "liere":
+        gens = skew(pe.raw)  # (L, H, 2, nb, b, b)
+        algebra = rows[:, None, None, None].float() * gens[:, :, None, 0] + cols[:, None, None, None].float() * gens[:, :, None, 1]
+        return BlockRotation(torch.linalg.matrix_exp(algebra))  # (L, H, N, nb, b, b)
+    if pe.name == "comrope":
+        blocks = skew(pe.raw)[:, :, None]  # (L, H, 1, nb, b, b)
+        return BlockRotation(torch.linalg.matrix_exp(blocks * pe.block_coords[:, :, None, None]))
+    rope = _unscaled_pe(pe.rope)["rope"]  # RoPE-Mixed's tables (L, H, N, hd)
+    p_basis = cayley(skew(pe.raw))  # (L, H, hd, hd)
+    eye = torch.eye(pe.ctx.head_dim).expand(*rope.cos.shape[:3], -1, -1)  # (L, H, N, hd, hd)
+    r = RotaryTables(rope.cos[:, :, :, None], rope.sin[:, :, :, None], 1)  # (L, H, N, 1, hd)
+    r_mat = r.apply(eye, 0).mT  # (L, H, N, hd, hd): row j of what apply gives is R(p) e_j
+    return BlockRotation((r_mat @ p_basis[:, :, None])[:, :, :, None])  # (L, H, N, 1, hd, hd)
 
 
 def _unscaled_forward(model: torch.nn.Module, images: torch.Tensor, with_pe: bool = True) -> torch.Tensor:
@@ -123,10 +158,11 @@ def _unscaled_forward(model: torch.nn.Module, images: torch.Tensor, with_pe: boo
     x = model.patch_embed(images)  # (B, N, D)
     x = torch.cat((model.cls_token.expand(x.shape[0], -1, -1), x), dim=1)  # (B, 1 + N, D)
     x = pe.get("add", lambda t: t)(x)
-    rope, bias = pe.get("rope"), pe.get("bias")
+    rope, bias, rotation = pe.get("rope"), pe.get("bias"), pe.get("rotation")
     for i, block in enumerate(model.blocks):
         x, _ = block(x, BlockPass(rope=rope.layer(i) if rope is not None else None,
                                   bias=bias[i if bias.shape[0] > 1 else 0] if bias is not None else None,
+                                  rotation=rotation.layer(i) if rotation is not None else None,
                                   num_prefix=model.num_prefix))  # fmt: skip
         x = pe.get("after", lambda _i, t: t)(i, x)
     return model.head(model.norm(x)[:, 0])  # (B, C)
@@ -147,6 +183,8 @@ def test_alpha_one_is_the_pe_applied_without_any_scaling(pe, pe_kwargs, images, 
             param.mul_(4)
         for param in model.pe.parameters():
             param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(2)))
+        if pe == "alibi":
+            model.pe.bias.mul_(20)  # a fixed bias, no parameter to enlarge: steeper slopes
         expected = _unscaled_forward(model, images)  # (B, C)
         scale = expected.abs().max()
         torch.testing.assert_close(model(images, pe_scale=1.0), expected, rtol=0, atol=1e-6 * scale)
@@ -277,8 +315,8 @@ def test_rope_scores_depend_only_on_relative_offset(pe, alpha):
 
 
 def test_unknown_names_list_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown positional encoding 'alibi'; valid: none, ape"):
-        create_model("vit_micro", pe="alibi", num_classes=2)
+    with pytest.raises(ValueError, match="unknown positional encoding 'nerf'; valid: none, ape"):
+        create_model("vit_micro", pe="nerf", num_classes=2)
     with pytest.raises(ValueError, match="unknown model 'vit_huge'"):
         create_model("vit_huge", num_classes=2)
     with pytest.raises(ValueError, match="unknown model override"):
@@ -325,7 +363,8 @@ def test_flop_count_equals_torchs_flop_counter(pe, micro):
     x = torch.randn(3, 3, 16, 16)
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(x)
-    assert counter.get_total_flops() == 3 * forward_flops(model)
+    # A PE's products that run once per pass (a Fourier code's MLP) are counted once, not per image.
+    assert counter.get_total_flops() == 3 * forward_flops(model) + 2 * (model.pe.macs(3) - 3 * model.pe.macs(1))
     assert train_flops(model) == 3 * forward_flops(model)
 
 

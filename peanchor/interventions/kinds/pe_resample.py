@@ -2,9 +2,11 @@
 
 The absolute table's patch rows are resampled as timm's ``resample_abs_pos_embed`` does (the rows as a
 ``(D, H, W)`` image, ``F.interpolate`` in float32 with ``mode`` and ``antialias``; the prefix rows unchanged; the
-same grid returns the table itself). A RoPE model builds its rotary tables at the new grid's positions:
+same grid returns the table itself). A RoPE model builds its rotary tables at the new grid's positions, and so does a
+PE with an attention bias or a general rotation (``pe.bias``, ``pe.rotation``: ALiBi, LieRE, ComRoPE, STRING):
 ``extrapolate`` keeps the integer grid coordinates (the new grid runs past the trained one), ``interpolate`` maps
-the new grid's patch centres onto the trained span, ``(j + 0.5) · W / W' - 0.5``.
+the new grid's patch centres onto the trained span, ``(j + 0.5) · W / W' - 0.5``. A model without a positional code
+(``none``) only takes images of the new grid: the baseline of a resolution sweep.
 
 Imports: torch; :mod:`peanchor.interventions` (edit, registry, spec).
 """
@@ -67,10 +69,11 @@ class PEResample(Edit):
     rope_positions: str = param(choice("extrapolate", "interpolate"), "extrapolate or interpolate", "extrapolate")
 
     def required_points(self, hooks: HookPoints) -> tuple[str, ...]:
-        coded = tuple(p for p in ("pe.table", "rope.tables") if p in hooks.points)
-        if not coded:
-            raise ConfigError(f"pe_resample needs pe.table or rope.tables, and {hooks.model} has neither")
-        return ("input.grid",) + coded
+        coded = tuple(p for p in ("pe.table", "rope.tables", "pe.bias", "pe.rotation") if p in hooks.points)
+        if not coded and "input.grid" not in hooks.points:
+            raise ConfigError(f"pe_resample needs pe.table, rope.tables, pe.bias or pe.rotation, and {hooks.model} has "
+                              "none of them")
+        return ("input.grid",) + coded  # a model without a PE only takes the other grid (the baseline of a sweep)
 
     def pass_grid(self, hooks: HookPoints) -> tuple[int, int]:
         return self.grid if self.grid is not None else hooks.grid
