@@ -77,7 +77,7 @@ def max_diff(a: Tensor, b: Tensor) -> float:
 class Capture(Edit):
     """An edit that records the value at its hook point and hands it on unchanged.
 
-    ``point`` is ``pe.table``, ``rope.tables`` or ``blocks.{k}.residual`` (layer 0: the stream leaving block 0,
+    ``point`` is ``pe.table``, ``rope.tables``, ``pe.bias``, ``pe.rotation`` or ``blocks.{k}.residual`` (layer 0: the stream leaving block 0,
     prefix tokens included)."""
 
     kind = "audit_capture"
@@ -100,6 +100,16 @@ class Capture(Edit):
         if self.point == "rope.tables":
             self.value = tables
         return tables
+
+    def on_bias(self, bias: Tensor | None, hooks: HookPoints) -> Tensor | None:
+        if self.point == "pe.bias":
+            self.value = bias
+        return bias
+
+    def on_rotation(self, rotation: Any, hooks: HookPoints) -> Any:
+        if self.point == "pe.rotation":
+            self.value = rotation
+        return rotation
 
     def on_block(self, site: str, layer: int, x: Tensor, run: Any) -> Tensor:
         self.value = x.detach()

@@ -156,7 +156,8 @@ def _peanchor_claim(declared: PEDeclaration | None, options: dict[str, Any], hea
     kinds, param = declared.kinds, declared.param
     rows = {"none": 0, "zero": 0, "own": num_prefix}[declared.prefix]
     if "rotary" in kinds:
-        layout = str(param["axes"]) if "axes" in param else None
+        # the axes as configured: an option of the PE ("rope" of rope_ape, "axes") over what it declares
+        layout = str(options.get("rope", options.get("axes", param["axes"]))) if "axes" in param else None
         speeds = None
         if layout == "axial" and "theta" in param:
             theta = float(options.get("theta", param["theta"]))

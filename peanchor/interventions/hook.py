@@ -10,7 +10,9 @@
     out = model.forward_intermediates(images, iv)
 
 ``point`` is one hook point as docs/interventions.md names them: ``pe.table`` (``fn`` takes and returns a
-:class:`PETable`), ``rope.tables`` (a :class:`RopeTables`), or ``blocks.{k}.<site>`` with ``site`` one of
+:class:`PETable`), ``rope.tables`` (a :class:`RopeTables`), ``pe.bias`` (an attention bias tensor),
+``pe.rotation`` (the PE's per-slot rotation, e.g. a :class:`~peanchor.pe.base.BlockRotation`), or
+``blocks.{k}.<site>`` with ``site`` one of
 ``attn.heads`` ``(B, T, H, hd)``, ``attn``, ``mlp``, ``residual`` ``(B, T, D)`` (``fn`` takes and returns the
 tensor). An identity ``fn`` gives the plain pass bit for bit; a point the model lacks is one line listing the
 model's points. A hook is built in Python, not from spec text: it cannot be written as ``--intervention``, and its
@@ -45,7 +47,7 @@ class Hook(Edit):
     >>> Hook("blocks.2.nowhere", abs)
     Traceback (most recent call last):
     ...
-    peanchor.errors.ConfigError: Hook point 'blocks.2.nowhere' is not a hook point; they are: pe.table, rope.tables, input.grid, blocks.{k}.attn.heads, blocks.{k}.attn, blocks.{k}.mlp, blocks.{k}.residual
+    peanchor.errors.ConfigError: Hook point 'blocks.2.nowhere' is not a hook point; they are: pe.table, rope.tables, pe.bias, pe.rotation, input.grid, blocks.{k}.attn.heads, blocks.{k}.attn, blocks.{k}.mlp, blocks.{k}.residual
     """
 
     kind = "hook"
@@ -61,7 +63,7 @@ class Hook(Edit):
         block = _BLOCK.fullmatch(self.point)
         if block:
             object.__setattr__(self, "_site", (block.group(2), int(block.group(1))))
-        elif self.point not in ("pe.table", "rope.tables"):
+        elif self.point not in ("pe.table", "rope.tables", "pe.bias", "pe.rotation"):
             raise ConfigError(f"Hook point {self.point!r} is not a hook point; they are: {', '.join(POINTS)}")
 
     def required_points(self, hooks: HookPoints) -> tuple[str, ...]:
@@ -84,6 +86,14 @@ class Hook(Edit):
 
     def on_rope(self, tables: RopeTables, hooks: HookPoints) -> RopeTables:
         return self._call(tables, RopeTables) if self.point == "rope.tables" else tables
+
+    def on_bias(self, bias: Tensor | None, hooks: HookPoints) -> Tensor | None:
+        return self._call(bias, Tensor) if self.point == "pe.bias" and bias is not None else bias
+
+    def on_rotation(self, rotation: Any, hooks: HookPoints) -> Any:
+        if self.point != "pe.rotation" or rotation is None:
+            return rotation
+        return self._call(rotation, type(rotation))
 
     def on_block(self, site: str, layer: int, x: Tensor, run: EditPass) -> Tensor:
         return self._call(x, Tensor)

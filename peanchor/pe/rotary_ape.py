@@ -39,6 +39,7 @@ class RoPEWithAPE(PositionalEncoding):
     declares = PEDeclaration(
         kinds=("absolute", "rotary"), layout="half", prefix="own", relative=False,
         alpha="the table and the rotation angles", pe_zero="the table (zeroed) and the rotation (angles 0)",
+        params=(("axes", "mixed"),),  # the default; the "rope" option says which the model was built with
     )  # fmt: skip
 
     def __init__(self, ctx: PEContext, rope: str = "mixed", init_std: float = 0.02, theta: float | None = None) -> None:

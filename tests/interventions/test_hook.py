@@ -40,6 +40,8 @@ def _hf(config: str):
 BACKENDS = {
     "peanchor-ape": lambda: _peanchor("ape"),
     "peanchor-rope": lambda: _peanchor("rope"),
+    "peanchor-alibi": lambda: _peanchor("alibi"),
+    "peanchor-liere": lambda: _peanchor("liere"),
     "timm-ape": lambda: _timm("vit_tiny_patch16_224"),
     "timm-eva-rope": lambda: _timm("vit_small_patch16_rope_224"),
     "hf-vit": lambda: _hf("ViTConfig"),
@@ -58,7 +60,7 @@ def run(model, iv: Intervention):
 
 def points_of(model) -> list[str]:
     hooks = model.hook_points
-    out = [p for p in ("pe.table", "rope.tables") if p in hooks.points]
+    out = [p for p in ("pe.table", "rope.tables", "pe.bias", "pe.rotation") if p in hooks.points]
     sites = [p.split(".", 2)[2] for p in hooks.points if p.startswith("blocks.")]
     return out + [f"blocks.{k}.{site}" for k in range(hooks.depth) for site in sorted(sites)]
 

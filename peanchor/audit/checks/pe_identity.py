@@ -95,9 +95,29 @@ def check(subject: AuditSubject) -> CheckResult:
             return CheckResult(NAME, status, err, f"{layout} rotary, plane frequencies {err:.2g} (relative) from the "
                                f"configured ones; {said}")  # fmt: skip
         return CheckResult(NAME, "pass", None, f"{layout} rotary table; {said}")
+    if "pe.rotation" in hooks.points:
+        return _general_rotation(subject, images, said)
     if subject.relative_bias:
         status = "pass" if claim.kind == "relative bias" else "fail"
         return CheckResult(NAME, status, None, f"an attention bias and no table or rotation; {said}")
     if claim.kind in ("none", "conditional"):
         return CheckResult(NAME, "pass", None, f"no table, rotation or attention bias; {said}")
     return CheckResult(NAME, "fail", None, f"no table, rotation or attention bias; {said}")
+
+
+def _general_rotation(subject: AuditSubject, images: torch.Tensor, said: str) -> CheckResult:
+    """A PE that rotates q and k by general per-slot matrices (LieRE, ComRoPE, STRING): the claim must be a
+    rotary PE laid out as matrices, and what the model hands ``pe.rotation`` must be rotations (orthogonal blocks);
+    the measured value is the largest deviation of ``R Rᵀ`` from the identity."""
+    claim, declared = subject.claim, subject.declares
+    if claim.kind != "rotary" or declared is None or declared.layout != "matrix":
+        return CheckResult(NAME, "fail", None, f"the model rotates q and k by matrices; {said}")
+    rotation = captured(subject.model, images, "pe.rotation")
+    mats = getattr(rotation, "mats", None)
+    if mats is None:
+        return CheckResult(NAME, "fail", None, f"pe.rotation carries no matrices; {said}")
+    m = mats.double()  # (L|1, H|1, N, nb, b, b)
+    err = float((m @ m.transpose(-1, -2) - torch.eye(m.shape[-1], dtype=m.dtype)).abs().max())
+    status = "pass" if err <= TOLERANCE else "fail"
+    return CheckResult(NAME, status, err, f"per-slot rotations in blocks of {m.shape[-1]} channels, orthogonal to "
+                       f"{err:.2g}; {said}")  # fmt: skip

@@ -20,6 +20,7 @@ class RowColumnPE(PositionalEncoding):
                              pe_zero="the row and column tables")  # fmt: skip
     anchoring = "rows and columns separately, by construction; the grid's geometry only if training makes them smooth"
     scalable = True
+    any_grid = False  # its tables have the trained grid's rows and columns
 
     def __init__(self, ctx: PEContext, init_std: float = 0.02) -> None:
         super().__init__(ctx)
