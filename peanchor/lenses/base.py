@@ -14,9 +14,11 @@ A lens is one :class:`Lens` subclass in one file of this folder, registered with
   batch's forward, calls :meth:`Lens.update` with a :class:`LensBatch`: the patch tokens each block's attention
   sees, ``(B, L, N, D)``, prefix tokens dropped. A lens that ``reads_attention`` is also handed every block's
   attention weights during the forward (:meth:`Lens.attend`);
-* under RPI a lens sees the pass's permutation, one per forward call and shared by the batch (SSDC's definition),
-  unless it asks for ``rpi = "per_image"``: then it is fed from a pass of its own with one permutation per image
-  (the position probe: a permutation shared by fit and held-out images could be learnt from the content);
+* under RPI a lens sees the pass's permutations: by default (``rpi_mode`` ``"per_image"``) one per image, from a
+  stream keyed by the image's index, so nothing depends on the batch; with ``rpi_mode`` ``"per_call"`` (the
+  paper's) one per forward call, shared by the batch, and a lens that asks for ``rpi = "per_image"`` is then fed
+  from a pass of its own with one permutation per image (the position probe: a permutation shared by fit and
+  held-out images could be learnt from the content);
 * at the end, :meth:`Lens.record` turns the normal pass's accumulator and the RPI draws' into the lens's record
   (anything worth a line in the analysis log, such as a fallback taken, goes into the lens's ``notes``).
 
@@ -36,6 +38,7 @@ Imports: :mod:`peanchor.fileio` (``Number``); numpy (lazily); torch only for typ
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -68,8 +71,31 @@ class LensContext:
 
     @property
     def seed(self) -> int:
-        """The plan's seed (draw ``k`` is seeded ``seed + k``; the probe's split too)."""
+        """The plan's seed (of the RPI permutations, the bootstrap and the probe's split)."""
         return int(self.settings.get("seed", 0))
+
+    @property
+    def rpi_mode(self) -> str:
+        """``"per_image"`` (a permutation per image, from a stream keyed by the image's index) or ``"per_call"``
+        (the paper's: one per forward call, shared by the batch)."""
+        return str(self.settings.get("rpi_mode") or "per_image")
+
+    @functools.cached_property
+    def bootstrap(self) -> Any:  # peanchor.metrics.bootstrap.GroupBootstrap | None
+        """The analysis's one resampling of the images (:mod:`peanchor.metrics.bootstrap`): ``bootstrap``
+        replicates of ``bootstrap_groups`` groups, seeded with the seed; None with ``bootstrap`` 0."""
+        replicates = int(self.settings.get("bootstrap") or 0)
+        if not replicates or self.num_images < 1:
+            return None
+        from peanchor.metrics.bootstrap import DEFAULT_GROUPS, GroupBootstrap
+
+        groups = int(self.settings.get("bootstrap_groups") or DEFAULT_GROUPS)
+        return GroupBootstrap.of(self.num_images, groups=groups, replicates=replicates, seed=self.seed)
+
+    @property
+    def groups(self) -> int:
+        """How many groups the accumulators keep their sums in (0: no bootstrap)."""
+        return self.bootstrap.groups if self.bootstrap is not None else 0
 
 
 @dataclass(frozen=True)
