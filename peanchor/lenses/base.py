@@ -33,7 +33,8 @@ when read (:mod:`peanchor.results`). Everything after the analysis reads records
 :meth:`Lens.scalars` (TensorBoard), :meth:`Lens.summary_lines` (``analyze``) and :meth:`Lens.sentences` (the
 report).
 
-Imports: :mod:`peanchor.fileio` (``Number``); numpy (lazily); torch only for type annotations.
+Imports: :mod:`peanchor.fileio` (``Number``); :mod:`peanchor.metrics` (the bootstrap) and numpy lazily; torch only for
+type annotations.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from peanchor.fileio import Number
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
 
-__all__ = ["MODES", "MODE_LABELS", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext", "LensFailure",
+__all__ = ["MODES", "MODE_LABELS", "HeadLayers", "LayerIntervals", "LayerPair", "Lens", "LensBatch", "LensContext", "LensFailure",
            "NoOptions", "Row", "UnknownLensRecord", "layer_value", "mean_and_std", "mean_over_draws",
            "plan_option"]  # fmt: skip
 
@@ -175,6 +176,15 @@ class LayerPair:
 
     normal: list[Number]
     rpi: list[Number]
+
+
+@dataclass(kw_only=True)
+class LayerIntervals:
+    """A percentile interval per layer, ``[[low per layer], [high per layer]]``, with tokens in order and under RPI
+    (over images and RPI draws), from the analysis's groups bootstrap."""
+
+    normal: list[list[Number]]
+    rpi: list[list[Number]]
 
 
 @dataclass(kw_only=True)

@@ -63,7 +63,8 @@ class SSDCOptions:
     mode: Literal["mean_similarity", "per_image"] = plan_option("mean_similarity", "ssdc_mode")  # Spearman of
     # the mean similarity matrix, or the mean of each image's Spearman
     metric: Literal["manhattan", "euclidean"] = plan_option("manhattan", "metric")  # the grid distance
-    bootstrap: int = plan_option(200, "bootstrap")  # replicates of the groups bootstrap (0: no intervals)
+    bootstrap: int = plan_option(200, "bootstrap")  # replicates of the groups bootstrap (0: no intervals); a test keeps
+    # it equal to peanchor.metrics.bootstrap.DEFAULT_REPLICATES
 
 
 @register_lens
