@@ -119,7 +119,7 @@ class PlanSettings:
                              flags=(Flag("--euclidean", value="euclidean", help="Euclidean grid distance (default: "
                                          "Manhattan, the paper's)"),))  # fmt: skip
     bootstrap: int = setting(SSDCOptions.bootstrap, "replicates of the bootstrap over groups of images that gives "
-                             "every estimate its 95 % interval (0: no intervals)",
+                             "every estimate its percentile interval, 95 percent (0: no intervals)",
                              flags=(Flag("--bootstrap", "R"),))  # fmt: skip
     bootstrap_groups: int = setting(50, "the groups of images the bootstrap resamples (image i is in group i mod G; "
                                     "G is at most the number of images)", recorded="optional")  # fmt: skip
