@@ -146,6 +146,13 @@ class PositionProbeLens(Lens):
             for mode in MODES:
                 for layer, v in enumerate(getattr(getattr(record, target), mode)):
                     yield Row(f"probe_r2_{target}_{mode}", v, layer)
+        for target in ("row", "col", "r2"):  # the intervals, where the analysis had a bootstrap
+            intervals = getattr(record, f"{target}_ci")
+            name = "probe_r2" if target == "r2" else f"probe_r2_{target}"
+            for mode in MODES if intervals is not None else ():
+                for bound, values in zip(("low", "high"), getattr(intervals, mode)):
+                    for layer, v in enumerate(values):
+                        yield Row(f"{name}_{mode}_ci_{bound}", v, layer)
 
     @classmethod
     def scalars(cls, record: PositionProbeLayers) -> Iterator[tuple[str, Any, int]]:
@@ -157,9 +164,15 @@ class PositionProbeLens(Lens):
     @classmethod
     def summary_lines(cls, record: PositionProbeLayers) -> list[str]:
         total = record.fit_images + record.heldout_images
-        return [f"  probe R² {MODE_LABELS[mode]} " + " ".join(f"{layer_value(a)}/{layer_value(b)}" for a, b in
-                                                             zip(getattr(record.row, mode), getattr(record.col, mode)))
-                + f"  (row/col, held out: {record.heldout_images} of {total} images)" for mode in MODES]  # fmt: skip
+        lines = [f"  probe R² {MODE_LABELS[mode]} " + " ".join(f"{layer_value(a)}/{layer_value(b)}" for a, b in
+                                                              zip(getattr(record.row, mode), getattr(record.col, mode)))
+                 + f"  (row/col, held out: {record.heldout_images} of {total} images)" for mode in MODES]  # fmt: skip
+        if record.r2_ci is not None:
+            for mode in MODES:
+                low, high = getattr(record.r2_ci, mode)
+                lines.append(f"  probe R² {MODE_LABELS[mode]} mean of row/col, {record.ci_level:.0%} interval: "
+                             + " ".join(f"[{layer_value(a)}, {layer_value(b)}]" for a, b in zip(low, high)))  # fmt: skip
+        return lines
 
     @classmethod
     def sentences(cls, means: Mapping[str, Mapping[str, Mapping[str, float]]], reference: float | None,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from peanchor.fileio import Number
-from peanchor.lenses.base import Lens, LensBatch, Row, mean_and_std, plan_option
+from peanchor.lenses.base import MODE_LABELS, MODES, Lens, LensBatch, Row, layer_value, mean_and_std, plan_option
 from peanchor.lenses.registry import register_lens
 
 __all__ = ["CI_LEVEL", "SSDCLayers", "SSDCLens", "SSDCOptions", "mean_and_std"]
@@ -136,6 +136,21 @@ class SSDCLens(Lens):
     @classmethod
     def layers(cls, record: SSDCLayers, mode: str) -> list[float]:
         return list(getattr(record, mode))
+
+    @classmethod
+    def summary_lines(cls, record: SSDCLayers) -> list[str]:
+        """The per-layer values, normal and under RPI, each with its interval where the analysis had a bootstrap."""
+        lines = []
+        for mode in MODES:
+            values, bounds = getattr(record, mode), getattr(record, f"{mode}_ci")
+            shown = [layer_value(v) + (f" [{layer_value(lo)}, {layer_value(hi)}]" if bounds else "")
+                     for v, lo, hi in zip(values, *(bounds or (values, values)))]  # fmt: skip
+            lines.append(f"  {cls.title} {MODE_LABELS[mode]} " + "  ".join(shown))
+        if record.rpi_permutations is not None:
+            lines.append(f"  (RPI: {record.rpi_permutations} distinct permutations"
+                         + (f"; intervals {record.ci_level:.0%}, bootstrap over groups of images)" if record.ci_level
+                            else ")"))  # fmt: skip
+        return lines
 
     @classmethod
     def rows(cls, record: SSDCLayers) -> Iterator[Row]:
