@@ -15,7 +15,10 @@ read, or another tool's, is one :class:`SchemaError` line. The versions, their l
 one are :mod:`peanchor.results_schema`'s.
 What is read is validated by pydantic against these dataclasses (strict JSON types), so a damaged file names the
 first key at fault; an undefined number (NaN, ±inf: FS at 0 clean accuracy) is ``null`` and reads back as NaN.
-``fragility`` is exactly ``1 - acc / clean_acc`` and ``delta_ssdc`` exactly ``ssdc.rpi[1] - ssdc.rpi[0]``.
+``fragility`` is exactly ``1 - acc / clean_acc`` (NaN, with the reason in ``fragility_undefined``, where the clean
+accuracy is not above chance by its interval) and ``delta_ssdc`` exactly ``ssdc.rpi[1] - ssdc.rpi[0]``. The
+intervals (``*_ci``: ``[low, high]``, per layer ``[[low...], [high...]]``) come from the analysis's one bootstrap over
+groups of images (:mod:`peanchor.metrics.bootstrap`); they are optional, absent in older files.
 
 A model's measures per layer are its lenses' records (:mod:`peanchor.lenses`: SSDC, the position probe, the
 attention distance, ...): :attr:`Measures.lenses` holds them by lens name; ``analysis.json`` holds them under
@@ -103,7 +106,7 @@ class Measures:
     lenses: dict[str, Any] = field(default_factory=dict, metadata=_LENS_RECORDS)
     delta_ssdc: Number  # ssdc.rpi[1] - ssdc.rpi[0]
     acc: dict[str, Number]  # shift name → top-1
-    fragility: dict[str, Number]  # shift name → 1 - acc / clean_acc
+    fragility: dict[str, Number]  # shift name → 1 - acc / clean_acc (NaN at chance: fragility_undefined)
     severities: dict[str, list[Number]] | None = _optional()  # kind → top-1 at severity 1..5
     severity_fragility: dict[str, list[Number]] | None = _optional()
     dose_sweeps: list[DoseSweep] | None = _optional()  # the --sweep dose-responses (peanchor.dose_results)
