@@ -51,7 +51,7 @@ whether α means anything); anything else is refused in one line. An adapter aro
 transformers ViT) is therefore evaluated unchanged. The result is an :class:`peanchor.results.AnalysisResult`
 (written as analysis.json by :func:`peanchor.results.write_analysis`).
 
-Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes, dose_sweep), :mod:`peanchor.lenses`,
+Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes, dose_sweep, intervals), :mod:`peanchor.lenses`,
 :mod:`peanchor.metrics`, :mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits),
 :mod:`peanchor.bars`, :mod:`peanchor.devices`, :mod:`peanchor.models` (the interface).
 """

@@ -121,3 +121,17 @@ def test_groups_are_refused_with_the_older_bootstrap_and_replicates_need_groups(
     acc.update(torch.randn(2, 1, 4, 3))
     with pytest.raises(ValueError, match="needs SSDCAccumulator"):
         acc.replicates(bootstrap_counts(3, 2, 0))
+
+
+def test_shards_merged_with_their_indices_give_the_same_replicates():
+    tokens = torch.randn(20, 2, 4, 5, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    whole = SSDCAccumulator((2, 2), groups=6)
+    whole.update(tokens)
+    first, second = SSDCAccumulator((2, 2), groups=6), SSDCAccumulator((2, 2), groups=6)
+    odd, even = torch.arange(1, 20, 2), torch.arange(0, 20, 2)  # another split of the images than whole's
+    first.update(tokens[odd], odd)
+    second.update(tokens[even], even)
+    first.merge(second)
+    counts = bootstrap_counts(6, 25, seed=9)
+    torch.testing.assert_close(first.replicates(counts), whole.replicates(counts), rtol=0, atol=1e-12)
+    torch.testing.assert_close(first.compute(), whole.compute(), rtol=0, atol=1e-12)
