@@ -239,7 +239,8 @@ class Lens(ABC):
     order: ClassVar[int] = 100  # where it comes in tables, figures and files (lower first)
     required: ClassVar[bool] = False  # measured in every analysis (SSDC: ΔSSDC and the claims are made of it)
     reads_attention: ClassVar[bool] = False  # fed the attention weights during each pass (:meth:`attend`)
-    rpi: ClassVar[Literal["per_call", "per_image"]] = "per_call"  # its permutations under RPI
+    rpi: ClassVar[Literal["per_call", "per_image"]] = "per_call"  # "per_image": it needs one permutation per image
+    # (the default RPI gives it that; under per-call RPI it is fed from a pass of its own)
     truncated: ClassVar[bool] = False  # also measured in the truncated passes (layers 0 and 1, no head) of the α
     # sweep under RPI, which read it through :meth:`curve` (SSDC: ΔSSDC at each α)
     zero_line: ClassVar[bool] = True  # the report's figure marks 0 on its axis

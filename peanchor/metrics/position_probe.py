@@ -154,13 +154,14 @@ class PositionProbeAccumulator:
             shift = self._shift[layer].to(dtype)  # (D,)
             for split, index in splits:
                 x = tokens[:, layer].index_select(0, index).to(dtype).sub_(shift)  # (b', N, D), shifted
+                if split == 1 and self._grouped is not None:  # per image, into its group and the total
+                    self._add_to_groups(layer, x, targets, group[index.cpu()].to(tokens.device))  # type: ignore[index]
+                    continue
                 flat = x.view(-1, d)  # (b'·N, D)
                 per_slot = x.sum(dim=0)  # (N, D)
                 self._sx[split, layer] += per_slot.sum(dim=0).to(torch.float64)  # shifted values: no cancellation
                 self._sxx[split, layer] += (flat.T @ flat).to(torch.float64)  # (D, D)
                 self._sxy[split, layer] += (per_slot.T @ targets).to(torch.float64)  # (D, 2)
-                if split == 1 and self._grouped is not None:
-                    self._add_to_groups(layer, x, targets, group[index.cpu()].to(tokens.device))
         for split, chosen in splits:
             self._images[split] += chosen.numel()
         if self._grouped is not None:
@@ -168,12 +169,27 @@ class PositionProbeAccumulator:
                                         torch.ones(int(heldout.sum()), dtype=torch.float64, device=self._grouped[3].device))
 
     def _add_to_groups(self, layer: int, x: Tensor, targets: Tensor, group: Tensor) -> None:
-        """Each held-out image's sums (``x`` ``(b', N, D)``, shifted) added into its group's."""
-        assert self._grouped is not None
+        """The held-out images' sums (``x`` ``(b', N, D)``, shifted) added group by group into their group's and into
+        the held-out totals: one product per group present, the same multiplications as the totals' one product."""
+        assert self._grouped is not None and self._sx is not None and self._sxx is not None and self._sxy is not None
         gx, gxx, gxy, _ = self._grouped
-        gx[:, layer].index_add_(0, group, x.sum(dim=1).to(torch.float64))  # (b', D)
-        gxx[:, layer].index_add_(0, group, (x.transpose(1, 2) @ x).to(torch.float64))  # (b', D, D)
-        gxy[:, layer].index_add_(0, group, (x.transpose(1, 2) @ targets).to(torch.float64))  # (b', D, 2)
+        order = torch.argsort(group, stable=True)
+        present, counts = torch.unique_consecutive(group[order], return_counts=True)
+        start = 0
+        for g, c in zip(present.tolist(), counts.tolist()):
+            members = x.index_select(0, order[start : start + c])  # (c, N, D)
+            start += c
+            flat = members.reshape(-1, members.shape[-1])  # (c·N, D)
+            per_slot = members.sum(dim=0)  # (N, D)
+            sums = per_slot.sum(dim=0).to(torch.float64)  # (D,)
+            products = (flat.T @ flat).to(torch.float64)  # (D, D)
+            crossed = (per_slot.T @ targets).to(torch.float64)  # (D, 2)
+            gx[g, layer] += sums
+            gxx[g, layer] += products
+            gxy[g, layer] += crossed
+            self._sx[1, layer] += sums
+            self._sxx[1, layer] += products
+            self._sxy[1, layer] += crossed
 
     def merge(self, other: PositionProbeAccumulator) -> None:
         """Add the images ``other`` has seen, fit and held-out alike (a shard of the same evaluation set): afterwards
