@@ -137,6 +137,7 @@ def alpha_trend(points: Mapping[float, Estimate], excluded: Mapping[float, str],
         kept.append(alpha)
     x = torch.tensor(kept, dtype=torch.float64)
     slope = float(least_squares_slope(x, torch.tensor([points[a].value for a in kept], dtype=torch.float64)))
+    slope = slope if math.isfinite(slope) else math.nan  # the NaN a file reads back as, so a record round-trips equal
     ci = None
     reps = [points[a].replicates for a in kept]
     if boot is not None and len(kept) >= 2 and all(r is not None for r in reps) and math.isfinite(slope):
