@@ -120,7 +120,10 @@ def analysis_frame(result: AnalysisResult) -> Any:
     from peanchor.results import CSV_COLUMNS
 
     doses = DOSE_COLUMNS if result.dose_sweeps else ()  # an analysis with dose-response sweeps: sweep, dose
-    return _frame(measure_rows(result, result.alpha_sweep), (*CSV_COLUMNS, *doses))
+    frame = _frame(measure_rows(result, result.alpha_sweep), (*CSV_COLUMNS, *doses))
+    # why an FS is NaN (text has no place in the numeric rows): shift → reason, at α = 1
+    frame.attrs["fragility_undefined"] = dict(result.fragility_undefined or {})
+    return frame
 
 
 def results_frame(results: Results) -> Any:

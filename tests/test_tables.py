@@ -68,6 +68,7 @@ def test_to_pandas_is_the_csv_with_numbers_and_nan(results) -> None:
                                                           nan_ok=True)  # NaN where the clean accuracy is at chance
     low = frame[frame.metric == "clean_acc_ci_low"].value.tolist()
     assert low == [result.clean_acc_ci[0]] and frame[frame.metric == "chance"].value.tolist() == [0.25]
+    assert frame.attrs["fragility_undefined"] == (result.fragility_undefined or {})  # why an FS is NaN
 
 
 def test_the_csv_keeps_its_empty_cells(results, tmp_path) -> None:
