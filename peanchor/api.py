@@ -269,8 +269,9 @@ def analyze(
             named dataset's. Tensors for a peanchor model from ``create_model`` need them.
         **settings: the analysis plan's settings by name, each over ``plan``'s (None: not given), with their
             defaults, flags and help in docs/python.md's table (the fields of
-            :class:`~peanchor.plan_settings.PlanSettings`): ``alphas``, ``rpi_draws``, ``seed``, ``batch_size``,
-            ``max_images``, ``severities``, ``ssdc_mode``, ``metric``, ``bootstrap``, ``probe_ridge``,
+            :class:`~peanchor.plan_settings.PlanSettings`): ``alphas``, ``rpi_draws``, ``rpi_mode``, ``seed``,
+            ``batch_size``, ``max_images``, ``severities``, ``ssdc_mode``, ``metric``, ``bootstrap``,
+            ``bootstrap_groups``, ``probe_ridge``,
             ``probe_holdout``, ``lenses``, ``interventions``, ``lens_options``, ``sweeps``. An unknown name is
             one ``ConfigError`` line with the closest one. ``lenses`` leaves the lenses not asked for out of the
             result; ``lens_options`` (``{"ssdc": {"bootstrap": 200}}``) merges with ``plan``'s option by option.

@@ -77,6 +77,8 @@ class DosePoint:
     acc: dict[str, Number]  # shift name → top-1
     fragility: dict[str, Number]  # shift name → 1 - acc / clean_acc
     lenses: LensRecords = field(default_factory=dict, metadata={LENS_MAP: True})
+    fragility_undefined: dict[str, str] | None = field(default=None, metadata={"omit_if_none": True})  # shift → why
+    # its FS is NaN (the clean accuracy is not above chance by its interval)
 
     def lens(self, name: str) -> Any:
         """Lens ``name``'s record at this dose; None where it was not measured or failed."""

@@ -39,6 +39,7 @@ __all__ = ["DEFAULT_ALPHAS", "Flag", "PlanSettings", "SettingField", "check_sett
 DEFAULT_ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))
 SSDCMode = Literal["mean_similarity", "per_image"]
 Metric = Literal["manhattan", "euclidean"]
+RPIMode = Literal["per_image", "per_call"]
 HELP, FLAGS, RECORDED, SET_FORM = "help", "flags", "recorded", "set_form"  # the field metadata's keys
 
 
@@ -91,10 +92,17 @@ class PlanSettings:
         flags=(Flag("--alphas", "LIST", parse=parse_alphas, help="PE scales for the α sweep, e.g. 1,0.5,0 (default: "
                     "1.0, 0.9, ..., 0.0)"), Flag("--no-alpha", value=(), help="skip the α sweep")))  # fmt: skip
     rpi_draws: int = setting(1, "independent RPI permutation streams (mean ± std)", flags=(Flag("--rpi-draws", "K"),))
-    seed: int = setting(0, "seed of the RPI permutations (draw k is seeded seed + k), the bootstrap and the probe's "
-                        "split", flags=(Flag("--seed", "N"),))  # fmt: skip
+    rpi_mode: RPIMode = setting(
+        "per_image", "RPI's permutations: per_image (each image its own, from a stream keyed by seed, draw and image "
+        "index: nothing depends on the batch) or per_call (the paper's: one per forward call, shared by the batch, "
+        "so SSDC under RPI depends on batch_size)",
+        flags=(Flag("--rpi-mode", "MODE", help="per_image (default: a permutation per image, independent of the "
+                    "batch) or per_call (the paper's: one per forward call, shared by the batch)"),),
+        recorded="optional")  # fmt: skip
+    seed: int = setting(0, "seed of the RPI permutations, the bootstrap and the probe's split",
+                        flags=(Flag("--seed", "N"),))  # fmt: skip
     batch_size: int = setting(
-        256, "evaluation batch size (RPI draws a permutation per batch, so SSDC under RPI depends on it)",
+        256, "evaluation batch size (no number depends on it, except under rpi_mode per_call)",
         flags=(Flag("--batch-size", "N", help="evaluation batch size (default: the run's eval batch size)"),))
     max_images: int | None = setting(
         None, "a deterministic random subset of this many evaluation images (None: every image)",
@@ -110,8 +118,11 @@ class PlanSettings:
     metric: Metric = setting(SSDCOptions.metric, "the grid distance of SSDC: manhattan (the paper's) or euclidean",
                              flags=(Flag("--euclidean", value="euclidean", help="Euclidean grid distance (default: "
                                          "Manhattan, the paper's)"),))  # fmt: skip
-    bootstrap: int = setting(SSDCOptions.bootstrap, "bootstrap replicates for per-layer SSDC confidence intervals "
-                             "over images (0: none)", flags=(Flag("--bootstrap", "R"),))  # fmt: skip
+    bootstrap: int = setting(SSDCOptions.bootstrap, "replicates of the bootstrap over groups of images that gives "
+                             "every estimate its percentile interval, 95 percent (0: no intervals)",
+                             flags=(Flag("--bootstrap", "R"),))  # fmt: skip
+    bootstrap_groups: int = setting(50, "the groups of images the bootstrap resamples (image i is in group i mod G; "
+                                    "G is at most the number of images)", recorded="optional")  # fmt: skip
     probe_ridge: float = setting(PositionProbeOptions.ridge, "the position probe's ridge λ relative to the mean "
                                  "feature variance", flags=(Flag("--probe-ridge", "X"),))  # fmt: skip
     probe_holdout: float = setting(PositionProbeOptions.holdout, "the fraction of the images the position probe is "

@@ -15,7 +15,10 @@ read, or another tool's, is one :class:`SchemaError` line. The versions, their l
 one are :mod:`peanchor.results_schema`'s.
 What is read is validated by pydantic against these dataclasses (strict JSON types), so a damaged file names the
 first key at fault; an undefined number (NaN, ±inf: FS at 0 clean accuracy) is ``null`` and reads back as NaN.
-``fragility`` is exactly ``1 - acc / clean_acc`` and ``delta_ssdc`` exactly ``ssdc.rpi[1] - ssdc.rpi[0]``.
+``fragility`` is exactly ``1 - acc / clean_acc`` (NaN, with the reason in ``fragility_undefined``, where the clean
+accuracy is not above chance by its interval) and ``delta_ssdc`` exactly ``ssdc.rpi[1] - ssdc.rpi[0]``. The
+intervals (``*_ci``: ``[low, high]``, per layer ``[[low...], [high...]]``) come from the analysis's one bootstrap over
+groups of images (:mod:`peanchor.metrics.bootstrap`); they are optional, absent in older files.
 
 A model's measures per layer are its lenses' records (:mod:`peanchor.lenses`: SSDC, the position probe, the
 attention distance, ...): :attr:`Measures.lenses` holds them by lens name; ``analysis.json`` holds them under
@@ -69,7 +72,7 @@ from peanchor.results_schema import (
 
 __all__ = [
     "ANALYSIS_CSV", "ANALYSIS_JSON", "ANALYSIS_SCHEMA_VERSION", "RESULTS_JSON", "RESULTS_SCHEMA_VERSION",
-    "SCHEMA_VERSION", "AnalysisResult", "AnalysisSettings", "AttentionDistanceLayers", "FailedCell", "HeadLayers", "LayerPair", "Measures", "ModelInfo", "ModelResult",
+    "SCHEMA_VERSION", "AnalysisResult", "AlphaTrend", "AnalysisSettings", "AttentionDistanceLayers", "FailedCell", "HeadLayers", "LayerPair", "Measures", "ModelInfo", "ModelResult",
     "PositionProbeLayers", "Results", "SSDCLayers", "SweepPoint", "SweepRow", "TrainSummary", "analysis_rows",
     "read_analysis", "read_results", "results_from_dict", "to_json_dict", "write_analysis", "write_results",
 ]
@@ -103,10 +106,19 @@ class Measures:
     lenses: dict[str, Any] = field(default_factory=dict, metadata=_LENS_RECORDS)
     delta_ssdc: Number  # ssdc.rpi[1] - ssdc.rpi[0]
     acc: dict[str, Number]  # shift name → top-1
-    fragility: dict[str, Number]  # shift name → 1 - acc / clean_acc
+    fragility: dict[str, Number]  # shift name → 1 - acc / clean_acc (NaN at chance: fragility_undefined)
     severities: dict[str, list[Number]] | None = _optional()  # kind → top-1 at severity 1..5
     severity_fragility: dict[str, list[Number]] | None = _optional()
     dose_sweeps: list[DoseSweep] | None = _optional()  # the --sweep dose-responses (peanchor.dose_results)
+    # The intervals of the groups bootstrap (peanchor.metrics.bootstrap), all from one resampling: [low, high]
+    ci_level: Number | None = _optional()
+    clean_acc_ci: list[Number] | None = _optional()
+    rpi_acc_ci: list[Number] | None = _optional()  # over images and RPI draws
+    delta_ssdc_ci: list[Number] | None = _optional()  # joint: the replicates of layer 1 - layer 0
+    acc_ci: dict[str, list[Number]] | None = _optional()  # shift name → [low, high]
+    fragility_ci: dict[str, list[Number]] | None = _optional()  # paired: clean and shifted on the same resample
+    chance: Number | None = _optional()  # 1 / the number of classes
+    fragility_undefined: dict[str, str] | None = _optional()  # shift → why its FS is NaN (clean accuracy at chance)
 
     def lens(self, name: str) -> Any:
         """The record of lens ``name``, or None where it was not measured (e.g. no attention weights), failed
@@ -147,6 +159,21 @@ class SweepPoint:
     clean_acc: Number
     acc: dict[str, Number]
     fragility: dict[str, Number]
+    delta_ssdc_ci: list[Number] | None = _optional()  # [low, high], as Measures' (same resampling)
+    clean_acc_ci: list[Number] | None = _optional()
+    fragility_ci: dict[str, list[Number]] | None = _optional()
+    fragility_undefined: dict[str, str] | None = _optional()
+
+
+@dataclass(kw_only=True)
+class AlphaTrend:
+    """A measure's least-squares slope against α over the sweep's points that are not degenerate, with its interval
+    from the analysis's bootstrap (the slope of each replicate's points)."""
+
+    slope: Number  # NaN with fewer than two points
+    ci: list[Number] | None  # [low, high]; None without a bootstrap or a slope
+    alphas: list[Number]  # the α values the slope is fitted on
+    excluded: dict[str, str]  # str(α) → why it is left out (identical by construction, clean accuracy at chance)
 
 
 @dataclass(kw_only=True)
@@ -193,6 +220,7 @@ class AnalysisResult(Measures):
     shift_sources: dict[str, str] | None = _optional()  # shift name → "preset cpu", "--shift jpeg:quality=10", ...
     source: dict[str, Any] = field(default_factory=dict)  # where the model and the data came from
     notes: list[str] | None = _optional()  # what the analysis log said of the measurement (a lens's fallback, ...)
+    alpha_trends: dict[str, AlphaTrend] | None = _optional()  # "delta_ssdc", "clean_acc", "fragility.<shift>"
 
     def save(self, out_dir: str | os.PathLike[str]) -> Path:
         """Write ``analysis.json`` and ``analysis.csv`` into ``out_dir`` (:func:`write_analysis`); returns the JSON."""

@@ -81,26 +81,36 @@ def measure_rows(measures: Measures, sweep: Iterable[SweepPoint] = ()) -> Iterat
         return {"metric": metric, "layer": layer, "head": head, "alpha": alpha, "shift": shift, "severity": severity,
                 "value": value}  # fmt: skip
 
-    yield row("clean_acc", measures.clean_acc)
-    yield row("rpi_acc", measures.rpi_acc)
+    def with_ci(metric: str, value: Any, bounds: Sequence[Any] | None, **where: Any) -> Iterator[dict[str, Any]]:
+        yield row(metric, value, **where)  # then its interval's bounds, where it has one: <metric>_ci_low, _ci_high
+        for bound, v in zip(("low", "high"), bounds or ()):
+            yield row(f"{metric}_ci_{bound}", v, **where)
+
+    yield from with_ci("clean_acc", measures.clean_acc, measures.clean_acc_ci)
+    yield from with_ci("rpi_acc", measures.rpi_acc, measures.rpi_acc_ci)
+    if measures.chance is not None:
+        yield row("chance", measures.chance)
     for name, lens in LENSES.items():
         record = measures.lens(name)
         for r in lens.rows(record) if record is not None else ():
             yield row(r.metric, r.value, layer=_given(r.layer), head=_given(r.head))
-    yield row("delta_ssdc", measures.delta_ssdc)
+    yield from with_ci("delta_ssdc", measures.delta_ssdc, measures.delta_ssdc_ci)
     for name, v in measures.acc.items():
-        yield row("acc", v, shift=name)
-        yield row("fragility", measures.fragility[name], shift=name)
+        yield from with_ci("acc", v, (measures.acc_ci or {}).get(name), shift=name)
+        yield from with_ci("fragility", measures.fragility[name], (measures.fragility_ci or {}).get(name), shift=name)
     for kind, accs in (measures.severities or {}).items():
         for i, a in enumerate(accs):
             yield row("acc", a, shift=kind, severity=i + 1)
             yield row("fragility", (measures.severity_fragility or {})[kind][i], shift=kind, severity=i + 1)
     for e in sweep:
-        yield row("sweep_delta_ssdc", e.delta_ssdc, alpha=e.alpha)
-        yield row("sweep_clean_acc", e.clean_acc, alpha=e.alpha)
+        yield from with_ci("sweep_delta_ssdc", e.delta_ssdc, e.delta_ssdc_ci, alpha=e.alpha)
+        yield from with_ci("sweep_clean_acc", e.clean_acc, e.clean_acc_ci, alpha=e.alpha)
         for name, v in e.acc.items():
             yield row("sweep_acc", v, alpha=e.alpha, shift=name)
-            yield row("sweep_fragility", e.fragility[name], alpha=e.alpha, shift=name)
+            yield from with_ci("sweep_fragility", e.fragility[name], (e.fragility_ci or {}).get(name), alpha=e.alpha,
+                               shift=name)  # fmt: skip
+    for key, trend in (getattr(measures, "alpha_trends", None) or {}).items():  # an analysis's slopes along α
+        yield from with_ci(f"alpha_trend_{key}", trend.slope, trend.ci, alpha=None)  # (results.json has none)
     yield from dose_rows(measures.dose_sweeps or ())  # with two more columns: sweep, dose
 
 
@@ -110,7 +120,10 @@ def analysis_frame(result: AnalysisResult) -> Any:
     from peanchor.results import CSV_COLUMNS
 
     doses = DOSE_COLUMNS if result.dose_sweeps else ()  # an analysis with dose-response sweeps: sweep, dose
-    return _frame(measure_rows(result, result.alpha_sweep), (*CSV_COLUMNS, *doses))
+    frame = _frame(measure_rows(result, result.alpha_sweep), (*CSV_COLUMNS, *doses))
+    # why an FS is NaN (text has no place in the numeric rows): shift → reason, at α = 1
+    frame.attrs["fragility_undefined"] = dict(result.fragility_undefined or {})
+    return frame
 
 
 def results_frame(results: Results) -> Any:
@@ -141,12 +154,22 @@ def lens_number(lens: type[Lens], record: Any, mode: str) -> float:
 
 def summary_row(measures: Measures) -> dict[str, float]:
     """One model as flat numbers: ``clean_acc``, ``rpi_acc``, ``delta_ssdc``, ``acc_<shift>`` and ``fs_<shift>``
-    for each shift, and ``<lens>_<stat>`` and ``<lens>_<stat>_rpi`` for each lens measured."""
-    row = {"clean_acc": float(measures.clean_acc), "rpi_acc": float(measures.rpi_acc),
-           "delta_ssdc": float(measures.delta_ssdc)}  # fmt: skip
+    for each shift, and ``<lens>_<stat>`` and ``<lens>_<stat>_rpi`` for each lens measured; after each number that
+    has an interval, its bounds ``<key>_ci_low`` and ``<key>_ci_high`` (an FS at chance is NaN, its bounds too)."""
+    row: dict[str, float] = {}
+
+    def put(key: str, value: Any, bounds: Sequence[Any] | None = None) -> None:
+        row[key] = float(value)
+        if bounds:
+            row[f"{key}_ci_low"], row[f"{key}_ci_high"] = float(bounds[0]), float(bounds[1])
+
+    put("clean_acc", measures.clean_acc, measures.clean_acc_ci)
+    put("rpi_acc", measures.rpi_acc, measures.rpi_acc_ci)
+    put("delta_ssdc", measures.delta_ssdc, measures.delta_ssdc_ci)
     for shift, acc in measures.acc.items():
-        row[f"acc_{shift}"] = float(acc)
-        row[f"fs_{shift}"] = float(measures.fragility[shift])
+        put(f"acc_{shift}", acc, (measures.acc_ci or {}).get(shift))
+        put(f"fs_{shift}", measures.fragility[shift], (measures.fragility_ci or {}).get(shift)
+            or ([math.nan, math.nan] if measures.acc_ci and shift in (measures.fragility_undefined or {}) else None))
     for name, lens in LENSES.items():
         record = measures.lens(name)
         if record is not None:
@@ -233,14 +256,27 @@ def _heading(result: AnalysisResult) -> str:
     return f"pe={m.pe or 'none'}, {m.depth} layers, {grid} grid, {result.num_images} images"
 
 
+def _shown(row: Mapping[str, float]) -> dict[str, str]:
+    """:func:`summary_row`'s numbers as shown: each with its interval folded in (``0.512 [0.410, 0.603]``)."""
+    shown = {}
+    for key, v in row.items():
+        if key.endswith(("_ci_low", "_ci_high")):
+            continue
+        low, high = row.get(f"{key}_ci_low"), row.get(f"{key}_ci_high")
+        shown[key] = _value(v) + (f" [{_value(low)}, {_value(high)}]" if low is not None and high is not None
+                                  and _finite(v) else "")  # fmt: skip
+    return shown
+
+
 def summary_repr(result: AnalysisResult) -> str:
-    """A few lines: the model, and :func:`summary_row`'s numbers (``repr`` of an analysis)."""
-    row = summary_row(result)
-    numbers = ", ".join(f"{k}={_value(v)}" for k, v in row.items())
+    """A few lines: the model, and :func:`summary_row`'s numbers with their intervals (``repr`` of an analysis); an
+    FS that is undefined says why."""
+    numbers = ", ".join(f"{k}={v}" for k, v in _shown(summary_row(result)).items())
     lines = [f"AnalysisResult({_heading(result)}; {numbers})"]
     reason = (result.source or {}).get("accuracy")
     if reason:
         lines.append(f"  accuracy: {reason}")
+    lines += [f"  FS {shift}: undefined, {why}" for shift, why in (result.fragility_undefined or {}).items()]
     return "\n".join(lines)
 
 
@@ -248,13 +284,13 @@ def summary_html(result: AnalysisResult) -> str:
     """The summary table of an analysis as HTML (a notebook's view of it): :func:`summary_row`, one number a row."""
     from html import escape
 
-    row = summary_row(result)
+    row = _shown(summary_row(result))
     labels = {"clean_acc": "top-1, clean", "rpi_acc": "top-1 under RPI", "delta_ssdc": "ΔSSDC (under RPI)"}
     for s in result.acc:
         labels |= {f"acc_{s}": f"top-1 under {s}", f"fs_{s}": f"Fragility Score, {s}"}
     for name, lens in LENSES.items():
         labels |= {f"{name}_{lens.stat}": lens.stat_label, f"{name}_{lens.stat}_rpi": f"{lens.stat_label} under RPI"}
-    cells = "".join(f"<tr><th>{escape(labels.get(k, k))}</th><td><code>{escape(k)}</code></td><td>{_value(v)}</td></tr>"
+    cells = "".join(f"<tr><th>{escape(labels.get(k, k))}</th><td><code>{escape(k)}</code></td><td>{escape(v)}</td></tr>"
                     for k, v in row.items())  # fmt: skip
     note = (result.source or {}).get("accuracy")
     caption = escape(_heading(result)) + (f"<br>accuracy: {escape(str(note))}" if note else "")

@@ -150,7 +150,7 @@ def test_no_pe_probe_is_about_zero_under_rpi_at_every_layer(batch_size, trained,
     """Without a PE, no slot knows where it is: the held-out R² under RPI is 0 ± 0.05 however the images are batched
     (the fit and the held-out images never pass through the same permutation), while the tokens in order give the
     row away (sky and ground are content that carries it)."""
-    r = evaluate_model(trained["none"], evalset, plan(alphas=(), batch_size=batch_size), info=INFO, device="cpu",
+    r = evaluate_model(trained["none"], evalset, plan(alphas=(), batch_size=batch_size, rpi_mode="per_call", bootstrap=0), info=INFO, device="cpu",
                        progress=False)  # fmt: skip
     probe = r.position_probe
     assert probe is not None and r.clean_acc > 0.9  # trained: the blob's colour needs no position
@@ -168,10 +168,11 @@ def test_a_shared_permutation_lets_the_no_pe_probe_read_the_content(trained, eva
 
 @pytest.mark.parametrize("batch_size", [256, 16])
 def test_the_probe_fix_leaves_every_other_number_as_it_was(batch_size, trained, evalset):
-    """The probe's own RPI pass changes the probe under RPI only: the in-order probe, SSDC (in order and under RPI),
+    """(per-call RPI, the paper's; the exact oracle without the bootstrap's groups) The probe's own RPI pass changes the
+    probe under RPI only: the in-order probe, SSDC (in order and under RPI),
     the attention distances and the accuracies are those of the passes before issue 18 (computed here by hand)."""
     model = trained["none"]
-    r = evaluate_model(model, evalset, plan(alphas=(), batch_size=batch_size), info=INFO, device="cpu", progress=False)
+    r = evaluate_model(model, evalset, plan(alphas=(), batch_size=batch_size, rpi_mode="per_call", bootstrap=0), info=INFO, device="cpu", progress=False)
     heldout = heldout_mask(len(evalset), DEFAULT_HOLDOUT, seed=0)
     normal, ssdc, correct = PositionProbeAccumulator(model.grid, DEFAULT_RIDGE), SSDCAccumulator(model.grid), 0
     g = torch.Generator().manual_seed(0)
@@ -201,7 +202,7 @@ def test_the_probe_fix_leaves_every_other_number_as_it_was(batch_size, trained, 
 @pytest.mark.parametrize("pe", PE_NAMES)
 def test_suite_lenses_equal_the_accumulators_run_by_hand(pe, evalset, micro):
     model = micro(pe, num_classes=2)
-    r = evaluate_model(model, evalset, plan(alphas=(), batch_size=64, seed=4), info=INFO, device="cpu", progress=False)
+    r = evaluate_model(model, evalset, plan(alphas=(), batch_size=64, seed=4, rpi_mode="per_call", bootstrap=0), info=INFO, device="cpu", progress=False)
     heldout = heldout_mask(len(evalset), DEFAULT_HOLDOUT, seed=4)
     by_hand = []
     for draw in (None, 0):  # the normal pass, then RPI draw 0 (one permutation per batch from seed + draw)
@@ -264,7 +265,8 @@ def test_rpi_draws_average_the_lenses(pe, evalset, micro):
     import numpy as np
 
     model, draws = micro(pe, num_classes=2), 3
-    r = evaluate_model(model, evalset, plan(alphas=(), rpi_draws=draws, batch_size=64, seed=7), info=INFO,
+    r = evaluate_model(model, evalset, plan(alphas=(), rpi_draws=draws, batch_size=64, seed=7, rpi_mode="per_call",
+                                                          bootstrap=0), info=INFO,
                        device="cpu", progress=False)  # fmt: skip
     single = [_single_draw_by_hand(model, evalset, seed=7, draw=k) for k in range(draws)]
     ssdc = np.stack([s["ssdc"] for s in single])  # (K, L)

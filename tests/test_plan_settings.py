@@ -67,12 +67,13 @@ def test_every_declared_flag_is_an_option_of_analyze_and_sets_its_setting():
             assert flag.name in options and options[flag.name].help, (s.name, flag.name)
     args = _analyze_parser().parse_args([
         "RUN", "--alphas", "1,0.5", "--rpi-draws", "3", "--seed", "2", "--batch-size", "7", "--images", "5",
-        "--severities", "--per-image", "--euclidean", "--bootstrap", "4", "--probe-ridge", "0.1", "--probe-holdout",
+        "--severities", "--per-image", "--euclidean", "--bootstrap", "4", "--rpi-mode", "per_call", "--probe-ridge", "0.1", "--probe-holdout",
         "0.25", "--intervention", "pe_zero", "--intervention", "head_ablate:layers=1"])  # fmt: skip
     assert given_settings(args) == {
         "alphas": [1.0, 0.5], "rpi_draws": 3, "seed": 2, "batch_size": 7, "max_images": 5, "severities": True,
         "ssdc_mode": "per_image", "metric": "euclidean", "bootstrap": 4, "probe_ridge": 0.1, "probe_holdout": 0.25,
-        "lenses": None, "interventions": ["pe_zero", "head_ablate:layers=1"], "lens_options": None, "sweeps": None}  # fmt: skip
+        "lenses": None, "interventions": ["pe_zero", "head_ablate:layers=1"], "lens_options": None, "sweeps": None,
+        "rpi_mode": "per_call", "bootstrap_groups": None}  # fmt: skip
     plan = resolve_plan(16, given=given_settings(args))
     assert (plan.alphas, plan.ssdc_mode, plan.max_images) == ((1.0, 0.5), "per_image", 5)
     assert plan.interventions == ("pe_zero:prefix=zero", "head_ablate:layers=1,heads=all,value=zero")

@@ -64,7 +64,11 @@ def test_to_pandas_is_the_csv_with_numbers_and_nan(results) -> None:
     ssdc = frame[frame.metric == "ssdc_rpi"].sort_values("layer")
     assert ssdc["value"].tolist() == pytest.approx(result.ssdc.rpi) and ssdc["layer"].tolist() == [0.0, 1.0]
     fs = frame[(frame.metric == "sweep_fragility") & (frame["shift"] == "jpeg")]
-    assert dict(zip(fs.alpha, fs.value)) == pytest.approx({p.alpha: p.fragility["jpeg"] for p in result.alpha_sweep})
+    assert dict(zip(fs.alpha, fs.value)) == pytest.approx({p.alpha: p.fragility["jpeg"] for p in result.alpha_sweep},
+                                                          nan_ok=True)  # NaN where the clean accuracy is at chance
+    low = frame[frame.metric == "clean_acc_ci_low"].value.tolist()
+    assert low == [result.clean_acc_ci[0]] and frame[frame.metric == "chance"].value.tolist() == [0.25]
+    assert frame.attrs["fragility_undefined"] == (result.fragility_undefined or {})  # why an FS is NaN
 
 
 def test_the_csv_keeps_its_empty_cells(results, tmp_path) -> None:
@@ -79,7 +83,8 @@ def test_results_to_pandas_leads_each_row_with_its_model(results) -> None:
     assert frame["seed"].dtype == "int64" and frame["rpt"].dtype == "bool" and frame["value"].dtype == "float64"
     one = frame[frame.model == "rope-s1"].drop(columns=["model", "condition", "seed", "pe", "rpt"])
     alone = results["ape"].to_pandas()  # the second seed of "rope" is the ape analysis
-    pd.testing.assert_frame_equal(one.reset_index(drop=True), alone)
+    alone = alone[~alone.metric.str.startswith("alpha_trend_")]  # an analysis's trends along α: not in results.json
+    pd.testing.assert_frame_equal(one.reset_index(drop=True), alone.reset_index(drop=True))
     assert set(frame.condition) == {"ape", "rope"} and sorted(set(frame.model)) == ["ape-s0", "rope-s0", "rope-s1"]
 
 
@@ -88,13 +93,15 @@ def test_compare_gives_a_row_per_model_from_results_and_paths(results) -> None:
     table = peanchor.compare({"ape": results["ape"], "rope": root / "run-rope", "again": root / "run-ape" / "analysis"})
     assert list(table.index) == ["ape", "rope", "again"] and (table.dtypes == "float64").all()
     for name, r in (("ape", results["ape"]), ("rope", results["rope"])):
-        assert table.loc[name, "clean_acc"] == r.clean_acc and table.loc[name, "fs_jpeg"] == r.fragility["jpeg"]
+        assert table.loc[name, "clean_acc"] == r.clean_acc
+        assert table.loc[name, "fs_jpeg"] == pytest.approx(r.fragility["jpeg"], nan_ok=True, abs=0)
+        assert table.loc[name, "clean_acc_ci_low"] == r.clean_acc_ci[0]
         assert table.loc[name, "delta_ssdc"] == r.ssdc.rpi[1] - r.ssdc.rpi[0]
         assert table.loc[name, "ssdc_max"] == max(r.ssdc.normal) and table.loc[name, "ssdc_max_rpi"] == max(r.ssdc.rpi)
         heads = r.attention_distance.manhattan.rpi
         mean = sum(sum(h) / len(h) for h in heads) / len(heads)
         assert table.loc[name, "attention_distance_mean_rpi"] == pytest.approx(mean, rel=1e-12)
-    pd.testing.assert_series_equal(table.loc["again"], table.loc["ape"], check_names=False)
+    pd.testing.assert_series_equal(table.loc["again"], table.loc["ape"], check_names=False)  # NaNs in the same places
     by_path = peanchor.compare([root / "run-ape" / "analysis", root / "run-rope"])  # names from the paths
     assert list(by_path.index) == ["run-ape", "run-rope"]
 
@@ -105,7 +112,8 @@ def test_compare_takes_a_grid_as_one_row_per_model(results, tmp_path) -> None:
     write_results(gather({"ape": results["ape"], "rope": results["rope"]}), tmp_path / "results.json")
     table = peanchor.compare({"grid": tmp_path, "mine": results["rope"]})
     assert list(table.index) == ["grid/ape-s0", "grid/rope-s0", "mine"]
-    assert table.loc["grid/rope-s0", "fs_jpeg"] == table.loc["mine", "fs_jpeg"] == results["rope"].fragility["jpeg"]
+    assert table.loc["grid/rope-s0", "fs_jpeg"] == pytest.approx(table.loc["mine", "fs_jpeg"], nan_ok=True, abs=0)
+    assert table.loc["grid/rope-s0", "clean_acc_ci_high"] == results["rope"].clean_acc_ci[1]
     (tmp_path / "nothing").mkdir()
     with pytest.raises(DataError, match="no analysis.json or results.json here"):
         peanchor.compare({"empty": tmp_path / "nothing"})
@@ -142,13 +150,16 @@ class _Cells(HTMLParser):
 def test_an_analysis_shows_a_short_repr_and_its_summary_table(results) -> None:
     r = results["rope"]
     text = repr(r)
-    assert text.startswith("AnalysisResult(pe=rope, 2 layers, 4x4 grid, 12 images;") and len(text) < 600
-    assert f"fs_jpeg={r.fragility['jpeg']:.3f}" in text and f"ssdc_max_rpi={max(r.ssdc.rpi):.3f}" in text
+    assert text.startswith("AnalysisResult(pe=rope, 2 layers, 4x4 grid, 12 images;") and len(text) < 900
+    low, high = r.clean_acc_ci
+    assert f"clean_acc={r.clean_acc:.3f} [{low:.3f}, {high:.3f}]" in text and f"ssdc_max_rpi={max(r.ssdc.rpi):.3f}" in text
+    # a random model at chance: its FS is undefined, and the repr says why
+    assert "fs_jpeg=n/a" in text and f"FS jpeg: undefined, {r.fragility_undefined['jpeg']}" in text
     parser = _Cells()
     parser.feed(r._repr_html_())
     assert parser.tags == []  # every tag closed
     cells = {row[1]: row[2] for row in parser.rows}  # key → the value shown
-    assert cells["clean_acc"] == f"{r.clean_acc:.3f}" and cells["fs_jpeg"] == f"{r.fragility['jpeg']:.3f}"
+    assert cells["clean_acc"] == f"{r.clean_acc:.3f} [{low:.3f}, {high:.3f}]" and cells["fs_jpeg"] == "n/a"
     assert cells["effective_rank_mean"] == f"{sum(r.lens('effective_rank').normal) / 2:.3f}"
 
 

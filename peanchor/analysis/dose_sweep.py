@@ -9,7 +9,8 @@ pass                            yields                                          
 =============================== ==================================================== ===============================
 clean                           top-1 and every lens, tokens in order                every layer, the head
 RPI draw k                      the lenses under RPI, top-1 under RPI                every layer, the head
-RPI draw k, per image           the lenses that ask for one permutation per image    every layer, no head
+RPI draw k, per image           per-call RPI only: the lenses that ask for one       every layer, no head
+                                permutation per image (the probe)
 shift s                         top-1 under the shift (and so the FS at the dose)    ``layers=0``, the head
 =============================== ==================================================== ===============================
 
@@ -27,8 +28,9 @@ A dose at which a lens fails records its :class:`~peanchor.lenses.LensFailure` (
 The identity dose (``rope_planes:freqs=none``, ``pe_resample`` to the model's own grid) gives the main analysis's
 numbers exactly.
 
-Imports: torch; :mod:`peanchor.interventions`, :mod:`peanchor.lenses`, :mod:`peanchor.metrics`,
-:mod:`peanchor.dose_results`, :mod:`peanchor.data`, :mod:`peanchor.bars`, :mod:`peanchor.analysis` (plan, evalset).
+Imports: torch; :mod:`peanchor.interventions`, :mod:`peanchor.lenses`,
+:mod:`peanchor.dose_results`, :mod:`peanchor.data`, :mod:`peanchor.bars`, :mod:`peanchor.analysis` (plan, evalset,
+intervals).
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ from peanchor.analysis.plan import AnalysisPlan
 from peanchor.bars import progress_bar
 from peanchor.dose_results import DosePoint, DoseSweep
 from peanchor.interventions import Edit, Intervention, SweepSpec, fitted_edits, forward_doses, random_permutation
+from peanchor.interventions.permutation import image_permutations
+from peanchor.analysis.intervals import Resampler
 from peanchor.lenses import Lens, LensBatch, LensFailure
-from peanchor.metrics import fragility_score
 
 __all__ = ["measure_dose_sweeps"]
 
@@ -69,6 +72,7 @@ class _Dose:
     lenses: dict[str, Lens]
     states: dict[PassKey, dict[str, Any]] = field(default_factory=dict)
     correct: dict[PassKey, Tensor] = field(default_factory=dict)
+    by_group: dict[PassKey, Tensor] = field(default_factory=dict)  # (G,): correct per group of the bootstrap
     failed: dict[str, LensFailure] = field(default_factory=dict)
 
     def guard(self, name: str, call: Callable[..., Any], *args: Any) -> Any:
@@ -108,8 +112,12 @@ def measure_dose_sweeps(
     for text in plan.sweeps:
         spec = SweepSpec.parse(text)
         doses = _doses(model, evalset, spec, lenses, base, mean, std, device)
-        counts = _Runner(model, evalset, plan, sets, base, mean, std, device, progress).run(doses, spec.text)
-        out.append(_sweep(spec, base, doses, plan, len(evalset), counts))
+        runner = _Runner(model, evalset, plan, sets, base, mean, std, device, progress)
+        runner.groups = next(iter(lenses.values())).context.groups if lenses else 0
+        counts = runner.run(doses, spec.text)
+        boot = next(iter(lenses.values())).context.bootstrap if lenses else None
+        resampler = Resampler(boot, len(evalset), 1.0 / runner.num_classes if runner.num_classes else None)
+        out.append(_sweep(spec, base, doses, plan, resampler, counts))
         notes += [f"{spec.text} at {d.label}: {n}: {note}" for d in doses for n, lens in d.lenses.items()
                   for note in lens.notes]  # fmt: skip
     return out, notes
@@ -152,13 +160,15 @@ class _Runner:
         self.patch = evalset.img_size // self.grid[0]
         self.labels = evalset.labels.to(device)
         self.calls: dict[PassKey, int] = {}  # model passes per batch of each pass
+        self.groups = 0  # of the analysis's bootstrap: the correct answers are also counted per group
+        self.num_classes: int | None = None
 
     def run(self, doses: list[_Dose], label: str) -> dict[PassKey, int]:
         """Every pass of every dose; returns the model passes per batch of each pass."""
         keys: list[PassKey] = [("clean", None), *(("clean", k) for k in range(self.plan.rpi_draws)),
                                *((name, None) for name in self.plan.shifts)]  # fmt: skip
         batches = math.ceil(len(self.evalset) / self.plan.batch_size)
-        own = any(lens.rpi == "per_image" for d in doses for lens in d.lenses.values())
+        own = self.plan.rpi_mode == "per_call" and any(lens.rpi == "per_image" for d in doses for lens in d.lenses.values())
         total = (len(keys) + (self.plan.rpi_draws if own else 0)) * batches
         autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda"
                     else contextlib.nullcontext())  # fmt: skip
@@ -174,16 +184,17 @@ class _Runner:
         groups: dict[tuple[int, int], list[_Dose]] = {self.grid: []}  # the model's grid first: its call has the base
         for d in doses:
             groups.setdefault(d.grid, []).append(d)
-        generators = {g: torch.Generator().manual_seed(self.plan.seed + draw) for g in groups} if draw is not None \
-            else {}  # fmt: skip
+        per_call = draw is not None and self.plan.rpi_mode == "per_call"  # else each image its own stream
+        generators = {g: torch.Generator().manual_seed(self.plan.seed + draw) for g in groups} if per_call else {}
         fed: dict[int, list[tuple[str, Lens, Any]]] = {}
         for d in doses:
             d.correct[key] = torch.zeros((), dtype=torch.int64, device=self.device)
+            d.by_group[key] = torch.zeros(max(self.groups, 1), dtype=torch.int64, device=self.device)
             if full:
                 states = {n: d.guard(n, lens.accumulator) for n, lens in d.lenses.items()}
                 d.states[key] = {n: s for n, s in states.items() if n not in d.failed}
                 fed[id(d)] = [(n, d.lenses[n], s) for n, s in d.states[key].items()
-                              if not (draw is not None and d.lenses[n].rpi == "per_image")]  # fmt: skip
+                              if not (per_call and d.lenses[n].rpi == "per_image")]  # fmt: skip
         eager = full and any(lens.reads_attention for d in doses for lens in d.lenses.values())
         layers, head = (None, True) if full else (0, True)
         for start in range(0, len(self.evalset), self.plan.batch_size):
@@ -191,7 +202,7 @@ class _Runner:
             calls = 0
             for grid, group in groups.items():
                 n = grid[0] * grid[1]
-                perm = random_permutation(n, generator=generators[grid]).to(self.device) if draw is not None else None
+                perm = self._permutation(n, draw, generators.get(grid), start, x.shape[0])  # None, (N,) or (B, N)
                 xg = self._resized(x, grid)
                 ivs = [Intervention(perm, 1.0, d.edits) for d in group]
                 if eager:  # the attention weights: one call per dose, with its sink
@@ -212,8 +223,19 @@ class _Runner:
             self.calls[key] = calls
             if bar is not None:
                 bar.update(1)
-        if full and draw is not None:
+        if full and per_call:
             self._per_image_pass(key, groups, generators, bar)
+
+    def _permutation(self, n: int, draw: int | None, generator: torch.Generator | None, start: int,
+                     b: int) -> Tensor | None:  # fmt: skip
+        """A batch's permutation of ``n`` slots: None without RPI, ``(N,)`` from the grid's generator (per call), else
+        ``(B, N)`` from each image's own stream, as in the main analysis (per image)."""
+        if draw is None:
+            return None
+        if generator is not None:
+            return random_permutation(n, generator=generator).to(self.device)  # (N,)
+        rows = image_permutations(n, list(range(start, start + b)), seed=self.plan.seed, draw=draw)
+        return rows.to(self.device)  # (B, N)
 
     def _per_image_pass(self, key: PassKey, groups: Mapping[tuple[int, int], list[_Dose]],
                         generators: Mapping[tuple[int, int], torch.Generator], bar: Any) -> None:  # fmt: skip
@@ -266,7 +288,12 @@ class _Runner:
                 d.guard(n, lens.update, state, batch)
         if out.logits is not None:  # (B, C)
             labels = self.labels[start : start + out.logits.shape[0]]
-            d.correct[key] += (out.logits.argmax(dim=-1) == labels).sum()
+            hits = out.logits.argmax(dim=-1) == labels  # (B,)
+            d.correct[key] += hits.sum()
+            if self.groups:
+                group = torch.arange(start, start + hits.shape[0], device=self.device) % self.groups  # (B,)
+                d.by_group[key].index_add_(0, group, hits.to(torch.int64))
+            self.num_classes = int(out.logits.shape[-1])
 
     def _batch(self, images: str, start: int) -> Tensor:
         """The normalised batch at ``start`` of the clean set or a shift's, on the device."""
@@ -281,14 +308,20 @@ class _Runner:
         return F.interpolate(x, size=size, mode="bilinear", antialias=True, align_corners=False)  # (B, 3, H', W')
 
 
-def _sweep(spec: SweepSpec, base: tuple[Edit, ...], doses: list[_Dose], plan: AnalysisPlan, n: int,
+def _sweep(spec: SweepSpec, base: tuple[Edit, ...], doses: list[_Dose], plan: AnalysisPlan, resampler: Resampler,
            calls: Mapping[PassKey, int]) -> DoseSweep:  # fmt: skip
-    """The sweep's record from its doses' passes."""
+    """The sweep's record from its doses' passes (FS NaN, with the reason, where the clean accuracy is at chance)."""
     rpi = [("clean", k) for k in range(plan.rpi_draws)]
+    n = resampler.num_images
     points = []
     for d in doses:
-        clean = int(d.correct[("clean", None)].item()) / n
+        def estimate(key: PassKey) -> Any:
+            return resampler.accuracy(int(d.correct[key].item()), d.by_group[key].cpu() if resampler.boot else None)
+
+        clean_estimate = estimate(("clean", None))
+        clean = clean_estimate.value
         acc = {name: int(d.correct[(name, None)].item()) / n for name in plan.shifts}
+        fs = {name: resampler.fragility(clean_estimate, estimate((name, None))) for name in plan.shifts}
         records: dict[str, Any] = {}
         for name, lens in d.lenses.items():
             if name in d.failed:
@@ -303,7 +336,8 @@ def _sweep(spec: SweepSpec, base: tuple[Edit, ...], doses: list[_Dose], plan: An
         points.append(DosePoint(
             dose=d.label, spec=d.edit.spec, grid=list(d.grid), clean_acc=clean,
             rpi_acc=float(np.mean([int(d.correct[k].item()) / n for k in rpi])), acc=acc,
-            fragility={name: fragility_score(clean, a) for name, a in acc.items()}, lenses=records,
+            fragility={name: e.value for name, (e, _) in fs.items()}, lenses=records,
+            fragility_undefined={name: why for name, (_, why) in fs.items() if why} or None,
         ))  # fmt: skip
     return DoseSweep(sweep=spec.text, kind=spec.kind, parameter=spec.parameter, base=[e.spec for e in base],
                      doses=points, forward_passes=sum(calls.values()), passes_per_batch=max(calls.values()))

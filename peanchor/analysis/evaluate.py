@@ -10,7 +10,8 @@ pass                       yields                                               
 ========================== ============================================================ =========================
 clean, α = 1               clean top-1 and every lens per layer (RPI off)               every layer, the head
 RPI draw k, α = 1          the lenses per layer under RPI, RPI top-1                    every layer, the head
-RPI draw k, per image      the lenses that ask for one permutation per image (probe)    every layer, no head
+RPI draw k, per image      per-call RPI only: the lenses that ask for one permutation   every layer, no head
+                           per image (the probe)
 shift s, α = 1             top-1 under each shift (and each severity, on request)       ``layers=0``, the head
 clean / shift s, α ≠ 1     the α sweep's accuracies (RPI off)                           ``layers=0``, the head
 RPI draw k, α ≠ 1          ΔSSDC at α: only layers 0 and 1 are needed                   ``layers=2``, no head
@@ -21,19 +22,23 @@ RPI draw k, α ≠ 1          ΔSSDC at α: only layers 0 and 1 are needed      
 would repeat an identical computation (a severity equal to a main shift, α = 1 in the sweep) are
 reused, not rerun.
 
-The lenses (docs/lenses.md) are the plan's ``lenses`` (SSDC always) that apply to the model and the data (the
-attention distance where the model hands out its attention weights, the probe with two images or more): each is fed
-from the same full passes, and records the normal pass and the mean over RPI draws. A lens that fails (in a pass or
-in its record) records a :class:`~peanchor.lenses.LensFailure` instead, and everything else is measured as usual;
-what a lens notes of its measurement (a fallback it took) is the result's ``notes``. The position probe is fitted on
-a split of the evaluation images drawn with ``seed`` (the same split in every pass) and scored on the rest; under RPI
-it has a pass of its own, with one permutation per image (continuing the draw's generator after the draw's own pass):
-a permutation shared by fit and held-out images would let the probe learn it from the content.
+The lenses (docs/lenses.md) are the plan's ``lenses`` (SSDC always) that apply to the model and the data: each is
+fed from the same full passes, and records the normal pass and the mean over RPI draws. A lens that fails records a
+:class:`~peanchor.lenses.LensFailure` instead, and everything else is measured as usual. The position probe is
+fitted on a split of the evaluation images drawn with ``seed`` and scored on the rest.
 
-RPI draws one permutation of the patch tokens per forward call (i.e. per batch), shared by the
-batch, from a ``torch.Generator`` seeded with ``seed + draw``. The same stream is used at every α,
-so the sweep compares α values on identical permutations. Because a permutation is drawn per
-batch, SSDC under RPI depends (slightly) on ``batch_size``; it is recorded in ``settings``.
+RPI (``rpi_mode`` ``"per_image"``, the default) gives every image its own permutation, from a stream keyed by (seed,
+draw, the image's index): the same at every batch size, shard and α, so no number depends on ``batch_size``; the
+α sweep compares α values on identical permutations. ``"per_call"`` is the paper's estimator, one permutation per
+forward call shared by the batch (seeded ``seed + draw``): the same estimand, but its variance, and with few
+batches its value, depend on ``batch_size`` (on the demo's RoPE model, SSDC under RPI at layer 0, which is 0 by
+construction, was 0.00 at batch 25 and 0.11 at batch 500, not a slight dependence); there the probe gets a pass of its
+own with one permutation per image.
+
+Every estimate has a percentile interval from one bootstrap over groups of images (:mod:`peanchor.metrics.bootstrap`,
+:mod:`peanchor.analysis.intervals`): the accumulators keep per-group sums, one ``(R, G)`` matrix of resampling
+counts serves every quantity, so ΔSSDC, FS and the slopes along α get joint intervals. FS is NaN, with the reason,
+where the clean accuracy is not above chance by its interval.
 
 :func:`evaluate_model` is three steps: (a) :meth:`PassPlan.of` plans the passes (the clean pass, the RPI draws,
 the shifts, their severities, the α sweep), (b) :class:`~peanchor.analysis.passes.PassRunner` runs each distinct one
@@ -46,7 +51,7 @@ whether α means anything); anything else is refused in one line. An adapter aro
 transformers ViT) is therefore evaluated unchanged. The result is an :class:`peanchor.results.AnalysisResult`
 (written as analysis.json by :func:`peanchor.results.write_analysis`).
 
-Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes, dose_sweep), :mod:`peanchor.lenses`,
+Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes, dose_sweep, intervals), :mod:`peanchor.lenses`,
 :mod:`peanchor.metrics`, :mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits),
 :mod:`peanchor.bars`, :mod:`peanchor.devices`, :mod:`peanchor.models` (the interface).
 """
@@ -59,7 +64,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -70,6 +74,7 @@ from peanchor.analysis.shifts import Shift, severity_table, table_name
 from peanchor.bars import progress_bar
 from peanchor.devices import resolve_device
 from peanchor.analysis.evalset import EvalSet
+from peanchor.analysis.intervals import Estimate, Resampler, alpha_trend, chance_reason
 from peanchor.analysis.passes import PassRunner, PassSpec
 from peanchor.errors import ConfigError, DataError
 from peanchor.interventions import Intervention
@@ -77,18 +82,13 @@ from peanchor.lenses import LENSES, Lens, LensContext, LensFailure
 from peanchor.lenses.ssdc import SSDCLens
 from peanchor.metrics import fragility_score
 from peanchor.models.interface import AnalysisInterface
-from peanchor.results import AnalysisResult, ModelInfo, SweepPoint
+from peanchor.results import AlphaTrend, AnalysisResult, ModelInfo, SweepPoint
 
 __all__ = ["DEFAULT_ALPHAS", "PassPlan", "SweepPasses", "evaluate_model", "measure_lenses"]  # DEFAULT_ALPHAS: the plan's (peanchor.analysis.plan)
 
 
 # ----------------------------------------------------------------------------------------------
 # The model and its lenses
-
-
-def _delta(rpi: Sequence[float]) -> float:
-    # Exactly rpi[1] - rpi[0] on the stored floats, so readers can check it to the last bit.
-    return float(rpi[1]) - float(rpi[0]) if len(rpi) >= 2 else math.nan
 
 
 def _interface(model: Any) -> AnalysisInterface:
@@ -113,9 +113,17 @@ def measured_lenses(model: AnalysisInterface, num_images: int, settings: Mapping
             if (lens.required or chosen is None or name in chosen) and lens.applies(context)}  # fmt: skip
 
 
-def _own_passes(lenses: Mapping[str, Lens], rpi_draws: int) -> int:
-    """The passes of their own the lenses ask for: one per RPI draw where a lens is fed one permutation per image."""
+def _own_passes(lenses: Mapping[str, Lens], rpi_draws: int, rpi_mode: str) -> int:
+    """The passes of their own the lenses ask for: under per-call RPI, one per RPI draw where a lens is fed one
+    permutation per image (per-image RPI feeds every lens from the draw's own pass)."""
+    if rpi_mode != "per_call":
+        return 0
     return rpi_draws if any(lens.rpi == "per_image" for lens in lenses.values()) else 0
+
+
+def _groups(lenses: Mapping[str, Lens]) -> int:
+    """The groups of the analysis's bootstrap (the lenses share one context; 0: no bootstrap)."""
+    return next(iter(lenses.values())).context.groups if lenses else 0
 
 
 def _record(lens: Lens, runner: PassRunner, clean: PassSpec, rpi: Sequence[PassSpec]) -> Any:
@@ -202,7 +210,8 @@ def _run_passes(model: AnalysisInterface, evalset: EvalSet, info: Any, applied: 
                 progress: bool | None) -> PassRunner:  # fmt: skip
     """Every pass of ``plan`` run once on ``device``, the model in eval mode (its train/eval state restored after);
     the runner holds their results."""
-    total = (len(plan.passes) + _own_passes(lenses, applied.rpi_draws)) * math.ceil(len(evalset) / applied.batch_size)
+    total = (len(plan.passes) + _own_passes(lenses, applied.rpi_draws, applied.rpi_mode)) * math.ceil(
+        len(evalset) / applied.batch_size)  # fmt: skip
     was_training = model.training
     model.to(device).eval()
     try:
@@ -210,6 +219,7 @@ def _run_passes(model: AnalysisInterface, evalset: EvalSet, info: Any, applied: 
             runner = PassRunner(
                 model, evalset, info.mean, info.std, sets=sets, batch_size=applied.batch_size, device=device,
                 seed=applied.seed, lenses=lenses, bar=bar, edits=Intervention.parse(applied.interventions).edits,
+                rpi_mode=applied.rpi_mode, groups=_groups(lenses),
             )  # fmt: skip
             for spec in plan.passes:
                 bar.set_postfix_str(spec.label, refresh=False)
@@ -241,21 +251,75 @@ def _dose_sweeps(model: AnalysisInterface, evalset: EvalSet, info: Any, applied:
 # (c) the result
 
 
-def _sweep(runner: PassRunner, plan: PassPlan, ssdc: Lens, alphas: Sequence[float],
-           at_one: SweepPoint) -> list[SweepPoint]:  # fmt: skip
-    """The α sweep's points (RPI off for accuracy, on for ΔSSDC); α = 1 is the main result itself (``at_one``)."""
+def _accuracy(runner: PassRunner, spec: PassSpec, resampler: Resampler) -> Estimate:
+    result = runner.run(spec)
+    assert result.correct is not None
+    return resampler.accuracy(result.correct, result.correct_by_group)
+
+
+def _robustness(resampler: Resampler, clean: Estimate, shifted: Mapping[str, Estimate]) -> dict[str, Any]:
+    """Accuracies and FS with their intervals (FS NaN with the reason where the clean accuracy is at chance)."""
+    fs = {name: resampler.fragility(clean, e) for name, e in shifted.items()}
+    undefined = {name: why for name, (_, why) in fs.items() if why is not None}
+    out: dict[str, Any] = dict(clean_acc=clean.value, acc={n: e.value for n, e in shifted.items()},
+                               fragility={n: e.value for n, (e, _) in fs.items()},
+                               fragility_undefined=undefined or None)  # fmt: skip
+    if resampler.boot is not None:
+        out |= dict(clean_acc_ci=resampler.interval(clean),
+                    fragility_ci={n: ci for n, (e, _) in fs.items() if (ci := resampler.interval(e)) is not None})
+    return out
+
+
+def _sweep(runner: PassRunner, plan: PassPlan, ssdc: SSDCLens, alphas: Sequence[float], at_one: SweepPoint,
+           resampler: Resampler, estimates: dict[float, dict[str, Estimate]]) -> list[SweepPoint]:  # fmt: skip
+    """The α sweep's points (RPI off for accuracy, on for ΔSSDC); α = 1 is the main result itself (``at_one``). The
+    estimates of every point (for the trends along α) are put into ``estimates``."""
     sweep: list[SweepPoint] = []
     for a in alphas:
         if a == 1.0:
             sweep.append(at_one)
             continue
         point = plan.sweep[a]
-        first2 = ssdc.rpi_curve([runner.run(p).states[ssdc.name] for p in point.rpi])
-        ca = runner.accuracy(point.clean)
-        sa = {name: runner.accuracy(p) for name, p in point.shifted.items()}
-        sweep.append(SweepPoint(alpha=a, delta_ssdc=_delta(first2), ssdc_rpi=first2, clean_acc=ca, acc=sa,
-                                fragility={name: fragility_score(ca, v) for name, v in sa.items()}))  # fmt: skip
+        states = [runner.run(p).states[ssdc.name] for p in point.rpi]
+        first2 = ssdc.rpi_curve(states)
+        delta = resampler.delta(first2, ssdc.replicates(states))
+        clean = _accuracy(runner, point.clean, resampler)
+        shifted = {name: _accuracy(runner, p, resampler) for name, p in point.shifted.items()}
+        numbers = _robustness(resampler, clean, shifted)
+        sweep.append(SweepPoint(alpha=a, delta_ssdc=delta.value, ssdc_rpi=first2, delta_ssdc_ci=resampler.interval(delta),
+                                **numbers))  # fmt: skip
+        estimates[a] = _point_estimates(resampler, delta, clean, shifted)
     return sweep
+
+
+def _point_estimates(resampler: Resampler, delta: Estimate, clean: Estimate,
+                     shifted: Mapping[str, Estimate]) -> dict[str, Estimate]:  # fmt: skip
+    out = {"delta_ssdc": delta, "clean_acc": clean}
+    for name, e in shifted.items():
+        out[f"fragility.{name}"] = resampler.fragility(clean, e)[0]
+    return out
+
+
+def _alpha_trends(estimates: Mapping[float, Mapping[str, Estimate]], edits: Sequence[Any],
+                  boot: Any) -> dict[str, AlphaTrend] | None:  # fmt: skip
+    """The trend of every measure along α (:func:`~peanchor.analysis.intervals.alpha_trend`), degenerate points
+    excluded and named; None without a sweep."""
+    if len(estimates) < 2 or 1.0 not in estimates:
+        return None
+    at_one = estimates[1.0]
+    zeroed = any(getattr(e, "kind", None) == "pe_zero" for e in edits)
+    excluded: dict[float, str] = {}
+    for a, point in estimates.items():
+        if a == 1.0:
+            continue
+        if zeroed:
+            excluded[a] = "identical to α = 1 by construction: pe_zero removes what α scales"
+        elif all(point[k].value == at_one[k].value or (math.isnan(point[k].value) and math.isnan(at_one[k].value))
+                 for k in at_one):  # fmt: skip
+            excluded[a] = "identical to α = 1: α does not reach this model"
+    if zeroed:
+        excluded[1.0] = "the only distinct point: pe_zero removes what α scales"
+    return {key: alpha_trend({a: p[key] for a, p in estimates.items()}, excluded, boot) for key in at_one}
 
 
 def _assemble(model: AnalysisInterface, evalset: EvalSet, applied: AnalysisPlan, plan: PassPlan, runner: PassRunner,
@@ -266,39 +330,52 @@ def _assemble(model: AnalysisInterface, evalset: EvalSet, applied: AnalysisPlan,
     records = {name: _record(lens, runner, plan.clean, plan.rpi) for name, lens in lenses.items()}
     dose_sweeps, dose_notes = doses
     notes = [f"{name}: {note}" for name, lens in lenses.items() for note in lens.notes] + dose_notes
+    ssdc: SSDCLens = lenses[SSDCLens.name]  # type: ignore[assignment]
     ssdc_rpi = records[SSDCLens.name].rpi
+    boot = ssdc.context.bootstrap
+    chance = 1.0 / runner.num_classes if runner.num_classes else None
+    resampler = Resampler(boot, len(evalset), chance)
 
-    # ---- robustness (α = 1)
-    clean_acc = runner.accuracy(plan.clean)
-    acc = {name: runner.accuracy(p) for name, p in plan.shifted.items()}
-    fragility = {name: fragility_score(clean_acc, a) for name, a in acc.items()}
+    # ---- robustness (α = 1), with the intervals of the one resampling
+    clean = _accuracy(runner, plan.clean, resampler)
+    shifted = {name: _accuracy(runner, p, resampler) for name, p in plan.shifted.items()}
+    numbers = _robustness(resampler, clean, shifted)
+    rpi_acc = resampler.mean([_accuracy(runner, p, resampler) for p in plan.rpi])
+    delta = resampler.delta(ssdc_rpi, ssdc.replicates([runner.run(p).states[ssdc.name] for p in plan.rpi]))
     sev_acc = {kind: [runner.accuracy(p) for p in passes] for kind, passes in plan.severities.items()}
     severities = applied.severities
+    fs_defined = chance_reason(clean.value, numbers.get("clean_acc_ci"), chance) is None
 
-    at_one = SweepPoint(alpha=1.0, delta_ssdc=_delta(ssdc_rpi), ssdc_rpi=ssdc_rpi[:2], clean_acc=clean_acc,
-                        acc=dict(acc), fragility=dict(fragility))  # fmt: skip
-    sweep = _sweep(runner, plan, lenses[SSDCLens.name], applied.alphas, at_one)
+    at_one = SweepPoint(alpha=1.0, delta_ssdc=delta.value, ssdc_rpi=ssdc_rpi[:2], delta_ssdc_ci=resampler.interval(delta),
+                        **numbers)  # fmt: skip
+    estimates = {1.0: _point_estimates(resampler, delta, clean, shifted)}
+    sweep = _sweep(runner, plan, ssdc, applied.alphas, at_one, resampler, estimates)
 
-    own_passes = _own_passes(lenses, applied.rpi_draws)
+    own_passes = _own_passes(lenses, applied.rpi_draws, applied.rpi_mode)
     count = len(plan.passes) + own_passes
     full = sum(1 for p in plan.passes if p.probes != "first2") + own_passes
     grid = tuple(int(g) for g in model.grid)
     return AnalysisResult(
-        clean_acc=clean_acc,
-        rpi_acc=float(np.mean([runner.accuracy(p) for p in plan.rpi])),
+        **numbers,
+        rpi_acc=rpi_acc.value,
+        rpi_acc_ci=resampler.interval(rpi_acc),
+        delta_ssdc_ci=resampler.interval(delta),
+        acc_ci={n: ci for n, e in shifted.items() if (ci := resampler.interval(e)) is not None} or None,
+        ci_level=boot.level if boot is not None else None,
+        chance=chance,
         lenses=records,
-        delta_ssdc=_delta(ssdc_rpi),
-        acc=acc,
-        fragility=fragility,
+        delta_ssdc=delta.value,
         # accuracy (and FS) at severity 1..5, one list per kind
         severities=sev_acc if severities else None,
-        severity_fragility={k: [fragility_score(clean_acc, a) for a in v] for k, v in sev_acc.items()} if severities else None,
+        severity_fragility={k: [fragility_score(clean.value, a) if fs_defined else math.nan for a in v]
+                            for k, v in sev_acc.items()} if severities else None,
         severity_shifts={k: [p.shift.describe() for p in group if p.shift is not None]
                          for k, group in plan.severities.items()} if severities else None,
         severity_table=table_name(evalset.img_size) if severities else None,
         shifts={name: s.describe() for name, s in applied.shifts.items()},
         shift_sources=dict(applied.shift_sources) or None,
         alpha_sweep=sweep,
+        alpha_trends=_alpha_trends(estimates, runner.edits, boot) if len(sweep) > 1 else None,
         num_images=len(evalset),
         forward_passes=count,
         passes={"full": full, "truncated": count - full, "truncated_layers": 2, "probe_rpi": own_passes},
@@ -399,7 +476,7 @@ def measure_lenses(
     eager = any(lens.reads_attention for lens in every.values())  # the full analysis's passes read attention
     clean = PassSpec(None, 1.0, "all", None)
     rpi = [PassSpec(None, 1.0, "all", k) for k in range(applied.rpi_draws)]
-    own = _own_passes(lenses, applied.rpi_draws)
+    own = _own_passes(lenses, applied.rpi_draws, applied.rpi_mode)
     dev = resolve_device(device)
     was_training = model.training
     model.to(dev).eval()
@@ -408,7 +485,8 @@ def measure_lenses(
                           unit="batch", show=progress, leave=False) as bar:  # fmt: skip
             runner = PassRunner(model, evalset, info.mean, info.std, batch_size=applied.batch_size, device=dev,
                                 seed=applied.seed, lenses=lenses, bar=bar,
-                                edits=Intervention.parse(applied.interventions).edits, eager_attention=eager)  # fmt: skip
+                                edits=Intervention.parse(applied.interventions).edits, eager_attention=eager,
+                                rpi_mode=applied.rpi_mode, groups=_groups(lenses))  # fmt: skip
             for spec in (clean, *rpi):
                 runner.run(spec)
     finally:

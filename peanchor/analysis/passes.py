@@ -1,6 +1,16 @@
 """Passes over an evaluation set: one model call per batch, accuracy and the lenses (:mod:`peanchor.lenses`) from
-the same forward (a lens that raises is marked failed and fed no more; :attr:`PassRunner.failed`). Under RPI a lens that asks for it (the position probe) is fed from a pass of its own with one
-permutation per image (:meth:`PassRunner._per_image_pass` says why); the others see one permutation per call.
+the same forward (a lens that raises is marked failed and fed no more; :attr:`PassRunner.failed`).
+
+Under RPI (``rpi_mode`` ``"per_image"``, the default) every image gets a permutation of its own, from a stream keyed
+by (seed, draw, the image's index in the evaluation set)
+(:func:`~peanchor.interventions.permutation.image_permutations`): an image is permuted the same way whatever batch it
+is in, at every α and in every pass of the same draw, so no number depends on the batch size. With ``"per_call"``
+(the paper's) one permutation per forward call is shared by the batch, from a generator seeded ``seed + draw``; a
+lens that asks for one permutation per image (the position probe) is then fed from a pass of its own
+(:meth:`PassRunner._per_image_pass` says why).
+
+With ``groups`` > 0 a pass also counts its correct answers per group of images (``index % groups``,
+:mod:`peanchor.metrics.bootstrap`), for the accuracies' bootstrap intervals.
 
 A :class:`PassSpec` names a pass (which images, which α, which probes, which RPI draw); :class:`PassRunner`
 runs each distinct pass once on one device and keeps its result, so that the suite can plan every pass up
@@ -28,6 +38,7 @@ from torch import Tensor
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.shifts import Shift
 from peanchor.interventions import Edit, Intervention, fitted_edits, random_permutation
+from peanchor.interventions.permutation import image_permutations
 from peanchor.lenses import Lens, LensBatch, LensFailure
 from peanchor.models.interface import AnalysisInterface
 
@@ -58,6 +69,7 @@ class PassSpec:
 class PassResult:
     correct: int | None = None  # None for a pass without the head (probes "first2")
     states: dict[str, Any] = field(default_factory=dict)  # lens name → its state after the pass
+    correct_by_group: Tensor | None = None  # (G,) int64 on the CPU, with groups and the head
 
 
 class PassRunner:
@@ -78,6 +90,8 @@ class PassRunner:
         bar: Any,
         edits: tuple[Edit, ...] = (),
         eager_attention: bool = False,
+        rpi_mode: str = "per_image",
+        groups: int = 0,
     ) -> None:
         from peanchor.data import normalize
 
@@ -86,6 +100,10 @@ class PassRunner:
         self.mean, self.std = tuple(mean), tuple(std)
         self.sets = dict(sets or {})  # shift → the corrupted set, uint8 (N, 3, S, S), CPU (or already on the device)
         self.batch_size, self.device, self.seed = batch_size, device, seed
+        if rpi_mode not in ("per_image", "per_call"):
+            raise ValueError(f"rpi_mode must be per_image or per_call, got {rpi_mode!r}")
+        self.rpi_mode, self.groups = rpi_mode, groups
+        self.num_classes: int | None = None  # read off the first logits
         self.lenses = dict(lenses)  # measured in every full pass; those that say ``truncated`` in the "first2" ones
         self.bar = bar
         # The attention weights are handed out by the model's eager path, whose float rounding differs from the
@@ -124,7 +142,8 @@ class PassRunner:
             return self.done[spec]
         model = self.model
         images = self._images(spec.shift)
-        generator = torch.Generator().manual_seed(self.seed + spec.rpi_draw) if spec.rpi_draw is not None else None
+        per_call = spec.rpi_draw is not None and self.rpi_mode == "per_call"
+        generator = torch.Generator().manual_seed(self.seed + spec.rpi_draw) if per_call else None  # type: ignore[operator]
         # every lens in a full pass, those measured in the truncated ones (SSDC: ΔSSDC) there, none in a pass for
         # accuracy only; a lens that failed earlier is not fed again
         wanted = {"all": self.lenses, "first2": [n for n, lens in self.lenses.items() if lens.truncated],
@@ -132,7 +151,7 @@ class PassRunner:
         measured = {n: self.lenses[n] for n in wanted if n not in self.failed}
         states = {n: self._guard(n, lens, lens.accumulator) for n, lens in measured.items()}
         states = {n: state for n, state in states.items() if n not in self.failed}
-        # Under RPI a lens that asks for one permutation per image is fed from a pass of its own (see below).
+        # Under per-call RPI a lens that asks for one permutation per image is fed from a pass of its own (see below).
         own_pass = [n for n in states if measured[n].rpi == "per_image"] if generator is not None else []
         fed = [(n, measured[n], states[n]) for n in states if n not in own_pass]
         readers = [(n, lens, state) for n, lens, state in fed if lens.reads_attention]
@@ -147,10 +166,9 @@ class PassRunner:
         )
         with torch.inference_mode(), autocast:
             correct = torch.zeros((), dtype=torch.int64, device=self.device)  # summed on the device: no sync per batch
+            by_group = torch.zeros(max(self.groups, 1), dtype=torch.int64, device=self.device)  # (G,)
             for start, x in self._batches(images):
-                perm = None
-                if generator is not None:  # one permutation per forward call, shared by the batch
-                    perm = random_permutation(self.num_patches, generator=generator).to(self.device)  # (N,)
+                perm = self._permutation(spec.rpi_draw, generator, start, x.shape[0])  # None, (N,) or (B, N)
                 # Accuracy and the lenses from the same pass; attention weights are reduced block by block as the model
                 # hands them out; ΔSSDC needs layers 0 and 1 only ("first2": the pass stops after block 1's norm).
                 out = model.forward_intermediates(x, Intervention(perm, spec.alpha, self.edits), layers=layers,
@@ -163,14 +181,31 @@ class PassRunner:
                         self._guard(n, lens, lens.update, state, batch)
                 if out.logits is not None:  # (B, C)
                     labels = self.labels[start : start + x.shape[0]]
-                    correct += (out.logits.argmax(dim=-1) == labels).sum()
+                    hits = out.logits.argmax(dim=-1) == labels  # (B,)
+                    correct += hits.sum()
+                    if self.groups:
+                        group = torch.arange(start, start + x.shape[0], device=self.device) % self.groups  # (B,)
+                        by_group.index_add_(0, group, hits.to(torch.int64))
+                    self.num_classes = int(out.logits.shape[-1])
                 if self.bar is not None:
                     self.bar.update(1)
             if own_pass:
                 self._per_image_pass(images, spec.alpha, generator, [(n, measured[n], states[n]) for n in own_pass])
-        result = PassResult(int(correct.item()) if spec.probes != "first2" else None, states)
+        with_head = spec.probes != "first2"
+        result = PassResult(int(correct.item()) if with_head else None, states,
+                            by_group.cpu() if with_head and self.groups else None)  # fmt: skip
         self.done[spec] = result
         return result
+
+    def _permutation(self, draw: int | None, generator: torch.Generator | None, start: int, b: int) -> Tensor | None:
+        """The permutation of a batch of ``b`` images from ``start``: None without RPI; ``(N,)`` from ``generator``
+        (per call); else ``(B, N)``, each image's from its own stream (per image)."""
+        if draw is None:
+            return None
+        if generator is not None:  # one permutation per forward call, shared by the batch
+            return random_permutation(self.num_patches, generator=generator).to(self.device)  # (N,)
+        rows = image_permutations(self.num_patches, list(range(start, start + b)), seed=self.seed, draw=draw)
+        return rows.to(self.device, non_blocking=True)  # (B, N)
 
     def _per_image_pass(
         self, images: Tensor, alpha: float, generator: torch.Generator | None, lenses: list[tuple[str, Lens, Any]]

@@ -43,7 +43,7 @@ from peanchor.analysis.shifts import Shift
 from peanchor.errors import ConfigError, did_you_mean
 from peanchor.lenses import LENS_NAMES, get_lens, lens_names
 from peanchor.lenses.base import PLAN_KEY
-from peanchor.plan_settings import DEFAULT_ALPHAS, Metric, PlanSettings, SSDCMode
+from peanchor.plan_settings import DEFAULT_ALPHAS, Metric, PlanSettings, RPIMode, SSDCMode
 from peanchor.results import AnalysisResult, AnalysisSettings
 
 __all__ = [
@@ -115,7 +115,8 @@ class AnalysisPlan(PlanSettings):
             raise _fail("shift_sources", self.shift_sources, f"expected a source for some of {', '.join(self.shifts)}")
         store("shift_sources", {str(k): str(v) for k, v in self.shift_sources.items()})
         store("alphas", self._alphas(self.alphas))
-        for key, low in (("rpi_draws", 1), ("seed", None), ("batch_size", 1), ("bootstrap", 0)):
+        for key, low in (("rpi_draws", 1), ("seed", None), ("batch_size", 1), ("bootstrap", 0),
+                         ("bootstrap_groups", 1)):
             value = getattr(self, key)
             if not _is_int(value) or (low is not None and value < low):
                 raise _fail(key, value, "expected an integer" + (f" >= {low}" if low is not None else ""))
@@ -126,7 +127,7 @@ class AnalysisPlan(PlanSettings):
             store("max_images", int(self.max_images))
         if not isinstance(self.severities, bool):
             raise _fail("severities", self.severities, "expected true or false")
-        for key, kind in (("ssdc_mode", SSDCMode), ("metric", Metric)):
+        for key, kind in (("ssdc_mode", SSDCMode), ("metric", Metric), ("rpi_mode", RPIMode)):
             if getattr(self, key) not in get_args(kind):
                 raise _fail(key, getattr(self, key), f"expected one of {', '.join(get_args(kind))}")
         if not (_is_number(self.probe_ridge) and self.probe_ridge > 0):
@@ -283,6 +284,10 @@ class AnalysisPlan(PlanSettings):
             settings["sweeps"] = ()
         if s.max_images is None:
             settings["max_images"] = result.source.get("max_images")
+        if s.rpi_mode is None:  # written before the setting existed: one permutation per forward call
+            settings["rpi_mode"] = "per_call"
+        if s.bootstrap_groups is None:  # written before the groups bootstrap: its default (no interval used it)
+            settings["bootstrap_groups"] = PlanSettings.bootstrap_groups
         shifts = {name: Shift.from_dict(dict(spec)) for name, spec in result.shifts.items()}
         return cls(shifts, dict(result.shift_sources or {}), **settings)
 

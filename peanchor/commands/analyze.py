@@ -309,15 +309,26 @@ def _f(v: Any, digits: int = 3) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
 
 
+def _ci(bounds: Any, digits: int = 3) -> str:
+    return f" [{_f(bounds[0], digits)}, {_f(bounds[1], digits)}]" if bounds else ""
+
+
 def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.results.AnalysisResult
-    """A few lines for the terminal: accuracies, FS, ΔSSDC, every lens per layer and the α sweep."""
+    """A few lines for the terminal: accuracies, FS, ΔSSDC, every lens per layer and the α sweep, each number with
+    its interval where the analysis had a bootstrap; an FS that is undefined says why."""
     from peanchor.lenses import LENSES
 
     r = result
     lines = [f"{name}: {r.num_images} images, {r.forward_passes} passes, {r.seconds:.1f} s"]
-    shifts = ", ".join(f"{k} {_f(r.acc[k])} (FS {_f(r.fragility[k])})" for k in r.acc)
-    lines.append(f"  top-1 clean {_f(r.clean_acc)}, RPI {_f(r.rpi_acc)}, {shifts}")
-    lines.append(f"  ΔSSDC (RPI, layer 1 - layer 0) {_f(r.delta_ssdc)}")
+    acc_ci, fs_ci = r.acc_ci or {}, r.fragility_ci or {}
+    shifts = ", ".join(f"{k} {_f(r.acc[k])}{_ci(acc_ci.get(k))} (FS {_f(r.fragility[k])}{_ci(fs_ci.get(k))})"
+                       for k in r.acc)  # fmt: skip
+    chance = f" (chance {_f(r.chance)})" if r.chance is not None else ""
+    lines.append(f"  top-1 clean {_f(r.clean_acc)}{_ci(r.clean_acc_ci)}, RPI {_f(r.rpi_acc)}{_ci(r.rpi_acc_ci)}, "
+                 f"{shifts}{chance}")  # fmt: skip
+    lines += [f"  FS {k}: undefined, {why}" for k, why in (r.fragility_undefined or {}).items()]
+    lines.append(f"  ΔSSDC (RPI, layer 1 - layer 0) {_f(r.delta_ssdc)}{_ci(r.delta_ssdc_ci)}"
+                 + (f"  ({r.ci_level:.0%} intervals: bootstrap over groups of images)" if r.ci_level else ""))
     for name, lens in LENSES.items():
         record = r.lens(name)
         lines += lens.summary_lines(record) if record is not None else []
@@ -326,8 +337,14 @@ def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.result
     for kind, values in (r.severity_fragility or {}).items():
         lines.append(f"  {kind} severities 1-5: FS " + " ".join(_f(v, 2) for v in values))
     if r.alpha_sweep:
-        lines.append("  alpha   ΔSSDC  clean  " + "  ".join(f"FS {k}" for k in r.acc))
+        lines.append("  alpha   ΔSSDC [interval]      clean [interval]      " + "  ".join(f"FS {k}" for k in r.acc))
         for e in r.alpha_sweep:
-            fs = "  ".join(f"{_f(e.fragility[k]):>{len(k) + 3}}" for k in r.acc)
-            lines.append(f"  {e.alpha:5.2f}  {_f(e.delta_ssdc):>6}  {_f(e.clean_acc):>5}  {fs}")
+            fs = "  ".join(f"{_f(e.fragility[k])}{_ci((e.fragility_ci or {}).get(k))}" for k in r.acc)
+            lines.append(f"  {e.alpha:5.2f}  {_f(e.delta_ssdc):>6}{_ci(e.delta_ssdc_ci):<16}  {_f(e.clean_acc):>5}"
+                         f"{_ci(e.clean_acc_ci):<16}  {fs}")  # fmt: skip
+    for key, trend in (getattr(r, "alpha_trends", None) or {}).items():
+        excluded = f"; left out: {', '.join(f'α={a} ({why})' for a, why in trend.excluded.items())}" if \
+            trend.excluded else ""  # fmt: skip
+        lines.append(f"  trend of {key} along α: slope {_f(trend.slope)}{_ci(trend.ci)} over {len(trend.alphas)} "
+                     f"points{excluded}")  # fmt: skip
     return "\n".join(lines)

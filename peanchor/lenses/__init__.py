@@ -17,6 +17,7 @@ import pkgutil
 from peanchor.lenses.base import (
     MODES,
     HeadLayers,
+    LayerIntervals,
     LayerPair,
     Lens,
     LensBatch,
@@ -34,6 +35,6 @@ for _module in pkgutil.iter_modules(__path__):  # sorted by name; the registry o
     if _module.name not in ("base", "registry"):
         importlib.import_module(f"{__name__}.{_module.name}")  # registers the lens it defines
 
-__all__ = ["LENSES", "LENS_NAMES", "MODES", "RESERVED", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext",
+__all__ = ["LENSES", "LENS_NAMES", "MODES", "RESERVED", "HeadLayers", "LayerIntervals", "LayerPair", "Lens", "LensBatch", "LensContext",
            "LensFailure", "NoOptions", "Row", "UnknownLensRecord", "get_lens", "lens_names", "mean_and_std",
            "plan_option", "register_lens"]  # fmt: skip

@@ -14,9 +14,11 @@ A lens is one :class:`Lens` subclass in one file of this folder, registered with
   batch's forward, calls :meth:`Lens.update` with a :class:`LensBatch`: the patch tokens each block's attention
   sees, ``(B, L, N, D)``, prefix tokens dropped. A lens that ``reads_attention`` is also handed every block's
   attention weights during the forward (:meth:`Lens.attend`);
-* under RPI a lens sees the pass's permutation, one per forward call and shared by the batch (SSDC's definition),
-  unless it asks for ``rpi = "per_image"``: then it is fed from a pass of its own with one permutation per image
-  (the position probe: a permutation shared by fit and held-out images could be learnt from the content);
+* under RPI a lens sees the pass's permutations: by default (``rpi_mode`` ``"per_image"``) one per image, from a
+  stream keyed by the image's index, so nothing depends on the batch; with ``rpi_mode`` ``"per_call"`` (the
+  paper's) one per forward call, shared by the batch, and a lens that asks for ``rpi = "per_image"`` is then fed
+  from a pass of its own with one permutation per image (the position probe: a permutation shared by fit and
+  held-out images could be learnt from the content);
 * at the end, :meth:`Lens.record` turns the normal pass's accumulator and the RPI draws' into the lens's record
   (anything worth a line in the analysis log, such as a fallback taken, goes into the lens's ``notes``).
 
@@ -31,11 +33,13 @@ when read (:mod:`peanchor.results`). Everything after the analysis reads records
 :meth:`Lens.scalars` (TensorBoard), :meth:`Lens.summary_lines` (``analyze``) and :meth:`Lens.sentences` (the
 report).
 
-Imports: :mod:`peanchor.fileio` (``Number``); numpy (lazily); torch only for type annotations.
+Imports: :mod:`peanchor.fileio` (``Number``); :mod:`peanchor.metrics` (the bootstrap) and numpy lazily; torch only for
+type annotations.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -47,7 +51,7 @@ from peanchor.fileio import Number
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
 
-__all__ = ["MODES", "MODE_LABELS", "HeadLayers", "LayerPair", "Lens", "LensBatch", "LensContext", "LensFailure",
+__all__ = ["MODES", "MODE_LABELS", "HeadLayers", "LayerIntervals", "LayerPair", "Lens", "LensBatch", "LensContext", "LensFailure",
            "NoOptions", "Row", "UnknownLensRecord", "layer_value", "mean_and_std", "mean_over_draws",
            "plan_option"]  # fmt: skip
 
@@ -68,8 +72,31 @@ class LensContext:
 
     @property
     def seed(self) -> int:
-        """The plan's seed (draw ``k`` is seeded ``seed + k``; the probe's split too)."""
+        """The plan's seed (of the RPI permutations, the bootstrap and the probe's split)."""
         return int(self.settings.get("seed", 0))
+
+    @property
+    def rpi_mode(self) -> str:
+        """``"per_image"`` (a permutation per image, from a stream keyed by the image's index) or ``"per_call"``
+        (the paper's: one per forward call, shared by the batch)."""
+        return str(self.settings.get("rpi_mode") or "per_image")
+
+    @functools.cached_property
+    def bootstrap(self) -> Any:  # peanchor.metrics.bootstrap.GroupBootstrap | None
+        """The analysis's one resampling of the images (:mod:`peanchor.metrics.bootstrap`): ``bootstrap``
+        replicates of ``bootstrap_groups`` groups, seeded with the seed; None with ``bootstrap`` 0."""
+        replicates = int(self.settings.get("bootstrap") or 0)
+        if not replicates or self.num_images < 1:
+            return None
+        from peanchor.metrics.bootstrap import DEFAULT_GROUPS, GroupBootstrap
+
+        groups = int(self.settings.get("bootstrap_groups") or DEFAULT_GROUPS)
+        return GroupBootstrap.of(self.num_images, groups=groups, replicates=replicates, seed=self.seed)
+
+    @property
+    def groups(self) -> int:
+        """How many groups the accumulators keep their sums in (0: no bootstrap)."""
+        return self.bootstrap.groups if self.bootstrap is not None else 0
 
 
 @dataclass(frozen=True)
@@ -152,6 +179,15 @@ class LayerPair:
 
 
 @dataclass(kw_only=True)
+class LayerIntervals:
+    """A percentile interval per layer, ``[[low per layer], [high per layer]]``, with tokens in order and under RPI
+    (over images and RPI draws), from the analysis's groups bootstrap."""
+
+    normal: list[list[Number]]
+    rpi: list[list[Number]]
+
+
+@dataclass(kw_only=True)
 class HeadLayers:
     """A value per layer and head, ``[layer][head]``, with tokens in order and under RPI (mean over RPI draws)."""
 
@@ -203,7 +239,8 @@ class Lens(ABC):
     order: ClassVar[int] = 100  # where it comes in tables, figures and files (lower first)
     required: ClassVar[bool] = False  # measured in every analysis (SSDC: ΔSSDC and the claims are made of it)
     reads_attention: ClassVar[bool] = False  # fed the attention weights during each pass (:meth:`attend`)
-    rpi: ClassVar[Literal["per_call", "per_image"]] = "per_call"  # its permutations under RPI
+    rpi: ClassVar[Literal["per_call", "per_image"]] = "per_call"  # "per_image": it needs one permutation per image
+    # (the default RPI gives it that; under per-call RPI it is fed from a pass of its own)
     truncated: ClassVar[bool] = False  # also measured in the truncated passes (layers 0 and 1, no head) of the α
     # sweep under RPI, which read it through :meth:`curve` (SSDC: ΔSSDC at each α)
     zero_line: ClassVar[bool] = True  # the report's figure marks 0 on its axis

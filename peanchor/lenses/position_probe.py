@@ -4,10 +4,15 @@ carries linearly. It is fitted on a split of the evaluation images drawn with th
 every pass; ``probe_holdout`` of them are scored) with ridge λ ``probe_ridge`` relative to the mean feature
 variance.
 
-Under RPI it is fed from a pass of its own with one permutation per *image*: with a permutation shared by a batch, a
-probe fitted on some of its images could learn "content from position π(s) ⇒ slot s" and score it on the others
-(content carries position in any image with a layout); with one per image there is nothing shared to learn, and the
-probe reads only what the slots carry. It needs at least two images to split.
+Under RPI it needs one permutation per *image*: with a permutation shared by a batch, a probe fitted on some of its
+images could learn "content from position π(s) ⇒ slot s" and score it on the others (content carries position in any
+image with a layout); with one per image there is nothing shared to learn, and the probe reads only what the slots
+carry. The default RPI (``rpi_mode`` ``"per_image"``) gives it that in the draw's own pass; under ``"per_call"`` it is
+fed from a pass of its own. It needs at least two images to split.
+
+With the analysis's bootstrap the record has per-layer intervals (``row_ci``, ``col_ci`` and ``r2_ci``, the last of
+the mean of row and column): the probe fitted once, its held-out score resampled over the groups of images (under
+RPI, averaged over the draws replicate by replicate).
 
 Imports: :mod:`peanchor.lenses` (base, registry); :mod:`peanchor.metrics` when measuring.
 """
@@ -15,12 +20,13 @@ Imports: :mod:`peanchor.lenses` (base, registry); :mod:`peanchor.metrics` when m
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from peanchor.lenses.base import (
     MODE_LABELS,
     MODES,
+    LayerIntervals,
     LayerPair,
     Lens,
     LensBatch,
@@ -33,6 +39,8 @@ from peanchor.lenses.base import (
 from peanchor.lenses.registry import register_lens
 
 __all__ = ["PositionProbeLayers", "PositionProbeLens", "PositionProbeOptions"]
+
+_OMIT = {"omit_if_none": True}  # an optional part that was not measured is absent from the file, not null
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,11 @@ class PositionProbeLayers:
     col: LayerPair
     fit_images: int
     heldout_images: int
+    # intervals of the groups bootstrap: the probe fitted once, its held-out score resampled (absent in older files)
+    row_ci: LayerIntervals | None = field(default=None, metadata=_OMIT)
+    col_ci: LayerIntervals | None = field(default=None, metadata=_OMIT)
+    r2_ci: LayerIntervals | None = field(default=None, metadata=_OMIT)  # of the mean of row and col (the curve)
+    ci_level: float | None = field(default=None, metadata=_OMIT)
 
 
 @register_lens
@@ -88,10 +101,13 @@ class PositionProbeLens(Lens):
     def accumulator(self) -> Any:  # peanchor.metrics.position_probe.PositionProbeAccumulator
         from peanchor.metrics.position_probe import PositionProbeAccumulator
 
-        return PositionProbeAccumulator(self.context.grid, self.ridge)
+        return PositionProbeAccumulator(self.context.grid, self.ridge, groups=self.context.groups)
 
     def update(self, state: Any, batch: LensBatch) -> None:
-        state.update(batch.tokens, self.heldout[batch.start : batch.start + batch.tokens.shape[0]])
+        import torch
+
+        end = batch.start + batch.tokens.shape[0]
+        state.update(batch.tokens, self.heldout[batch.start : end], torch.arange(batch.start, end))
 
     def record(self, normal: Any, rpi: Sequence[Any]) -> PositionProbeLayers:
         n, r = normal.compute(), [p.compute() for p in rpi]  # (L, 2) each: row, col
@@ -99,11 +115,25 @@ class PositionProbeLens(Lens):
         if fallbacks:  # a ridge system that Cholesky could not factor (not numerically positive definite)
             self.notes.append(f"the ridge solve fell back from Cholesky to {' and '.join(fallbacks)}")
         fit, held = normal.num_images
-        return PositionProbeLayers(
+        record = PositionProbeLayers(
             row=LayerPair(normal=n[:, 0].tolist(), rpi=mean_over_draws([v[:, 0] for v in r])),
             col=LayerPair(normal=n[:, 1].tolist(), rpi=mean_over_draws([v[:, 1] for v in r])),
             fit_images=fit, heldout_images=held,
         )  # fmt: skip
+        boot = self.context.bootstrap
+        if boot is not None and rpi:
+            import torch
+
+            normal_reps = normal.replicates(boot.counts)  # (R, L, 2)
+            rpi_reps = torch.stack([p.replicates(boot.counts) for p in rpi]).mean(dim=0)  # (R, L, 2): draws averaged
+
+            def intervals(pick: Any) -> LayerIntervals:
+                return LayerIntervals(normal=boot.layer_intervals(pick(normal_reps)),
+                                      rpi=boot.layer_intervals(pick(rpi_reps)))  # fmt: skip
+
+            record.row_ci, record.col_ci = intervals(lambda t: t[..., 0]), intervals(lambda t: t[..., 1])
+            record.r2_ci, record.ci_level = intervals(lambda t: t.mean(dim=-1)), boot.level
+        return record
 
     @classmethod
     def layers(cls, record: PositionProbeLayers, mode: str) -> list[float]:
@@ -116,6 +146,13 @@ class PositionProbeLens(Lens):
             for mode in MODES:
                 for layer, v in enumerate(getattr(getattr(record, target), mode)):
                     yield Row(f"probe_r2_{target}_{mode}", v, layer)
+        for target in ("row", "col", "r2"):  # the intervals, where the analysis had a bootstrap
+            intervals = getattr(record, f"{target}_ci")
+            name = "probe_r2" if target == "r2" else f"probe_r2_{target}"
+            for mode in MODES if intervals is not None else ():
+                for bound, values in zip(("low", "high"), getattr(intervals, mode)):
+                    for layer, v in enumerate(values):
+                        yield Row(f"{name}_{mode}_ci_{bound}", v, layer)
 
     @classmethod
     def scalars(cls, record: PositionProbeLayers) -> Iterator[tuple[str, Any, int]]:
@@ -127,9 +164,15 @@ class PositionProbeLens(Lens):
     @classmethod
     def summary_lines(cls, record: PositionProbeLayers) -> list[str]:
         total = record.fit_images + record.heldout_images
-        return [f"  probe R² {MODE_LABELS[mode]} " + " ".join(f"{layer_value(a)}/{layer_value(b)}" for a, b in
-                                                             zip(getattr(record.row, mode), getattr(record.col, mode)))
-                + f"  (row/col, held out: {record.heldout_images} of {total} images)" for mode in MODES]  # fmt: skip
+        lines = [f"  probe R² {MODE_LABELS[mode]} " + " ".join(f"{layer_value(a)}/{layer_value(b)}" for a, b in
+                                                              zip(getattr(record.row, mode), getattr(record.col, mode)))
+                 + f"  (row/col, held out: {record.heldout_images} of {total} images)" for mode in MODES]  # fmt: skip
+        if record.r2_ci is not None:
+            for mode in MODES:
+                low, high = getattr(record.r2_ci, mode)
+                lines.append(f"  probe R² {MODE_LABELS[mode]} mean of row/col, {record.ci_level:.0%} interval: "
+                             + " ".join(f"[{layer_value(a)}, {layer_value(b)}]" for a, b in zip(low, high)))  # fmt: skip
+        return lines
 
     @classmethod
     def sentences(cls, means: Mapping[str, Mapping[str, Mapping[str, float]]], reference: float | None,

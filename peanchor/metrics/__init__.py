@@ -6,6 +6,7 @@ Imports: its own modules.
 """
 
 from peanchor.metrics.attention_distance import AttentionDistanceAccumulator, attention_distance
+from peanchor.metrics.bootstrap import GroupBootstrap
 from peanchor.metrics.position_probe import PositionProbeAccumulator
 from peanchor.metrics.robustness import accuracy, fragility_score
 from peanchor.metrics.spearman import rankdata, spearman
@@ -14,6 +15,7 @@ from peanchor.metrics.stats import bootstrap_ci, mean_std, paired_bootstrap_diff
 
 __all__ = [
     "AttentionDistanceAccumulator",
+    "GroupBootstrap",
     "PositionProbeAccumulator",
     "SSDCAccumulator",
     "accuracy",

@@ -91,7 +91,13 @@ class SSDCAccumulator:
         whose similarity matrix is constant (e.g. all tokens identical) or has a NaN has no SSDC; it
         is left out of that layer's mean.
 
-    Bootstrap (``bootstrap=R > 0``): in mean_similarity mode every image gets ``R`` independent
+    Groups (``groups=G > 0``): the images fall into ``G`` groups by their index in the evaluation set (``index %
+    G``, :mod:`peanchor.metrics.bootstrap`) and the sums are kept per group (``(L, G, N, N)`` in mean_similarity
+    mode, ``(G, L)`` in per_image mode), so that :meth:`replicates` gives the estimate on any resampling of the
+    groups, the analysis's one bootstrap scheme. Pass each batch's image indices to :meth:`update` (default: the
+    images in the order they come). :meth:`compute` is the same as without groups, up to float rounding.
+
+    Bootstrap (``bootstrap=R > 0``, the older scheme, kept for callers of the accumulator): in mean_similarity mode every image gets ``R`` independent
     Poisson(1) weights (streaming Poisson bootstrap) and ``R`` weighted similarity sums
     ``(R, L, N, N)`` are kept in float32 (about 1.8 MB per replicate for L=12, N=196), so no image
     is stored. The weights come from a CPU ``torch.Generator`` seeded with ``seed`` and are drawn
@@ -115,6 +121,7 @@ class SSDCAccumulator:
         mode: Mode = "mean_similarity",
         bootstrap: int = 0,
         seed: int = 0,
+        groups: int = 0,
     ) -> None:
         self.grid = _check_grid(grid)
         self.metric = _check_metric(metric)
@@ -127,6 +134,11 @@ class SSDCAccumulator:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed must be an int, got {seed!r}")
         self.seed = seed
+        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 0:
+            raise ValueError(f"groups must be a non-negative int, got {groups!r}")
+        if groups and bootstrap:
+            raise ValueError("groups and bootstrap are two resampling schemes: give one of them")
+        self.groups = groups
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -136,12 +148,12 @@ class SSDCAccumulator:
         self._num_layers: int | None = None
         self._num_images = 0
         # mean_similarity
-        self._sim_sum: Tensor | None = None  # (L, N, N) float64
+        self._sim_sum: Tensor | None = None  # (L, N, N) float64; (L, G, N, N) with groups
         self._boot_sum: Tensor | None = None  # (R, L, N, N) float32
         self._boot_weight: Tensor | None = None  # (R,) float64
         # per_image
         self._value_sum: Tensor | None = None  # (L,) float64, sum of the defined per-image SSDCs
-        self._value_count: Tensor | None = None  # (L,) int64, how many were defined
+        self._value_count: Tensor | None = None  # (L,) int64, how many were defined; (G, L) each with groups
         self._values: Tensor | None = None  # (capacity, L) float64, only with bootstrap
         self._generator = torch.Generator().manual_seed(self.seed)
 
@@ -155,22 +167,26 @@ class SSDCAccumulator:
         self._device, self._num_layers = device, num_layers
         f64 = torch.float64
         if self.mode == "mean_similarity":
-            self._sim_sum = torch.zeros(num_layers, n, n, dtype=f64, device=device)
+            per_group = (self.groups,) if self.groups else ()
+            self._sim_sum = torch.zeros(num_layers, *per_group, n, n, dtype=f64, device=device)
             if self.bootstrap:
                 self._boot_sum = torch.zeros(self.bootstrap, num_layers, n, n, dtype=torch.float32, device=device)
                 self._boot_weight = torch.zeros(self.bootstrap, dtype=f64, device=device)
         else:
-            self._value_sum = torch.zeros(num_layers, dtype=f64, device=device)
-            self._value_count = torch.zeros(num_layers, dtype=torch.int64, device=device)
+            per_group = (self.groups,) if self.groups else ()
+            self._value_sum = torch.zeros(*per_group, num_layers, dtype=f64, device=device)
+            self._value_count = torch.zeros(*per_group, num_layers, dtype=torch.int64, device=device)
             if self.bootstrap:
                 self._values = torch.empty(64, num_layers, dtype=f64, device=device)
 
     # ----------------------------------------------------------------- update
-    def update(self, tokens: Tensor) -> None:
+    def update(self, tokens: Tensor, index: Tensor | None = None) -> None:
         """Add a batch of images.
 
         Args:
             tokens: ``(B, L, N, D)`` spatial tokens (CLS dropped), ``N = H * W`` in row-major order.
+            index: ``(B,)`` the images' indices in the evaluation set, which place them in their groups (read only
+                with ``groups``; default: the next ``B`` indices after the images seen so far).
         """
         h, w = self.grid
         if not isinstance(tokens, Tensor) or tokens.dim() != 4:
@@ -195,7 +211,13 @@ class SSDCAccumulator:
             return
 
         dtype = torch.float64 if tokens.dtype == torch.float64 else torch.float32
-        if self.mode == "mean_similarity" and self.bootstrap:
+        group = self._groups_of(index, b, tokens.device)  # (B,) or None
+        if self.mode == "mean_similarity" and group is not None:
+            for layer in range(num_layers):  # as below, each image's matrix added into its group's sum
+                x = F.normalize(tokens[:, layer].to(dtype), dim=-1, eps=_ssdc_fast.NORMALISE_EPS)  # (B, N, D) unit tokens
+                sims = torch.matmul(x, x.transpose(-1, -2)).to(torch.float64)  # (B, N, N)
+                self._sim_sum[layer].index_add_(0, group, sims)  # (G, N, N)
+        elif self.mode == "mean_similarity" and self.bootstrap:
             self._update_mean_bootstrap(F.normalize(tokens.to(dtype), dim=-1, eps=_ssdc_fast.NORMALISE_EPS))  # unit tokens
         elif self.mode == "mean_similarity":
             # Layer by layer, so that the unit tokens of a layer stay in cache: one batched matmul gives every
@@ -204,8 +226,19 @@ class SSDCAccumulator:
                 x = F.normalize(tokens[:, layer].to(dtype), dim=-1, eps=_ssdc_fast.NORMALISE_EPS)  # (B, N, D) unit tokens
                 self._sim_sum[layer] += torch.matmul(x, x.transpose(-1, -2)).sum(dim=0, dtype=torch.float64)
         else:
-            self._update_per_image(tokens, dtype)
+            self._update_per_image(tokens, dtype, group)
         self._num_images += b
+
+    def _groups_of(self, index: Tensor | None, b: int, device: torch.device) -> Tensor | None:
+        """The group of each image of a batch, ``(B,)`` int64 on ``device``; None without groups."""
+        if not self.groups:
+            return None
+        if index is None:
+            index = torch.arange(self._num_images, self._num_images + b)
+        index = torch.as_tensor(index, dtype=torch.int64)
+        if index.shape != (b,):
+            raise ValueError(f"index must have shape ({b},), got {tuple(index.shape)}")
+        return index.remainder(self.groups).to(device)
 
     def _update_mean_bootstrap(self, x: Tensor) -> None:
         b, num_layers, n, _ = x.shape
@@ -223,7 +256,7 @@ class SSDCAccumulator:
             self._boot_sum += weighted.view(self.bootstrap, num_layers, n, n).to(torch.float32)
         self._boot_weight += weights.sum(dim=0, dtype=torch.float64)
 
-    def _update_per_image(self, tokens: Tensor, dtype: torch.dtype) -> None:
+    def _update_per_image(self, tokens: Tensor, dtype: torch.dtype, group: Tensor | None = None) -> None:
         assert self._value_sum is not None and self._value_count is not None
         values = []
         chunk = _ssdc_fast.image_chunk(tokens)
@@ -233,8 +266,12 @@ class SSDCAccumulator:
             values.append(_ssdc_fast.ssdc_of_pairs(pairs, self.grid, self.metric).view(xs.shape[:2]))  # (b', L)
         batch_values = torch.cat(values)  # (B, L) float64
         defined = torch.isfinite(batch_values)  # (B, L)
-        self._value_sum += torch.where(defined, batch_values, 0.0).sum(dim=0)
-        self._value_count += defined.sum(dim=0)
+        if group is not None:
+            self._value_sum.index_add_(0, group, torch.where(defined, batch_values, 0.0))  # (G, L)
+            self._value_count.index_add_(0, group, defined.to(torch.int64))
+        else:
+            self._value_sum += torch.where(defined, batch_values, 0.0).sum(dim=0)
+            self._value_count += defined.sum(dim=0)
         if self.bootstrap:
             self._store_values(batch_values)
 
@@ -252,7 +289,7 @@ class SSDCAccumulator:
         """Add the images ``other`` has seen (a shard of the same evaluation set, e.g. another GPU's): afterwards
         :meth:`compute` is that of both shards' images together. Both must have the same grid, metric, mode and
         bootstrap size; give shards different seeds when bootstrapping, or their replicates share weights."""
-        same = ("grid", "metric", "mode", "bootstrap")
+        same = ("grid", "metric", "mode", "bootstrap", "groups")
         if any(getattr(self, k) != getattr(other, k) for k in same):
             raise ValueError("merge needs accumulators of the same " + ", ".join(same))
         if other._num_images == 0:
@@ -279,10 +316,37 @@ class SSDCAccumulator:
         self._require_images("compute")
         if self.mode == "mean_similarity":
             assert self._sim_sum is not None
-            mean_similarity = self._sim_sum / self._num_images  # (L, N, N)
-            return ssdc(mean_similarity, self.grid, self.metric).cpu()
+            total = self._sim_sum.sum(dim=1) if self.groups else self._sim_sum  # (L, N, N)
+            return ssdc(total / self._num_images, self.grid, self.metric).cpu()
         assert self._value_sum is not None and self._value_count is not None
+        if self.groups:
+            return (self._value_sum.sum(dim=0) / self._value_count.sum(dim=0)).cpu()
         return (self._value_sum / self._value_count).cpu()  # 0/0 = NaN if no image was defined
+
+    def replicates(self, counts: Tensor) -> Tensor:
+        """The estimate on every resampling of the groups, ``(R, L)`` float64 CPU: replicate ``r`` weighs group ``g``'s
+        sums by ``counts[r, g]`` (:func:`peanchor.metrics.bootstrap.bootstrap_counts`). Needs ``groups``."""
+        if not self.groups:
+            raise ValueError("replicates() needs SSDCAccumulator(..., groups=G) with G > 0")
+        self._require_images("replicates")
+        if counts.dim() != 2 or counts.shape[1] != self.groups:
+            raise ValueError(f"counts must have shape (R, {self.groups}), got {tuple(counts.shape)}")
+        if self.mode == "per_image":
+            assert self._value_sum is not None and self._value_count is not None
+            weights = counts.to(torch.float64)
+            return (weights @ self._value_sum.cpu()) / (weights @ self._value_count.cpu().to(torch.float64))
+        assert self._sim_sum is not None
+        num_layers, groups, n, _ = self._sim_sum.shape
+        weights = counts.to(device=self._sim_sum.device, dtype=torch.float64)  # (R, G)
+        out = torch.empty(counts.shape[0], num_layers, dtype=torch.float64)
+        # Spearman ignores the positive scale of a weighted sum, so the sums are ranked as they are.
+        rows = max(1, (1 << 25) // (n * n))  # replicates per chunk: about 256 MB of float64 matrices
+        for layer in range(num_layers):
+            flat = self._sim_sum[layer].reshape(groups, n * n)  # (G, N*N)
+            for start in range(0, counts.shape[0], rows):
+                weighted = (weights[start : start + rows] @ flat).view(-1, n, n)  # (r, N, N)
+                out[start : start + rows, layer] = ssdc(weighted, self.grid, self.metric).cpu()
+        return out
 
     def confidence_interval(self, level: float = 0.95) -> tuple[Tensor, Tensor]:
         """Percentile bootstrap interval per layer: ``(low (L,), high (L,))``, float64 CPU.

@@ -86,8 +86,11 @@ def _draw_ssdc_per_layer(results: Results, axes: list[Axes] | None = None,
                     single_band = True
             if np.any(high > low):
                 ax.fill_between(layers, low, high, color=st["color"], alpha=0.12, linewidth=0)
-                ax.errorbar(layers, mean, yerr=[mean - low, high - mean], fmt="none", ecolor=st["color"],
-                            elinewidth=0.8, capsize=2)
+                if np.all((low <= mean) & (mean <= high)):
+                    ax.errorbar(layers, mean, yerr=[mean - low, high - mean], fmt="none", ecolor=st["color"],
+                                elinewidth=0.8, capsize=2)
+                else:  # a percentile interval need not contain its estimate: drawn from low to high as it is
+                    ax.vlines(layers, low, high, colors=st["color"], linewidth=0.8)
         ax.axhline(0.0, color="0.4", linewidth=0.7)
         ax.set_title(f"SSDC per layer, {title}", fontsize=10)
         ax.set_xlabel("layer (0 = LN1 of patch embeddings + PE)")

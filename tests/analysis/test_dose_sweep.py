@@ -102,10 +102,11 @@ def test_k_doses_cost_at_most_k_plus_one_passes_per_batch(data, peaked, monkeypa
                              sweeps=["rope_planes:freqs=none,0,0-1,0-2"], **STATS, **FAST)  # fmt: skip
     sweep = swept.dose_sweeps[0]
     batches = 2  # 16 images in batches of 8
-    # per batch: clean, 2 RPI draws, their 2 per-image passes, 2 shifts: one call each, k + 1 = 5 passes
-    assert calls == [5] * (1 + 2 + 2 + 2) * batches
+    # per batch: clean, 2 RPI draws (one permutation per image: they feed the probe too), 2 shifts: one call each,
+    # k + 1 = 5 passes
+    assert calls == [5] * (1 + 2 + 2) * batches
     assert sweep.passes_per_batch == 5
-    assert sweep.forward_passes == 5 * 7
+    assert sweep.forward_passes == 5 * 5
     assert passes["n"] == plain.forward_passes * batches + sweep.forward_passes * batches
 
 
@@ -144,7 +145,8 @@ def test_the_sweeps_travel_through_the_files_and_the_plan(data, peaked, tmp_path
     assert all(r["sweep"] == "" for r in rows if not r["metric"].startswith("dose_"))
     frame = stored.to_pandas()
     picked = frame[(frame.metric == "dose_fragility") & (frame["shift"] == "blur") & (frame.dose == "0")]
-    assert picked.value.tolist() == [result.dose_sweeps[0].doses[1].fragility["blur"]]
+    assert picked.value.tolist() == pytest.approx([result.dose_sweeps[0].doses[1].fragility["blur"]], nan_ok=True,
+                                                  abs=0)  # NaN where the clean accuracy is at chance
 
 
 def test_files_without_sweeps_read_and_write_as_before(data, peaked, tmp_path) -> None:

@@ -3,6 +3,8 @@ it runs them, each distinct pass once, each carrying the :class:`Shift` it reads
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -64,8 +66,10 @@ def test_the_result_counts_the_planned_passes(micro):
     applied = AnalysisPlan(shifts, alphas=(1.0, 0.5), rpi_draws=2, batch_size=4, severities=True)
     r = evaluate_model(micro("ape", num_classes=3), evalset, applied, device="cpu", progress=False)
     planned = passes_of(shifts, alphas=(1.0, 0.5), draws=2)
-    own = 2 if r.position_probe is not None else 0  # the probe's own pass under each RPI draw
-    assert r.forward_passes == len(planned.passes) + own
+    assert r.forward_passes == len(planned.passes) and r.passes["probe_rpi"] == 0  # RPI per image feeds the probe
+    per_call = evaluate_model(micro("ape", num_classes=3), evalset, dataclasses.replace(applied, rpi_mode="per_call"),
+                              device="cpu", progress=False)  # fmt: skip
+    assert per_call.forward_passes == len(planned.passes) + 2  # the probe's own pass under each RPI draw
     assert r.passes["truncated"] == sum(p.probes == "first2" for p in planned.passes) == 2
     assert r.severity_shifts == {k: [p.shift.describe() for p in group] for k, group in planned.severities.items()}
     assert r.shifts == {name: s.describe() for name, s in shifts.items()}

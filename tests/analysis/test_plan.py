@@ -43,7 +43,8 @@ def test_the_plans_settings_are_the_files_settings():
 def test_the_defaults():
     p = AnalysisPlan(SHIFTS)
     assert p.alphas == DEFAULT_ALPHAS == (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
-    assert (p.rpi_draws, p.seed, p.batch_size, p.max_images, p.severities, p.bootstrap) == (1, 0, 256, None, False, 0)
+    assert (p.rpi_draws, p.seed, p.batch_size, p.max_images, p.severities, p.bootstrap) == (1, 0, 256, None, False, 200)
+    assert (p.rpi_mode, p.bootstrap_groups) == ("per_image", 50)
     assert (p.ssdc_mode, p.metric, p.probe_ridge, p.probe_holdout) == ("mean_similarity", "manhattan", 1e-3, 0.5)
     assert p.lenses == LENS_NAMES == ("ssdc", "position_probe", "attention_distance", "effective_rank")
     assert p.shift_sources == {}

@@ -104,9 +104,9 @@ def test_the_help_texts_name_every_registered_lens(monkeypatch, capsys) -> None:
          ": unknown option analysis.lenses.ssdc.mod; valid: analysis.lenses.ssdc.mode, analysis.lenses.ssdc.metric, "
          "analysis.lenses.ssdc.bootstrap (did you mean analysis.lenses.ssdc.mode?)"),
         (["reproduce", "--set", "analysis.rpi_draw=2"], "--set 'analysis.rpi_draw=2': unknown analysis key "
-         "'analysis.rpi_draw'; valid keys: analysis.alphas, analysis.rpi_draws, analysis.seed, analysis.batch_size, "
-         "analysis.max_images, analysis.severities, analysis.ssdc_mode, analysis.metric, analysis.bootstrap, "
-         "analysis.probe_ridge, analysis.probe_holdout, analysis.lenses, analysis.interventions, analysis.sweeps, "
+         "'analysis.rpi_draw'; valid keys: analysis.alphas, analysis.rpi_draws, analysis.rpi_mode, analysis.seed, "
+         "analysis.batch_size, analysis.max_images, analysis.severities, analysis.ssdc_mode, analysis.metric, "
+         "analysis.bootstrap, analysis.bootstrap_groups, analysis.probe_ridge, analysis.probe_holdout, analysis.lenses, analysis.interventions, analysis.sweeps, "
          "and "
          "analysis.lenses.<lens>.<option> (did you mean analysis.rpi_draws?)"),
         (["analyze", "RUN", "--set", "data.val_sise=5"], "unknown config key 'data.val_sise'; valid keys here: "),

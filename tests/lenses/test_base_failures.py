@@ -65,7 +65,7 @@ def test_a_lens_failing_in_its_record_loses_only_its_record(evalset, micro, tmp_
     for name in ("ssdc", "attention_distance", "effective_rank"):
         assert r.lens(name) == whole.lens(name)
     assert (r.clean_acc, r.rpi_acc, r.acc, r.delta_ssdc) == (whole.clean_acc, whole.rpi_acc, whole.acc, whole.delta_ssdc)
-    assert r.fragility == whole.fragility and all(math.isfinite(v) for v in r.fragility.values())
+    assert str(r.fragility) == str(whole.fragility) and r.fragility_undefined == whole.fragility_undefined  # NaN at chance
     assert [p.clean_acc for p in r.alpha_sweep] == [p.clean_acc for p in whole.alpha_sweep]
     # The file holds the failure as one string; it reads back as the same failure and writes back the same.
     path = write_analysis(r, tmp_path / "a")
@@ -85,7 +85,7 @@ def test_a_lens_failing_in_its_record_loses_only_its_record(evalset, micro, tmp_
 def test_a_lens_failing_in_a_pass_is_fed_no_more(evalset, micro, monkeypatch):
     calls = []
 
-    def update(self, tokens, heldout):
+    def update(self, tokens, heldout, index=None):
         calls.append(1)
         raise ValueError("bad batch")
 

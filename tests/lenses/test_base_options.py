@@ -11,6 +11,7 @@ from typing import Literal
 
 import pytest
 
+from peanchor.metrics.bootstrap import DEFAULT_REPLICATES
 from peanchor.analysis.plan import AnalysisPlan, parse_plan_items, resolve_plan, split_lens_options
 from peanchor.analysis.shifts import Shift
 from peanchor.errors import ConfigError
@@ -49,11 +50,11 @@ def _context(settings: dict) -> LensContext:
 
 
 def test_the_builtin_options_are_the_plan_fields_and_their_defaults_are_spelled_once():
-    assert (SSDCOptions(), PositionProbeOptions()) == (SSDCOptions("mean_similarity", "manhattan", 0),
+    assert (SSDCOptions(), PositionProbeOptions()) == (SSDCOptions("mean_similarity", "manhattan", DEFAULT_REPLICATES),
                                                        PositionProbeOptions(DEFAULT_RIDGE, DEFAULT_HOLDOUT))  # fmt: skip
     plan = AnalysisPlan(SHIFTS)
     assert (plan.ssdc_mode, plan.metric, plan.bootstrap, plan.probe_ridge, plan.probe_holdout) == (
-        "mean_similarity", "manhattan", 0, DEFAULT_RIDGE, DEFAULT_HOLDOUT)  # fmt: skip
+        "mean_similarity", "manhattan", DEFAULT_REPLICATES, DEFAULT_RIDGE, DEFAULT_HOLDOUT)  # fmt: skip
     plan = AnalysisPlan(SHIFTS, lens_options={"ssdc": {"mode": "per_image", "bootstrap": 5},
                                               "position_probe": {"ridge": 0.5}})  # fmt: skip
     assert (plan.ssdc_mode, plan.bootstrap, plan.probe_ridge) == ("per_image", 5, 0.5) and plan.lens_options == {}

@@ -55,8 +55,10 @@ def test_smoke_results_schema_and_arithmetic(smoke):
         assert MODEL_KEYS <= set(m), m["name"]
         assert m["delta_ssdc"] == m["ssdc"]["rpi"][1] - m["ssdc"]["rpi"][0]
         assert set(m["acc"]) == set(m["fragility"]) == {"jpeg", "blur"}
+        undefined = m.get("fragility_undefined") or {}  # FS at chance: null, with its reason
         for k, acc in m["acc"].items():
-            assert m["fragility"][k] == 1 - acc / m["clean_acc"]
+            assert (m["fragility"][k] is None and m["clean_acc_ci"][0] <= m["chance"]) if k in undefined else \
+                m["fragility"][k] == 1 - acc / m["clean_acc"]  # fmt: skip
         assert {"val_acc", "seconds", "epochs"} <= set(m["train"]) and m["train"]["epochs"] == 2
         assert Path(m["run_dir"]).is_dir() and len(m["ssdc"]["normal"]) == len(m["ssdc"]["rpi"]) == 2
     assert models["rpt-s0"]["pe"] == "ape" and models["rpt-s0"]["rpt"] is True
@@ -65,8 +67,10 @@ def test_smoke_results_schema_and_arithmetic(smoke):
     for p in results["alpha_sweep"]:
         assert SWEEP_KEYS <= set(p)
         assert p["delta_ssdc"] == p["ssdc_rpi"][1] - p["ssdc_rpi"][0]
+        undefined = p.get("fragility_undefined") or {}  # the α rows carry the rule too
         for k, acc in p["acc"].items():
-            assert p["fragility"][k] == 1 - acc / p["clean_acc"]
+            assert (p["fragility"][k] is None and "chance" in undefined[k]) if k in undefined else \
+                p["fragility"][k] == 1 - acc / p["clean_acc"]  # fmt: skip
         swept.setdefault(p["condition"], []).append(p["alpha"])
     assert swept == {"ape": [1.0, 0.5, 0.0], "sincos": [1.0, 0.5, 0.0], "rope": [1.0, 0.5, 0.0]}
     at_one = {p["model"]: p for p in results["alpha_sweep"] if p["alpha"] == 1.0}
@@ -390,9 +394,11 @@ def test_an_analysis_is_reused_only_for_the_same_weights_data_settings_and_shift
         source={"model_digest": "abc", "data": {**data, "cache_dir": "/somewhere"}, "max_images": None},
     )  # fmt: skip
     wanted = AnalysisPlan({"jpeg": Shift("jpeg", quality=58)}, {"jpeg": "--shift jpeg:quality=58"}, alphas=[1.0, 0.0],
-                          batch_size=25, lenses=LEGACY_LENSES)  # fmt: skip
+                          batch_size=25, lenses=LEGACY_LENSES, rpi_mode="per_call", bootstrap=0)  # fmt: skip
     subject = ("abc", {**data, "train_size": 9999})
     assert reusable(stored, wanted, *subject)  # training-only data fields, caches, a shift's source do not matter
+    # a file from before per-image RPI and the intervals was made per call, without them: today's defaults redo it
+    assert not reusable(stored, dataclasses.replace(wanted, rpi_mode="per_image", bootstrap=200), *subject)
     # ... but today's plan measures a lens the file does not have (the effective rank): it is analysed again
     assert not reusable(stored, dataclasses.replace(wanted, lenses=LENS_NAMES), *subject)
     assert not reusable(stored, wanted, "other", subject[1])
