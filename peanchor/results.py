@@ -107,6 +107,15 @@ class Measures:
     severities: dict[str, list[Number]] | None = _optional()  # kind → top-1 at severity 1..5
     severity_fragility: dict[str, list[Number]] | None = _optional()
     dose_sweeps: list[DoseSweep] | None = _optional()  # the --sweep dose-responses (peanchor.dose_results)
+    # Intervals (issue 35; absent in older files: no interval). [low, high] at ci_level.
+    ci_level: Number | None = _optional()
+    clean_acc_ci: list[Number] | None = _optional()
+    rpi_acc_ci: list[Number] | None = _optional()
+    delta_ssdc_ci: list[Number] | None = _optional()
+    acc_ci: dict[str, list[Number]] | None = _optional()  # shift → [low, high]
+    fragility_ci: dict[str, list[Number]] | None = _optional()  # shift → [low, high]
+    chance: Number | None = _optional()  # 1 / num_classes
+    fragility_undefined: dict[str, str] | None = _optional()  # shift → why FS is NaN there
 
     def lens(self, name: str) -> Any:
         """The record of lens ``name``, or None where it was not measured (e.g. no attention weights), failed
@@ -147,6 +156,10 @@ class SweepPoint:
     clean_acc: Number
     acc: dict[str, Number]
     fragility: dict[str, Number]
+    delta_ssdc_ci: list[Number] | None = _optional()  # [low, high]; absent in older files
+    clean_acc_ci: list[Number] | None = _optional()
+    fragility_ci: dict[str, list[Number]] | None = _optional()
+    fragility_undefined: dict[str, str] | None = _optional()
 
 
 @dataclass(kw_only=True)
@@ -193,6 +206,11 @@ class AnalysisResult(Measures):
     shift_sources: dict[str, str] | None = _optional()  # shift name → "preset cpu", "--shift jpeg:quality=10", ...
     source: dict[str, Any] = field(default_factory=dict)  # where the model and the data came from
     notes: list[str] | None = _optional()  # what the analysis log said of the measurement (a lens's fallback, ...)
+    # name → {slope, ci: [low, high], alphas: [...], excluded: {str(α): reason}} ("delta_ssdc", "clean_acc",
+    # "fragility.<shift>"); absent in older files
+    alpha_trends: dict[str, dict[str, Any]] | None = _optional()
+    # where the analysis ran: peanchor, torch and Python versions, git commit, CPU kernels or GPU; absent in older files
+    environment: dict[str, str] | None = _optional()
 
     def save(self, out_dir: str | os.PathLike[str]) -> Path:
         """Write ``analysis.json`` and ``analysis.csv`` into ``out_dir`` (:func:`write_analysis`); returns the JSON."""
@@ -243,12 +261,14 @@ class ModelResult(Measures, CellId):
     run_dir: str | None = None
     analysis_seconds: float | None = None
     forward_passes: int | None = None
+    alpha_trends: dict[str, dict[str, Any]] | None = _optional()  # the analysis's (AnalysisResult.alpha_trends)
 
     @classmethod
     def from_analysis(cls, analysis: AnalysisResult, cell: CellId, train: TrainSummary, run_dir: str) -> ModelResult:
         measures = {f.name: getattr(analysis, f.name) for f in dataclasses.fields(Measures)}
         return cls(**dataclasses.asdict(cell), **measures, train=train, run_dir=run_dir,
-                   analysis_seconds=analysis.seconds, forward_passes=analysis.forward_passes)  # fmt: skip
+                   analysis_seconds=analysis.seconds, forward_passes=analysis.forward_passes,
+                   alpha_trends=analysis.alpha_trends)  # fmt: skip
 
 
 @dataclass(kw_only=True)

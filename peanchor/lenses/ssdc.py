@@ -39,6 +39,7 @@ class SSDCLayers:
     normal_ci: list[list[Number]] | None = field(default=None, metadata=_OMIT)  # [[low per layer], [high per layer]]
     rpi_ci: list[list[Number]] | None = field(default=None, metadata=_OMIT)  # the same under RPI, of the first draw
     ci_level: float | None = field(default=None, metadata=_OMIT)
+    rpi_permutations: int | None = field(default=None, metadata=_OMIT)  # permutations behind each RPI value
 
     def max_rpi(self) -> float | None:
         """The highest finite SSDC over layers under RPI."""
