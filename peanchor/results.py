@@ -262,13 +262,22 @@ class ModelResult(Measures, CellId):
     analysis_seconds: float | None = None
     forward_passes: int | None = None
     alpha_trends: dict[str, dict[str, Any]] | None = _optional()  # the analysis's (AnalysisResult.alpha_trends)
+    # How its analysis was made and on what, for the report's provenance and its check that the models compared
+    # were measured alike (absent in older files): the analysis's settings, source (model_args, data) and
+    # environment, and its number of images.
+    analysis_settings: dict[str, Any] | None = _optional()
+    source: dict[str, Any] | None = _optional()
+    environment: dict[str, str] | None = _optional()
+    num_images: int | None = _optional()
 
     @classmethod
     def from_analysis(cls, analysis: AnalysisResult, cell: CellId, train: TrainSummary, run_dir: str) -> ModelResult:
         measures = {f.name: getattr(analysis, f.name) for f in dataclasses.fields(Measures)}
         return cls(**dataclasses.asdict(cell), **measures, train=train, run_dir=run_dir,
                    analysis_seconds=analysis.seconds, forward_passes=analysis.forward_passes,
-                   alpha_trends=analysis.alpha_trends)  # fmt: skip
+                   alpha_trends=analysis.alpha_trends, analysis_settings=to_json_dict(analysis.settings),
+                   source=dict(analysis.source or {}), environment=analysis.environment,
+                   num_images=analysis.num_images)  # fmt: skip
 
 
 @dataclass(kw_only=True)

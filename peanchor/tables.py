@@ -227,10 +227,28 @@ def _value(v: float) -> str:
     return f"{v:.3f}" if _finite(v) else "n/a"
 
 
+def data_text(result: AnalysisResult) -> str:
+    """What the analysis was measured on: ``scenes, 500 images, 64 px`` (the name, or "tensors" for images given in
+    Python)."""
+    data = dict((result.source or {}).get("data") or {})
+    if isinstance(data.get("data"), dict):  # peanchor.analyze on a named dataset: the spec under "data"
+        data = {**data.pop("data"), **data}
+    name = data.get("name") or data.get("kind") or "unknown data"
+    size = data.get("img_size")
+    return f"{name}, {result.num_images} images" + (f", {size} px" if size else "")
+
+
+def interventions_text(result: AnalysisResult) -> str:
+    """The edits every pass ran under (``--intervention``), or ``none``."""
+    edits = list(getattr(result.settings, "interventions", None) or ())
+    return " + ".join(str(e) for e in edits) if edits else "none"
+
+
 def _heading(result: AnalysisResult) -> str:
     m = result.model
     grid = "x".join(str(g) for g in m.grid)
-    return f"pe={m.pe or 'none'}, {m.depth} layers, {grid} grid, {result.num_images} images"
+    return (f"pe={m.pe or 'none'}, {m.depth} layers, {grid} grid; data {data_text(result)}; interventions "
+            f"{interventions_text(result)}")
 
 
 def summary_repr(result: AnalysisResult) -> str:

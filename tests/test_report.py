@@ -84,9 +84,11 @@ def test_markdown_references_resolve(written):
     out, _, _ = written
     md = (out / "report.md").read_text()
     refs = re.findall(r"\]\(([^)]+)\)", md)
-    assert len(refs) == 8  # 4 figures, PNG + PDF each
+    assert len(refs) == 9  # 4 figures, PNG + PDF each, and docs/study.md where the claims' rules are
     for ref in refs:
-        assert not ref.startswith(("/", "http")) and (out / ref).is_file(), ref
+        path = ref.partition("#")[0]
+        assert not ref.startswith(("/", "http")) and (out / path).is_file(), ref
+    assert sum(r.partition("#")[0].endswith("docs/study.md") for r in refs) == 1
 
 
 def test_html_is_self_contained(written):
@@ -189,7 +191,7 @@ def test_single_seed_and_missing_optional_parts(tmp_path):
     assert "alpha_sweep.png" not in names and "severity_curves.png" not in names
     assert "ssdc_per_layer.png" in names
     md = (tmp_path / "report.md").read_text()
-    assert "n=1 seed: no significance claims" in md
+    assert "n = 1 seed per condition: every number is one trained model" in md
     assert "## Failed" not in md and "Wall time was not recorded" in md
 
 
@@ -373,7 +375,7 @@ def test_html_renders_the_reports_markdown_with_no_markers_left(written):
     assert "- **" in md and "`ape`" in md  # the Markdown the page renders does carry the markup
     assert page.inside("li", "strong") and page.inside("li", "code") and page.inside("p", "code")
     strong = {text for path, text in page.texts if path[-2:] == ("li", "strong")}
-    assert any(s.startswith("Without a positional encoding") for s in strong), strong
+    assert any(s.startswith("Content-driven structure without a PE") for s in strong), strong
 
 
 def test_html_inline_markup_renders_in_every_kind_of_block_and_raw_html_stays_text():
@@ -407,4 +409,4 @@ def test_the_report_says_each_sentence_once(written):
     page = (out / "report.html").read_text()
     assert page.count("no significance claims") == 1
     one_seed = markdown(synthetic_results(seeds=(0,)))
-    assert one_seed.count("n=1 seed: no significance claims") == 1
+    assert one_seed.count("n = 1 seed per condition: every number is one trained model") == 1

@@ -142,7 +142,8 @@ class _Cells(HTMLParser):
 def test_an_analysis_shows_a_short_repr_and_its_summary_table(results) -> None:
     r = results["rope"]
     text = repr(r)
-    assert text.startswith("AnalysisResult(pe=rope, 2 layers, 4x4 grid, 12 images;") and len(text) < 600
+    assert text.startswith("AnalysisResult(pe=rope, 2 layers, 4x4 grid; data tensors, 12 images; interventions "
+                           "none;") and len(text) < 700
     assert f"fs_jpeg={r.fragility['jpeg']:.3f}" in text and f"ssdc_max_rpi={max(r.ssdc.rpi):.3f}" in text
     parser = _Cells()
     parser.feed(r._repr_html_())

@@ -30,6 +30,15 @@ from peanchor.results import Results
 __all__ = ["build_report", "gather", "render_html", "render_markdown", "write_report"]
 
 
+def study_doc_link(out_dir: Path) -> str | None:
+    """docs/study.md of the peanchor checkout this runs from, relative to ``out_dir`` (a link that works where the
+    report is opened on this machine); None for an installed peanchor, which ships no docs."""
+    study = Path(__file__).resolve().parents[2] / "docs" / "study.md"
+    if not study.is_file():
+        return None
+    return Path(os.path.relpath(study, out_dir.resolve())).as_posix()
+
+
 def write_report(results: Results | Any, out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write ``out_dir/figures/*.png|pdf``, ``out_dir/report.md`` and ``out_dir/report.html``; return the paths.
 
@@ -42,7 +51,7 @@ def write_report(results: Results | Any, out_dir: str | os.PathLike[str]) -> lis
         results = gather(results)
     out = Path(out_dir)
     figures = make_figures(results, out / "figures")
-    report = build_report(results, figures)
+    report = build_report(results, figures, study_doc_link(out))
     md_path, html_path = out / "report.md", out / "report.html"
     fileio.write_text(md_path, render_markdown(report, out))
     fileio.write_text(html_path, render_html(report))

@@ -6,12 +6,13 @@ caller's backend and works headless. Each condition has its own marker *and* lin
 colour (Okabe-Ito, safe for colour blindness; :attr:`peanchor.conditions.Condition.style`), so the figures stay
 readable in black and white. What is plotted comes from :mod:`peanchor.report.summary`, as for the text.
 
-Imports: matplotlib, :mod:`peanchor.report` (summary, document, figure_style, lenses, dose_response),
+Imports: matplotlib, :mod:`peanchor.report` (summary, claims, provenance, document, figure_style, lenses, dose_response),
 :mod:`peanchor.conditions`, :mod:`peanchor.results`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +23,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from peanchor.conditions import CONDITIONS, PAPER, label, ordered
+from peanchor.report.claims import model_correlation
 from peanchor.report.document import FigureFile
+from peanchor.report.provenance import setting_text
 from peanchor.report.figure_style import (
     condition_styles,
     figure_file,
@@ -35,7 +38,6 @@ from peanchor.report.figure_style import (
 )
 from peanchor.report.summary import (
     correlation_points,
-    delta_fs_correlation,
     finite,
     models_by_condition,
     primary_shift,
@@ -173,7 +175,7 @@ def _plot_correlation(results: Results, directory: Path) -> FigureFile | None:
     points = correlation_points(results, shift)
     if not points:
         return None
-    stats = delta_fs_correlation(results, shift)
+    _, rho, _ = model_correlation(results)
     conds = ordered(p.condition for p in points)
     styles = condition_styles(conds)
     fig, axes = new_figure(1, width_per_panel=5.6, height=4.2)
@@ -187,16 +189,15 @@ def _plot_correlation(results: Results, directory: Path) -> FigureFile | None:
             ax.scatter([p.delta_ssdc for p in sel], [p.fs for p in sel], marker=st["marker"], s=38,
                        facecolors=st["color"] if full else "none", edgecolors=st["color"], linewidths=1.1,
                        label=f"{label(c)}, {suffix}")
-    rho, p_value = stats.rho, stats.p_value
-    stat_text = (f"Spearman ρ = {rho:.2f}, permutation p = {p_value:.3g}, n = {stats.n}" if finite(rho)
-                 else f"Spearman ρ undefined (n = {stats.n})")
+    stat_text = (f"Spearman ρ over the {rho.n} models at α = 1: {rho.text(2, True)} (95% Fisher-z interval)"
+                 if finite(rho.value) else f"{rho.n} models at α = 1: too few for an interval of ρ")
     ax.set_title(stat_text, fontsize=10)
     ax.set_xlabel("ΔSSDC = SSDC(layer 1) − SSDC(layer 0), under RPI")
     ax.set_ylabel(f"Fragility Score ({shift})")
     finish(fig, axes)
     png, pdf = save(fig, directory, "delta_ssdc_vs_fs")
-    caption = (f"ΔSSDC against FS ({shift}) for every model (filled, α = 1) and every α-sweep point (hollow); "
-               f"{stat_text}.")
+    caption = (f"ΔSSDC against FS ({shift}) for every model (filled, α = 1) and every α-sweep point (hollow, not in "
+               f"the correlation: one model's α points are one sample); {stat_text}.")
     return FigureFile("delta_ssdc_vs_fs", f"ΔSSDC vs FS ({shift})", caption, png, pdf)
 
 
@@ -252,4 +253,7 @@ def make_figures(results: Results, directory: str | Path) -> list[FigureFile]:
         fig = plot(results, directory)
         if fig is not None:
             made.append(fig)
-    return made + plot_dose_responses(results, directory)  # a figure per dose-response sweep
+    made += plot_dose_responses(results, directory)  # a figure per dose-response sweep
+    # Every legend names what the models were measured on and under (the data, any intervention).
+    setting = f" Measured on {setting_text(results)}."
+    return [dataclasses.replace(f, caption=f.caption.rstrip() + setting) for f in made]
