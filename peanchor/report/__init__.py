@@ -24,6 +24,7 @@ from peanchor.report.figures import make_figures
 from peanchor.report.html import render_html
 from peanchor.report.inputs import gather
 from peanchor.report.markdown import render_markdown
+from peanchor.report.mixing import check_comparable
 from peanchor.report.prose import build_report
 from peanchor.results import Results
 
@@ -39,16 +40,19 @@ def study_doc_link(out_dir: Path) -> str | None:
     return Path(os.path.relpath(study, out_dir.resolve())).as_posix()
 
 
-def write_report(results: Results | Any, out_dir: str | os.PathLike[str]) -> list[Path]:
+def write_report(results: Results | Any, out_dir: str | os.PathLike[str], allow_mixed: bool = False) -> list[Path]:
     """Write ``out_dir/figures/*.png|pdf``, ``out_dir/report.md`` and ``out_dir/report.html``; return the paths.
 
     ``results`` is a :class:`Results`, or anything :func:`peanchor.report.inputs.gather` reads: analyses, grids
     and paths to their files, in a mapping ``name → ...`` or a list (names inferred), e.g.
     ``write_report({"ape": "runs/ape", "mine": result}, "out")``. Every file is written atomically; figures whose
-    data is missing are skipped.
+    data is missing are skipped. Analyses made on different images or with different permutations behind RPI
+    are refused (one :class:`~peanchor.errors.DataError` line) unless ``allow_mixed``
+    (:mod:`~peanchor.report.mixing`).
     """
     if not isinstance(results, Results):
         results = gather(results)
+    check_comparable(results, allow_mixed)  # refuses analyses on other images or other RPI permutations
     out = Path(out_dir)
     figures = make_figures(results, out / "figures")
     report = build_report(results, figures, study_doc_link(out))
