@@ -259,6 +259,7 @@ def summary_repr(result: AnalysisResult) -> str:
     reason = (result.source or {}).get("accuracy")
     if reason:
         lines.append(f"  accuracy: {reason}")
+    lines += [f"  FS {shift} undefined: {why}" for shift, why in (result.fragility_undefined or {}).items()]
     return "\n".join(lines)
 
 
@@ -276,4 +277,6 @@ def summary_html(result: AnalysisResult) -> str:
                     for k, v in row.items())  # fmt: skip
     note = (result.source or {}).get("accuracy")
     caption = escape(_heading(result)) + (f"<br>accuracy: {escape(str(note))}" if note else "")
+    caption += "".join(f"<br>FS {escape(k)} undefined: {escape(str(why))}"
+                       for k, why in (result.fragility_undefined or {}).items())  # fmt: skip
     return f"<table><caption>AnalysisResult: {caption}</caption><tbody>{cells}</tbody></table>"

@@ -352,6 +352,15 @@ def out_beside(out: Path, plan: Any, fingerprint: str, explicit: bool) -> Path:
     return candidate
 
 
+def _fs(record: Any, shift: str, short: bool = False) -> str:
+    """FS at ``shift`` of an analysis or an α point: the number, or ``undefined (reason)`` (``undef.`` in a
+    column), never a number where the clean accuracy is not above chance."""
+    reason = (getattr(record, "fragility_undefined", None) or {}).get(shift)
+    if reason:
+        return "undef." if short else f"undefined ({reason})"
+    return _f(record.fragility.get(shift))
+
+
 def _f(v: Any, digits: int = 3) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
 
@@ -365,7 +374,7 @@ def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.result
     r = result
     lines = [f"{name}: {r.num_images} images, {r.forward_passes} passes, {r.seconds:.1f} s",
              f"  data: {data_text(r)}; interventions: {interventions_text(r)}"]  # fmt: skip
-    shifts = ", ".join(f"{k} {_f(r.acc[k])} (FS {_f(r.fragility[k])})" for k in r.acc)
+    shifts = ", ".join(f"{k} {_f(r.acc[k])} (FS {_fs(r, k)})" for k in r.acc)
     lines.append(f"  top-1 clean {_f(r.clean_acc)}, RPI {_f(r.rpi_acc)}, {shifts}")
     lines.append(f"  ΔSSDC (RPI, layer 1 - layer 0) {_f(r.delta_ssdc)}")
     for name, lens in LENSES.items():
@@ -378,6 +387,8 @@ def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.result
     if r.alpha_sweep:
         lines.append("  alpha   ΔSSDC  clean  " + "  ".join(f"FS {k}" for k in r.acc))
         for e in r.alpha_sweep:
-            fs = "  ".join(f"{_f(e.fragility[k]):>{len(k) + 3}}" for k in r.acc)
+            fs = "  ".join(f"{_fs(e, k, short=True):>{len(k) + 3}}" for k in r.acc)
             lines.append(f"  {e.alpha:5.2f}  {_f(e.delta_ssdc):>6}  {_f(e.clean_acc):>5}  {fs}")
+        reasons = {f"α = {e.alpha:g}, {k}: {why}" for e in r.alpha_sweep for k, why in (e.fragility_undefined or {}).items()}
+        lines += [f"  FS undefined at {text}" for text in sorted(reasons)]
     return "\n".join(lines)

@@ -6,8 +6,8 @@ caller's backend and works headless. Each condition has its own marker *and* lin
 colour (Okabe-Ito, safe for colour blindness; :attr:`peanchor.conditions.Condition.style`), so the figures stay
 readable in black and white. What is plotted comes from :mod:`peanchor.report.summary`, as for the text.
 
-Imports: matplotlib, :mod:`peanchor.report` (summary, claims, provenance, document, figure_style, lenses, dose_response),
-:mod:`peanchor.conditions`, :mod:`peanchor.results`.
+Imports: matplotlib, :mod:`peanchor.report` (summary, cells, claims, provenance, document, figure_style, lenses,
+dose_response), :mod:`peanchor.conditions`, :mod:`peanchor.results`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from peanchor.conditions import CONDITIONS, PAPER, label, ordered
+from peanchor.report.cells import own_interval
 from peanchor.report.claims import model_correlation
 from peanchor.report.document import FigureFile
 from peanchor.report.provenance import setting_text
@@ -140,7 +141,8 @@ def draw_alpha_sweep(results: Results, paper_reference: bool = True, axes: list[
     same_shifts = results.shifts.get("jpeg") == PAPER.shifts["jpeg"]
     getters: dict[str, tuple[str, Any]] = {"delta_ssdc": ("ΔSSDC (under RPI)", lambda p: p.delta_ssdc)}
     getters |= {k: (f"FS ({k})", (lambda p, k=k: p.fragility.get(k))) for k in keys}
-    for ax, (panel, get) in zip(axes, (getters[c] for c in chosen)):
+    cell_keys = {"delta_ssdc": "delta_ssdc", **{k: f"fs_{k}" for k in keys}}
+    for ax, (name, (panel, get)) in zip(axes, ((c, getters[c]) for c in chosen)):
         for c in conds:
             xs, means, stds = group_values((p.alpha, get(p)) for p in sweep if p.condition == c)
             if xs.size == 0:
@@ -148,6 +150,12 @@ def draw_alpha_sweep(results: Results, paper_reference: bool = True, axes: list[
             seeds = len({p.seed for p in sweep if p.condition == c})
             ax.errorbar(xs, means, yerr=stds if np.any(stds > 0) else None, label=f"{label(c)} (n={seeds})",
                         markersize=5, linewidth=1.4, capsize=2, elinewidth=0.8, **styles[c])
+            if seeds == 1:  # one seed: its analysis's own interval at each α, where recorded, as a band
+                band = sorted((p.alpha, own_interval(p, cell_keys[name])) for p in sweep if p.condition == c)
+                band = [(a, ci) for a, ci in band if ci is not None]
+                if band:
+                    ax.fill_between([a for a, _ in band], [ci[0] for _, ci in band], [ci[1] for _, ci in band],
+                                    color=styles[c]["color"], alpha=0.12, linewidth=0)
         ref_key = "delta_ssdc" if panel.startswith("ΔSSDC") else ("fs_jpeg" if panel == "FS (jpeg)" and same_shifts else None)
         if ref_key is not None and paper_reference:
             ape = CONDITIONS["ape"].alpha_sweep
@@ -165,7 +173,8 @@ def draw_alpha_sweep(results: Results, paper_reference: bool = True, axes: list[
 
 def _plot_alpha_sweep(results: Results, directory: Path) -> FigureFile | None:
     caption = ("ΔSSDC (RPI on) and Fragility Scores (clean and shifted accuracy both at that α, RPI off) as the PE is scaled "
-               "by α at inference; means over seeds, bars ±1 std; the dotted grey line is the paper's APE sweep "
+               "by α at inference; means over seeds, bars ±1 std (one seed: a band of its analysis's 95% interval where "
+               "recorded); the dotted grey line is the paper's APE sweep "
                f"({PAPER.label}), shown for FS only when our shifts are the paper's.")
     return figure_file(draw_alpha_sweep(results), directory, "alpha_sweep", "α sweep", caption)
 

@@ -5,8 +5,8 @@ Every sentence about the results is generated from comparisons of the numbers (:
 the prose says what these numbers show and nothing more; the paper's numbers come from :mod:`peanchor.conditions`
 and are labelled as the paper's.
 
-Imports: :mod:`peanchor.report` (summary, document, lenses, dose_response), :mod:`peanchor.conditions`,
-:mod:`peanchor.results`.
+Imports: :mod:`peanchor.report` (summary, cells, claims, evidence, provenance, document, lenses, dose_response),
+:mod:`peanchor.conditions`, :mod:`peanchor.results`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from peanchor.conditions import CONDITIONS, PAPER, label, ordered
+from peanchor.report.cells import condition_cell, sweep_cell
 from peanchor.report.claims import MIN_POINTS, check_claims, claims_scope, model_correlation
 from peanchor.report.evidence import DOES_NOT_REPLICATE, INCONCLUSIVE, NOT_MEASURED, REPLICATES
 from peanchor.report.provenance import provenance_table, setting_text
@@ -180,12 +181,14 @@ class _Builder:
         if not self.groups:
             return
         header = ["condition", "n"] + [name for _, name, _ in self.getters]
-        rows = [[label(c), str(self.seeds(c))] + [self.summaries[c][key].cell() for key, _, _ in self.getters]
-                for c in self.groups]  # fmt: skip
+        rows = [[label(c), str(self.seeds(c))] + [condition_cell(self.groups[c], key, self.summaries[c][key])
+                                                  for key, _, _ in self.getters] for c in self.groups]  # fmt: skip
         self.doc.add(Heading(2, "Results per condition"), Table(
             header, rows,
-            "mean ± std over seeds; [95% bootstrap CI of the mean] when n ≥ 3. FS = 1 − A_shift/A_clean (lower is more "
-            "robust); max SSDC (RPI) is each model's highest SSDC over layers under RPI."))  # fmt: skip
+            "mean ± std over seeds; [95% bootstrap CI of the mean] when n ≥ 3; with one seed, [the analysis's own 95% "
+            "interval] where it recorded one. FS = 1 − A_shift/A_clean (lower is more robust), undefined when the "
+            "clean accuracy is not above chance; max SSDC (RPI) is each model's highest SSDC over layers under "
+            "RPI."))  # fmt: skip
         self.figure("ssdc_per_layer")
         notes = [f"{label(c)}: {CONDITIONS[c].ssdc_note}" for c in self.groups if c in CONDITIONS and CONDITIONS[c].ssdc_note]
         if notes and "ssdc_per_layer" in self.figures:
@@ -358,9 +361,8 @@ class _Builder:
         for c, pts in self.sweeps.items():
             for alpha in sorted({round(p.alpha, 6) for p in pts}, reverse=True):
                 at = [p for p in pts if abs(p.alpha - alpha) < 1e-9]
-                row = [label(c), f"{alpha:g}", str(len(at)), summarise([p.delta_ssdc for p in at]).cell(),
-                       summarise([p.clean_acc for p in at]).cell()]  # fmt: skip
-                row += [summarise([p.fragility.get(k) for p in at]).cell() for k in self.shifts]
+                row = [label(c), f"{alpha:g}", str(len(at)), sweep_cell(at, "delta_ssdc"), sweep_cell(at, "clean_acc")]
+                row += [sweep_cell(at, f"fs_{k}") for k in self.shifts]
                 ref = SWEEP_REFERENCE[c].at(alpha) if c in SWEEP_REFERENCE else None
                 row += [f"{ref[0]:.2f}", f"{ref[1]:.3f}"] if ref else ["—", "—"]
                 rows.append(row)
@@ -370,7 +372,8 @@ class _Builder:
         self.figure("alpha_sweep")
         seeds = "; ".join(f"{CONDITIONS[c].paper_name} {r.seeds} seed{'s' if r.seeds > 1 else ''}"
                           + ("" if len(r.alpha) > 2 else ", endpoints only") for c, r in SWEEP_REFERENCE.items())  # fmt: skip
-        self.doc.add(Table(header, rows, f"mean ± std over seeds. Paper columns: {seeds}."))
+        self.doc.add(Table(header, rows, f"mean ± std over seeds (one seed: [its analysis's own 95% interval] where "
+                                         f"recorded). Paper columns: {seeds}."))  # fmt: skip
 
     def correlation_section(self) -> None:
         shift, rho, left = model_correlation(self.r)
@@ -422,7 +425,7 @@ class _Builder:
         for m in models:
             secs = m.train.seconds
             rows.append([m.name, m.condition, str(m.seed), fmt(m.clean_acc)]
-                        + [fmt(m.fragility.get(k)) for k in self.shifts]
+                        + [condition_cell([m], f"fs_{k}", summarise([m.fragility.get(k)])) for k in self.shifts]
                         + [fmt(m.ssdc.max_rpi()), fmt(m.delta_ssdc), str(m.train.epochs if m.train.epochs is not None else "—"),
                            _duration(secs) if finite(secs) else "—"])  # fmt: skip
         self.doc.add(Heading(2, "Every model"), Table(header, rows))

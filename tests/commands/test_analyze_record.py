@@ -65,3 +65,20 @@ def test_the_header_record_and_repr_name_data_interventions_and_environment(tmp_
     assert env["torch"] == torch.__version__ and env["device"] == "cpu"
     assert env["cpu_capability"] == str(torch.backends.cpu.get_cpu_capability())
     assert set(env) >= {"peanchor", "python"}
+
+
+def test_an_undefined_fs_reads_as_undefined_with_its_reason_in_the_console_and_the_repr():
+    from peanchor.commands.analyze import summary_text
+
+    result = read_analysis(Path(__file__).parents[1] / "data" / "analysis-v2-three-lenses.json")
+    shift = next(iter(result.fragility))
+    result.fragility[shift] = float("nan")
+    result.fragility_undefined = {shift: "clean accuracy 0.10 not above chance 0.10"}
+    point = result.alpha_sweep[-1]
+    point.fragility[shift] = float("nan")
+    point.fragility_undefined = {shift: "clean accuracy at chance"}
+    text = summary_text(result, "m")
+    assert f"(FS undefined (clean accuracy 0.10 not above chance 0.10))" in text
+    assert f"FS undefined at α = {point.alpha:g}, {shift}: clean accuracy at chance" in text and "undef." in text
+    assert f"FS {shift} undefined: clean accuracy 0.10 not above chance 0.10" in repr(result)
+    assert "undefined: clean accuracy 0.10" in result._repr_html_()
