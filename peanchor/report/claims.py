@@ -121,7 +121,7 @@ def claims_scope(results: Results) -> str:
 
 
 def _at(iv: Interval, layer: int) -> str:
-    return f"layer {layer} {iv.text()}"
+    return f"layer {layer}: {iv.text()}"
 
 
 def _peak(layers: Sequence[Interval]) -> int:
@@ -177,7 +177,8 @@ def _early_peak(groups: dict[str, list[ModelResult]]) -> tuple[str, str]:
         position = _peak_position(layer_estimates(groups[c], "rpi"))
         verdicts.append(all_of([anchored, position]))
         depth = len(groups[c][0].ssdc.rpi)
-        parts.append(f"`{c}`: {text} of 0–{depth - 1} (anchored: {anchored}; peak in the first half: {position})")
+        parts.append(f"`{c}`: {text} of layers 0–{depth - 1} (anchored: {anchored}; peak in the first half: "
+                     f"{position})")  # fmt: skip
     return all_of(verdicts), "; ".join(parts)
 
 
@@ -280,7 +281,9 @@ def _alpha_sweep(results: Results, groups: dict[str, list[ModelResult]]) -> tupl
         return NOT_MEASURED, "no α sweep of an `ape` model"
     delta, notes = _trend(models, rows, "delta_ssdc")
     if not finite(delta.value):
-        return NOT_MEASURED, "no usable α points: " + "; ".join(dict.fromkeys(notes))
+        every = all(_identical([p for p in rows if p.model == m.name]) for m in models)
+        why = "every α point excluded" if every else "fewer than 3 usable α points, no trend to read"
+        return NOT_MEASURED if every else INCONCLUSIVE, f"{why}: " + "; ".join(dict.fromkeys(notes))
     verdicts, parts = [at_least(delta, 0.0, strict=True)], [f"slope of ΔSSDC along α {delta.text(3, True)}"]
     for k in shift_keys(results):
         fs, more = _trend(models, rows, f"fragility.{k}")

@@ -171,7 +171,7 @@ def test_over_seeds_the_interval_is_scipys_t_interval():
     for m, peak in zip([m for m in doc["models"] if m["condition"] == "ape"], (0.60, 0.26, 0.15)):
         m["ssdc"]["rpi"] = [0.1, peak, 0.1, 0.1]
     claim = _claims(doc)["index_anchored"]
-    assert claim.verdict == INCONCLUSIVE and "layer 1 0.34 [" in claim.evidence
+    assert claim.verdict == INCONCLUSIVE and "layer 1: 0.34 [" in claim.evidence
 
 
 def test_fs_undefined_reads_as_undefined_with_its_reason_never_a_number():
@@ -273,3 +273,10 @@ def test_combining_verdicts():
 def test_the_scope_of_a_verdict_at_one_seed_is_these_trained_models():
     assert "about these trained models" in C.claims_scope(results_from_dict(_results(PAPER_LIKE, seeds=(0,))))
     assert "seed-to-seed variation is in them" in C.claims_scope(results_from_dict(_results(PAPER_LIKE)))
+
+
+def test_an_alpha_sweep_with_too_few_usable_points_is_inconclusive_and_says_why():
+    sweep = {a: {"delta": 0.35 * a, "acc": 0.8 if a > 0.7 else 0.1, "fs": {"jpeg": 0.3, "blur": 0.3}} for a in ALPHAS}
+    claim = _claims(_results(PAPER_LIKE, seeds=(0,), sweep=sweep))["alpha_sweep"]
+    assert claim.verdict == INCONCLUSIVE
+    assert claim.evidence.startswith("fewer than 3 usable α points, no trend to read: ape-s0 α = 0.6: clean accuracy")
