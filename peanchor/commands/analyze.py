@@ -389,6 +389,7 @@ def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.result
         for e in r.alpha_sweep:
             fs = "  ".join(f"{_fs(e, k, short=True):>{len(k) + 3}}" for k in r.acc)
             lines.append(f"  {e.alpha:5.2f}  {_f(e.delta_ssdc):>6}  {_f(e.clean_acc):>5}  {fs}")
-        reasons = {f"α = {e.alpha:g}, {k}: {why}" for e in r.alpha_sweep for k, why in (e.fragility_undefined or {}).items()}
+        reasons = {f"α = {e.alpha:g}, {k}: {why}"
+                   for e in r.alpha_sweep for k, why in (e.fragility_undefined or {}).items()}  # fmt: skip
         lines += [f"  FS undefined at {text}" for text in sorted(reasons)]
     return "\n".join(lines)

@@ -53,7 +53,6 @@ from peanchor.report.evidence import (
     at_least,
     at_most,
     difference,
-    estimate,
     fs_estimate,
     layer_estimates,
     over_seeds,
@@ -204,8 +203,10 @@ def _fs_gap(base: list[ModelResult], pe: list[ModelResult], shift: str) -> Inter
     fs_b, fs_p = fs_estimate(base, shift), fs_estimate(pe, shift)
     if fs_b.undefined or fs_p.undefined:
         return difference(fs_b, fs_p)
-    defined = [(b, p) for b, p in pairs if finite(b.fragility.get(shift)) and finite(p.fragility.get(shift))
-               and not (b.fragility_undefined or {}).get(shift) and not (p.fragility_undefined or {}).get(shift)]  # fmt: skip
+    def ok(m: ModelResult) -> bool:
+        return finite(m.fragility.get(shift)) and not (m.fragility_undefined or {}).get(shift)
+
+    defined = [(b, p) for b, p in pairs if ok(b) and ok(p)]
     if len(defined) >= 2:
         return over_seeds([b.fragility[shift] - p.fragility[shift] for b, p in defined])
     return difference(fs_b, fs_p)

@@ -124,6 +124,10 @@ class _Builder:
         ))  # fmt: skip
         self.doc.add(Paragraph(self.sample_size_sentence()))
 
+    def has_intervals(self) -> bool:
+        """Whether any model's analysis recorded an interval (older files have none)."""
+        return any(m.clean_acc_ci or m.delta_ssdc_ci or m.ssdc.rpi_ci for m in self.r.models)
+
     def sample_size_sentence(self) -> str:
         counts = {c: self.seeds(c) for c in self.groups}
         if not counts:
@@ -134,6 +138,10 @@ class _Builder:
                     f"bootstrap CIs of the mean over seeds ({N_BOOT:,} resamples).")  # fmt: skip
         if len(few) == len(counts):
             top = max(counts.values())
+            if top == 1 and not self.has_intervals():
+                return ("n = 1 seed per condition: every number is one trained model, and these analyses recorded no "
+                        "intervals (an older peanchor made them), so a claim that needs one is inconclusive; analyse "
+                        "again with this peanchor for intervals over the images.")  # fmt: skip
             if top == 1:
                 return ("n = 1 seed per condition: every number is one trained model. Intervals in brackets are the "
                         "analysis's own (a bootstrap over images, and over permutations under RPI): they say how "
