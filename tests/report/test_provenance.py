@@ -70,3 +70,18 @@ def test_the_title_names_the_data_and_the_interventions():
     plain = copy.deepcopy(doc)
     plain["models"][0]["analysis_settings"] = {**SETTINGS, "interventions": []}
     assert build_report(results_from_dict(plain)).title == "peanchor report: scenes, 32 px, 1000 evaluation images"
+
+
+def test_analyses_gathered_without_a_grid_keep_the_data_they_agree_on(tmp_path):
+    import json
+    from pathlib import Path
+
+    from peanchor.report.inputs import gather_items
+
+    old = Path(__file__).parents[1] / "data" / "analysis-v2-three-lenses.json"
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "analysis.json").write_text(old.read_text())
+    results = gather_items([("ape", str(tmp_path / "a")), ("rope", str(tmp_path / "b"))])
+    assert (results.dataset, results.img_size) == ("scenes", 16)
+    assert json.loads(old.read_text())["source"]["data"]["name"] == "scenes"
