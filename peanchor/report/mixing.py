@@ -75,7 +75,8 @@ def check_comparable(results: Results, allow_mixed: bool = False) -> str | None:
     if bad and not allow_mixed:
         why = ("different images" if "evalset" in bad else "") + (" and " if "evalset" in bad and len(bad) > 1 else "")
         why += "different permutations behind RPI" if any(k != "evalset" for k in bad) else ""
-        raise DataError(f"the analyses compared were made with {why} ({', '.join(bad)} differ), so their comparison "
+        verb = "differs" if len(bad) == 1 else "differ"
+        raise DataError(f"the analyses compared were made with {why} ({', '.join(bad)} {verb}), so their comparison "
                         f"would be meaningless; pass {ALLOW_FLAG} (allow_mixed=True in Python) to compare them "
                         "anyway")  # fmt: skip
     return "settings that differ between the analyses compared: " + "; ".join(

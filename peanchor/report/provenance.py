@@ -95,8 +95,13 @@ def setting_text(results: Results) -> str:
     if not data:
         name = results.dataset or "unknown data"
         data = [str(name) + (f", {results.img_size} px" if results.img_size else "")]
-    edits = [e for e in dict.fromkeys(interventions_text(m, results) for m in results.models) if e != "none"]
-    return "; ".join(data) + (f"; under {', '.join(edits)}" if edits else "")
+    edits: dict[str, list[str]] = {}
+    for m in results.models:
+        who = edits.setdefault(interventions_text(m, results), [])
+        if m.condition not in who:
+            who.append(m.condition)
+    shown = [e if len(edits) == 1 else f"{e} ({', '.join(who)})" for e, who in edits.items() if e != "none"]
+    return "; ".join(data) + (f"; under {', '.join(shown)}" if shown else "")
 
 
 def _budget(m: ModelResult) -> str:

@@ -39,9 +39,9 @@ def test_a_setting_that_does_not_change_the_estimand_is_named_in_one_line(tmp_pa
 
 
 @pytest.mark.parametrize(("settings", "named"), [
-    ({"batch_size": 500}, "different permutations behind RPI (batch_size differ)"),  # per call: the batch sets them
-    ({"seed": 1}, "different permutations behind RPI (seed differ)"),
-    ({"evalset": "scenes-16px-n100-0123456789abcdef"}, "different images (evalset differ)"),
+    ({"batch_size": 500}, "different permutations behind RPI (batch_size differs)"),  # per call: the batch sets them
+    ({"seed": 1}, "different permutations behind RPI (seed differs)"),
+    ({"evalset": "scenes-16px-n100-0123456789abcdef"}, "different images (evalset differs)"),
 ])  # fmt: skip
 def test_other_images_or_other_permutations_are_refused_unless_allowed(tmp_path, settings, named):
     results = gather_items([("a", str(_analysis(tmp_path, "a"))), ("b", str(_analysis(tmp_path, "b", **settings)))])
@@ -70,7 +70,7 @@ def test_with_a_permutation_per_image_the_batch_size_does_not_matter(tmp_path):
 
 
 def test_another_rpi_mode_is_refused_and_an_older_file_reads_as_per_call(tmp_path):
-    with pytest.raises(DataError, match=r"different permutations behind RPI \(rpi_mode differ\)"):
+    with pytest.raises(DataError, match=r"different permutations behind RPI \(rpi_mode differs\)"):
         check_comparable(_grid(tmp_path, {}, {"rpi_mode": "per_image"}))
     assert check_comparable(_grid(tmp_path / "again", {}, {"rpi_mode": "per_call"})) is None
 

@@ -85,3 +85,10 @@ def test_analyses_gathered_without_a_grid_keep_the_data_they_agree_on(tmp_path):
     results = gather_items([("ape", str(tmp_path / "a")), ("rope", str(tmp_path / "b"))])
     assert (results.dataset, results.img_size) == ("scenes", 16)
     assert json.loads(old.read_text())["source"]["data"]["name"] == "scenes"
+
+
+def test_the_title_says_which_conditions_ran_under_an_intervention_when_not_all_did():
+    rope = _model("rope", 0)
+    rope["analysis_settings"] = {**SETTINGS, "interventions": []}
+    assert setting_text(results_from_dict(_results([_model("ape", 0), rope]))) == (
+        "scenes, 32 px, 1000 evaluation images; under pe_zero:prefix=zero (ape)")
