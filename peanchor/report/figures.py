@@ -187,6 +187,7 @@ def _plot_correlation(results: Results, directory: Path) -> FigureFile | None:
     _, rho, _ = model_correlation(results)
     conds = ordered(p.condition for p in points)
     styles = condition_styles(conds)
+    models = {m.name: m for m in results.models}
     fig, axes = new_figure(1, width_per_panel=5.6, height=4.2)
     ax = axes[0]
     for c in conds:
@@ -198,14 +199,23 @@ def _plot_correlation(results: Results, directory: Path) -> FigureFile | None:
             ax.scatter([p.delta_ssdc for p in sel], [p.fs for p in sel], marker=st["marker"], s=38,
                        facecolors=st["color"] if full else "none", edgecolors=st["color"], linewidths=1.1,
                        label=f"{label(c)}, {suffix}")
-    stat_text = (f"Spearman ρ over the {rho.n} models at α = 1: {rho.text(2, True)} (95% Fisher-z interval)"
-                 if finite(rho.value) else f"{rho.n} models at α = 1: too few for an interval of ρ")
-    ax.set_title(stat_text, fontsize=10)
+            for p in sel if full else []:  # a model's own 95% intervals, where its analysis recorded them
+                m = models.get(p.model)
+                x_ci, y_ci = (own_interval(m, "delta_ssdc"), own_interval(m, f"fs_{shift}")) if m else (None, None)
+                if x_ci is not None and y_ci is not None:
+                    ax.errorbar([p.delta_ssdc], [p.fs], xerr=[[p.delta_ssdc - x_ci[0]], [x_ci[1] - p.delta_ssdc]],
+                                yerr=[[p.fs - y_ci[0]], [y_ci[1] - p.fs]], fmt="none", ecolor=st["color"],
+                                elinewidth=0.8, capsize=2)  # fmt: skip
+    title = (f"Spearman ρ, {rho.n} models at α = 1: {rho.text(2, True)}" if finite(rho.value)
+             else f"{rho.n} models at α = 1: too few for an interval of ρ")
+    stat_text = title + (" (95% Fisher-z interval)" if finite(rho.value) else "")
+    ax.set_title(title, fontsize=10)
     ax.set_xlabel("ΔSSDC = SSDC(layer 1) − SSDC(layer 0), under RPI")
     ax.set_ylabel(f"Fragility Score ({shift})")
     finish(fig, axes)
     png, pdf = save(fig, directory, "delta_ssdc_vs_fs")
-    caption = (f"ΔSSDC against FS ({shift}) for every model (filled, α = 1) and every α-sweep point (hollow, not in "
+    caption = (f"ΔSSDC against FS ({shift}) for every model (filled, α = 1; bars: its analysis's 95% intervals where "
+               f"recorded) and every α-sweep point (hollow, not in "
                f"the correlation: one model's α points are one sample); {stat_text}.")
     return FigureFile("delta_ssdc_vs_fs", f"ΔSSDC vs FS ({shift})", caption, png, pdf)
 

@@ -47,3 +47,12 @@ def test_an_undefined_fs_is_the_word_and_its_reason():
     assert sweep_cell(points, "fs_jpeg") == "undefined (clean accuracy not above chance)"
     assert sweep_cell(points, "clean_acc") == "0.100 [0.080, 0.120]"
     assert math.isnan(points[0].fragility["jpeg"])
+
+
+def test_the_correlation_figure_draws_a_models_own_intervals(tmp_path):
+    from peanchor.report.figures import make_figures
+
+    results = _results()
+    results.shifts = {"jpeg": {"kind": "jpeg", "quality": 10}}
+    figure = next(f for f in make_figures(results, tmp_path) if f.key == "delta_ssdc_vs_fs")
+    assert "bars: its analysis's 95% intervals where recorded" in figure.caption and figure.png.is_file()
