@@ -262,9 +262,11 @@ def _trend(models: list[ModelResult], rows: list[SweepRow], name: str) -> tuple[
             notes.append(f"{m.name}: every α point excluded, identical by construction (α does not reach the model)")
             continue
         trend = (m.alpha_trends or {}).get(name)
-        if trend is not None:
-            ci = trend.get("ci") or [math.nan, math.nan]
-            iv, excluded = Interval(float(trend["slope"]), float(ci[0]), float(ci[1]), "images"), trend.get("excluded")
+        if trend is not None:  # the analysis's own trend: its slope and interval, and the α points it left out
+            slope, ci = trend.get("slope"), trend.get("ci") or [None, None]
+            low, high = (float(ci[0]), float(ci[1])) if all(finite(v) for v in ci[:2]) else (math.nan, math.nan)
+            iv = Interval(float(slope) if finite(slope) else math.nan, low, high, "images" if finite(low) else "")
+            excluded = trend.get("excluded")
         else:
             iv, excluded = _fallback_trend(own, name, m.chance)
         notes += [f"{m.name} α = {a}: {why}" for a, why in (excluded or {}).items()]

@@ -199,3 +199,13 @@ def test_an_alpha_sweep_with_too_few_usable_points_is_inconclusive_and_says_why(
     claim = _claims(_results(PAPER_LIKE, seeds=(0,), sweep=sweep))["alpha_sweep"]
     assert claim.verdict == INCONCLUSIVE
     assert claim.evidence.startswith("fewer than 3 usable α points, no trend to read: ape-s0 α = 0.6: clean accuracy")
+
+
+def test_a_trend_without_a_slope_or_interval_reads_as_such():
+    trends = {"delta_ssdc": {"slope": None, "ci": None, "alphas": [], "excluded": {"1": "at chance", "0": "at chance"}}}
+    claim = _claims(_results(PAPER_LIKE, seeds=(0,), trends=trends))["alpha_sweep"]
+    assert claim.verdict == INCONCLUSIVE and "ape-s0 α = 1: at chance" in claim.evidence
+    trends = {"delta_ssdc": _trend(0.3, 0.1), "fragility.jpeg": {"slope": -0.2, "ci": [None, None]},
+              "fragility.blur": _trend(-0.3, 0.1)}  # fmt: skip
+    claim = _claims(_results(PAPER_LIKE, seeds=(0,), trends=trends))["alpha_sweep"]
+    assert claim.verdict == INCONCLUSIVE and "of FS jpeg -0.200 (no interval)" in claim.evidence
