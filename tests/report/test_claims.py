@@ -209,3 +209,16 @@ def test_a_trend_without_a_slope_or_interval_reads_as_such():
               "fragility.blur": _trend(-0.3, 0.1)}  # fmt: skip
     claim = _claims(_results(PAPER_LIKE, seeds=(0,), trends=trends))["alpha_sweep"]
     assert claim.verdict == INCONCLUSIVE and "of FS jpeg -0.200 (no interval)" in claim.evidence
+
+
+@pytest.mark.parametrize(("jpeg", "verdict"), [
+    # ΔSSDC: none = rpt (0.01) < rope (0.10) < ape (0.35) < sincos (0.60)
+    ((0.50, 0.48, 0.30, 0.25, 0.35), REPLICATES),  # FS falling as ΔSSDC rises: ρ = −0.97
+    ((0.10, 0.12, 0.30, 0.35, 0.20), DOES_NOT_REPLICATE),  # FS rising with it: ρ = +0.97
+    ((0.30, 0.48, 0.50, 0.25, 0.35), INCONCLUSIVE),  # ρ = −0.21: five models cannot exclude 0
+])  # fmt: skip
+def test_delta_fs_replicates_fails_or_is_inconclusive_by_rhos_interval(jpeg, verdict):
+    spec = copy.deepcopy(PAPER_LIKE)
+    for cond, fs in zip(("none", "rpt", "ape", "sincos", "rope"), jpeg):
+        spec[cond]["fs"]["jpeg"] = fs
+    assert _verdicts(_results(spec, seeds=(0,)))["delta_fs"] == verdict
