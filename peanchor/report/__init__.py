@@ -6,7 +6,11 @@ self-contained ``out_dir/report.html`` for a :class:`peanchor.results.Results` (
 (:mod:`~peanchor.report.inputs`):
 
 * :mod:`~peanchor.report.summary`: the numbers (grouping, statistics over seeds, the ΔSSDC–FS correlation);
-* :mod:`~peanchor.report.prose`: the text and tables, as a :class:`~peanchor.report.document.Report`;
+* :mod:`~peanchor.report.prose`: the text and tables, as a :class:`~peanchor.report.document.Report`, opening with
+  :mod:`~peanchor.report.provenance`'s table of what was run and the claims' verdicts
+  (:mod:`~peanchor.report.claims`, read from :mod:`~peanchor.report.evidence`'s intervals);
+* :mod:`~peanchor.report.mixing`: which settings differ between the analyses compared, and the refusal of a
+  meaningless mix;
 * :mod:`~peanchor.report.figures`: the figures;
 * :mod:`~peanchor.report.markdown`, :mod:`~peanchor.report.html`: the two renderers.
 
