@@ -221,6 +221,8 @@ class AnalysisResult(Measures):
     source: dict[str, Any] = field(default_factory=dict)  # where the model and the data came from
     notes: list[str] | None = _optional()  # what the analysis log said of the measurement (a lens's fallback, ...)
     alpha_trends: dict[str, AlphaTrend] | None = _optional()  # "delta_ssdc", "clean_acc", "fragility.<shift>"
+    # where the analysis ran: peanchor, torch and Python versions, git commit, CPU kernels or GPU; absent in older files
+    environment: dict[str, str] | None = _optional()
 
     def save(self, out_dir: str | os.PathLike[str]) -> Path:
         """Write ``analysis.json`` and ``analysis.csv`` into ``out_dir`` (:func:`write_analysis`); returns the JSON."""
@@ -271,12 +273,23 @@ class ModelResult(Measures, CellId):
     run_dir: str | None = None
     analysis_seconds: float | None = None
     forward_passes: int | None = None
+    alpha_trends: dict[str, AlphaTrend] | None = _optional()  # the analysis's (AnalysisResult.alpha_trends)
+    # How its analysis was made and on what, for the report's provenance and its check that the models compared
+    # were measured alike (absent in older files): the analysis's settings, source (model_args, data) and
+    # environment, and its number of images.
+    analysis_settings: dict[str, Any] | None = _optional()
+    source: dict[str, Any] | None = _optional()
+    environment: dict[str, str] | None = _optional()
+    num_images: int | None = _optional()
 
     @classmethod
     def from_analysis(cls, analysis: AnalysisResult, cell: CellId, train: TrainSummary, run_dir: str) -> ModelResult:
         measures = {f.name: getattr(analysis, f.name) for f in dataclasses.fields(Measures)}
         return cls(**dataclasses.asdict(cell), **measures, train=train, run_dir=run_dir,
-                   analysis_seconds=analysis.seconds, forward_passes=analysis.forward_passes)  # fmt: skip
+                   analysis_seconds=analysis.seconds, forward_passes=analysis.forward_passes,
+                   alpha_trends=analysis.alpha_trends, analysis_settings=to_json_dict(analysis.settings),
+                   source=dict(analysis.source or {}), environment=analysis.environment,
+                   num_images=analysis.num_images)  # fmt: skip
 
 
 @dataclass(kw_only=True)

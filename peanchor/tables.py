@@ -250,10 +250,28 @@ def _value(v: float) -> str:
     return f"{v:.3f}" if _finite(v) else "n/a"
 
 
+def data_text(result: AnalysisResult) -> str:
+    """What the analysis was measured on: ``scenes, 500 images, 64 px`` (the name, or "tensors" for images given in
+    Python)."""
+    data = dict((result.source or {}).get("data") or {})
+    if isinstance(data.get("data"), dict):  # peanchor.analyze on a named dataset: the spec under "data"
+        data = {**data.pop("data"), **data}
+    name = data.get("name") or data.get("kind") or "unknown data"
+    size = data.get("img_size")
+    return f"{name}, {result.num_images} images" + (f", {size} px" if size else "")
+
+
+def interventions_text(result: AnalysisResult) -> str:
+    """The edits every pass ran under (``--intervention``), or ``none``."""
+    edits = list(getattr(result.settings, "interventions", None) or ())
+    return " + ".join(str(e) for e in edits) if edits else "none"
+
+
 def _heading(result: AnalysisResult) -> str:
     m = result.model
     grid = "x".join(str(g) for g in m.grid)
-    return f"pe={m.pe or 'none'}, {m.depth} layers, {grid} grid, {result.num_images} images"
+    return (f"pe={m.pe or 'none'}, {m.depth} layers, {grid} grid; data {data_text(result)}; interventions "
+            f"{interventions_text(result)}")
 
 
 def _shown(row: Mapping[str, float]) -> dict[str, str]:
@@ -276,7 +294,7 @@ def summary_repr(result: AnalysisResult) -> str:
     reason = (result.source or {}).get("accuracy")
     if reason:
         lines.append(f"  accuracy: {reason}")
-    lines += [f"  FS {shift}: undefined, {why}" for shift, why in (result.fragility_undefined or {}).items()]
+    lines += [f"  FS {shift} undefined: {why}" for shift, why in (result.fragility_undefined or {}).items()]
     return "\n".join(lines)
 
 
@@ -293,5 +311,7 @@ def summary_html(result: AnalysisResult) -> str:
     cells = "".join(f"<tr><th>{escape(labels.get(k, k))}</th><td><code>{escape(k)}</code></td><td>{escape(v)}</td></tr>"
                     for k, v in row.items())  # fmt: skip
     note = (result.source or {}).get("accuracy")
-    caption = escape(_heading(result)) + (f"<br>accuracy: {escape(str(note))}" if note else "")
+    caption = escape(_heading(result)) + (f"<br/>accuracy: {escape(str(note))}" if note else "")
+    caption += "".join(f"<br/>FS {escape(k)} undefined: {escape(str(why))}"
+                       for k, why in (result.fragility_undefined or {}).items())  # fmt: skip
     return f"<table><caption>AnalysisResult: {caption}</caption><tbody>{cells}</tbody></table>"

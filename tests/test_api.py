@@ -3,6 +3,8 @@ wraps timm and transformers models, refuses bad input in one line, and its resul
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import re
@@ -222,9 +224,19 @@ def test_the_readme_python_example_runs(tmp_path, monkeypatch) -> None:
     code = block.group(1)
     assert len(code.strip().splitlines()) <= 12
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md", "exec"), {})
+    printed = []
+    for _ in range(2):  # seeded: the same numbers every run
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "README.md", "exec"), {})
+        printed.append(out.getvalue())
+    assert printed[0] == printed[1]
+    assert "data scenes, 64 images, 32 px; interventions none" in printed[0]
+    assert re.search(r"layer 3: SSDC under RPI [+-]\d\.\d{3}, 95% interval over the images \[", printed[0])
     written = json.loads((tmp_path / "runs" / "readme-example" / "analysis.json").read_text())
     assert written["schema"] == "peanchor.analysis"
+    if written.get("chance") is not None and written["clean_acc_ci"][0] <= written["chance"]:
+        assert "FS jpeg undefined: " in printed[0] and "fs_jpeg=n/a" in printed[0]  # at chance: said, not a number
 
 
 def test_a_transformers_model_follows_the_images_resolution_and_keeps_its_mode(data) -> None:

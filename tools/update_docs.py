@@ -119,19 +119,20 @@ def figures_block(out: Path, page: Path, img_dir: Path) -> str:
 
 
 def claims_lines(results: object) -> list[str]:
-    """The report's verdict on each of the paper's claims, as two bullet lists (peanchor.report.claims)."""
-    from peanchor.report.claims import check_claims
+    """The report's verdict on each of the paper's claims, one bullet list per verdict (peanchor.report.claims)."""
+    from peanchor.report.claims import check_claims, claims_scope
+    from peanchor.report.evidence import DOES_NOT_REPLICATE, INCONCLUSIVE, NOT_MEASURED, REPLICATES
 
     claims = check_claims(results)  # type: ignore[arg-type]
-    lines = []
-    for verdict, title in ((True, "Replicates"), (False, "Does not replicate")):
-        chosen = [c for c in claims if c.replicates is verdict]
+    lines = [f"{claims_scope(results)} (thresholds and the verdict rule: docs/study.md)", ""]  # type: ignore[arg-type]
+    for verdict in (REPLICATES, DOES_NOT_REPLICATE, INCONCLUSIVE):
+        chosen = [c for c in claims if c.verdict == verdict]
         if chosen:
-            lines += [f"**{title}** (thresholds: docs/study.md):", ""]
+            lines += [f"**{verdict.capitalize()}**:", ""]
             lines += [f"- {c.statement} {c.evidence}." for c in chosen] + [""]
-    unmeasured = [c.key for c in claims if c.replicates is None]
+    unmeasured = [c.title for c in claims if c.verdict == NOT_MEASURED]
     if unmeasured:
-        lines += [f"Not measured by this run: {', '.join(unmeasured)}.", ""]
+        lines += [f"Not measured by this run: {'; '.join(unmeasured)}.", ""]
     return lines
 
 

@@ -51,7 +51,8 @@ whether α means anything); anything else is refused in one line. An adapter aro
 transformers ViT) is therefore evaluated unchanged. The result is an :class:`peanchor.results.AnalysisResult`
 (written as analysis.json by :func:`peanchor.results.write_analysis`).
 
-Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes, dose_sweep, intervals), :mod:`peanchor.lenses`,
+Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes, dose_sweep, intervals, environment),
+:mod:`peanchor.lenses`,
 :mod:`peanchor.metrics`, :mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits),
 :mod:`peanchor.bars`, :mod:`peanchor.devices`, :mod:`peanchor.models` (the interface).
 """
@@ -73,6 +74,7 @@ from peanchor.analysis.plan import DEFAULT_ALPHAS, AnalysisPlan, resolve_plan
 from peanchor.analysis.shifts import Shift, severity_table, table_name
 from peanchor.bars import progress_bar
 from peanchor.devices import resolve_device
+from peanchor.analysis.environment import analysis_environment
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.intervals import Estimate, Resampler, alpha_trend, chance_reason
 from peanchor.analysis.passes import PassRunner, PassSpec
@@ -383,6 +385,7 @@ def _assemble(model: AnalysisInterface, evalset: EvalSet, applied: AnalysisPlan,
         timing=timing,
         model=ModelInfo(pe=model.pe_name, depth=int(model.depth), grid=list(grid), scalable=model.pe_scalable),
         settings=applied.settings_record(evalset.fingerprint, str(device)),
+        environment=analysis_environment(str(device)),
         notes=notes or None,
         dose_sweeps=dose_sweeps,
     )  # fmt: skip

@@ -14,7 +14,8 @@ Imports: at parse time :mod:`peanchor.commands` (shared: the ``--shift`` help an
 registries, which load no torch) and :mod:`peanchor.plan_settings` (the settings' flags, light too); when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`, :mod:`peanchor.presets` (the run's preset's
 shifts), :mod:`peanchor.training` (a run's config), :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`,
 :mod:`peanchor.data`, :mod:`peanchor.lenses` (the summary), :mod:`peanchor.tracking` (``--tensorboard``),
-:mod:`peanchor.devices` (``--device``, checked first).
+:mod:`peanchor.devices` (``--device``, checked first), :mod:`peanchor.results` (an analysis already at
+``--out``: :func:`out_beside`), :mod:`peanchor.tables` (the header's data and interventions).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 from peanchor.commands.names import check_flags
 from peanchor.commands.shared import check_set_items, lens_descriptions, lens_list, lens_names, lens_options_help, shift_help, with_data_items
-from peanchor.errors import ConfigError
+from peanchor.errors import ConfigError, PeanchorError
 from peanchor.plan_settings import default_text, setting_fields
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -291,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
     # The classes must match, as peanchor.analyze checks for a named dataset: an ImageNet-1k head on an ImageNet
     # subset keeps those logits; any other mismatch (a 10-class run on a 2-class folder) is one line.
     match_classes(subject.model, list(info.classes))
+    out = out_beside(out, plan, evalset.fingerprint, explicit=bool(args.out))  # never over other settings
     result = run_analysis(subject.model, evalset, info, plan, source={**subject.source, "data": spec.to_dict()},
                           device=device, progress=progress)  # fmt: skip
     path = result.save(out)
@@ -303,6 +305,60 @@ def run(args: argparse.Namespace) -> int:
             log_analysis(log, result)
         print(f"TensorBoard: tensorboard --logdir {out / TENSORBOARD_DIR}")
     return 0
+
+
+def setting_differences(stored: Any, plan: Any, fingerprint: str) -> list[str]:
+    """What differs between the analysis ``stored`` and one made with ``plan`` on images ``fingerprint``: one
+    ``name stored → new`` per setting (the device and where a shift came from are records, not settings); empty
+    when ``stored`` answers ``plan``. A stored analysis that no longer reads as a plan differs in everything."""
+    from peanchor.analysis.plan import AnalysisPlan
+    from peanchor.errors import PeanchorError
+    from peanchor.results import to_json_dict
+
+    try:
+        applied = plan.for_model(stored.model.scalable)
+        old = to_json_dict(AnalysisPlan.from_result(stored).settings_record(stored.settings.evalset, ""))
+    except PeanchorError as e:
+        return [f"its plan ({e})"]
+    new = to_json_dict(applied.settings_record(fingerprint, ""))
+    out = [f"{k} {old.get(k)!r} → {new.get(k)!r}" for k in new if k != "device" and old.get(k) != new.get(k)]
+    if to_json_dict({k: v.describe() for k, v in applied.shifts.items()}) != to_json_dict(stored.shifts):
+        out.append("shifts")
+    return out
+
+
+def out_beside(out: Path, plan: Any, fingerprint: str, explicit: bool) -> Path:
+    """Where to write the analysis so that none made with other settings is replaced: ``out`` when it holds none,
+    or one with the same settings (rewritten); else, for the default place, the first ``out-2``, ``out-3``, ...
+    that is free or holds the same settings; for an ``--out`` given, one line that refuses."""
+    from peanchor.results import ANALYSIS_JSON, read_analysis
+
+    candidate, index = out, 1
+    while (candidate / ANALYSIS_JSON).exists():
+        try:
+            differ = setting_differences(read_analysis(candidate), plan, fingerprint)
+        except PeanchorError as e:
+            differ = [f"it does not read ({e})"]
+        if not differ:
+            return candidate
+        if explicit:
+            raise ConfigError(f"{candidate / ANALYSIS_JSON} holds an analysis made with other settings "
+                              f"({'; '.join(differ)}); give another --out DIR, or remove it")  # fmt: skip
+        if index == 1:
+            print(f"{out} holds an analysis made with other settings ({'; '.join(differ)}): writing beside it "
+                  "(--out DIR to choose)")  # fmt: skip
+        index += 1
+        candidate = out.with_name(f"{out.name}-{index}")
+    return candidate
+
+
+def _fs(record: Any, shift: str, short: bool = False) -> str:
+    """FS at ``shift`` of an analysis or an α point: the number, or ``undefined (reason)`` (``undef.`` in a
+    column), never a number where the clean accuracy is not above chance."""
+    reason = (getattr(record, "fragility_undefined", None) or {}).get(shift)
+    if reason:
+        return "undef." if short else f"undefined ({reason})"
+    return _f(record.fragility.get(shift))
 
 
 def _f(v: Any, digits: int = 3) -> str:
@@ -318,10 +374,13 @@ def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.result
     its interval where the analysis had a bootstrap; an FS that is undefined says why."""
     from peanchor.lenses import LENSES
 
+    from peanchor.tables import data_text, interventions_text
+
     r = result
-    lines = [f"{name}: {r.num_images} images, {r.forward_passes} passes, {r.seconds:.1f} s"]
+    lines = [f"{name}: {r.num_images} images, {r.forward_passes} passes, {r.seconds:.1f} s",
+             f"  data: {data_text(r)}; interventions: {interventions_text(r)}"]  # fmt: skip
     acc_ci, fs_ci = r.acc_ci or {}, r.fragility_ci or {}
-    shifts = ", ".join(f"{k} {_f(r.acc[k])}{_ci(acc_ci.get(k))} (FS {_f(r.fragility[k])}{_ci(fs_ci.get(k))})"
+    shifts = ", ".join(f"{k} {_f(r.acc[k])}{_ci(acc_ci.get(k))} (FS {_fs(r, k, short=True)}{_ci(fs_ci.get(k))})"
                        for k in r.acc)  # fmt: skip
     chance = f" (chance {_f(r.chance)})" if r.chance is not None else ""
     lines.append(f"  top-1 clean {_f(r.clean_acc)}{_ci(r.clean_acc_ci)}, RPI {_f(r.rpi_acc)}{_ci(r.rpi_acc_ci)}, "
@@ -339,9 +398,12 @@ def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.result
     if r.alpha_sweep:
         lines.append("  alpha   ΔSSDC [interval]      clean [interval]      " + "  ".join(f"FS {k}" for k in r.acc))
         for e in r.alpha_sweep:
-            fs = "  ".join(f"{_f(e.fragility[k])}{_ci((e.fragility_ci or {}).get(k))}" for k in r.acc)
+            fs = "  ".join(f"{_fs(e, k, short=True)}{_ci((e.fragility_ci or {}).get(k))}" for k in r.acc)
             lines.append(f"  {e.alpha:5.2f}  {_f(e.delta_ssdc):>6}{_ci(e.delta_ssdc_ci):<16}  {_f(e.clean_acc):>5}"
                          f"{_ci(e.clean_acc_ci):<16}  {fs}")  # fmt: skip
+        reasons = {f"α = {e.alpha:g}, {k}: {why}"
+                   for e in r.alpha_sweep for k, why in (e.fragility_undefined or {}).items()}  # fmt: skip
+        lines += [f"  FS undefined at {text}" for text in sorted(reasons)]
     for key, trend in (getattr(r, "alpha_trends", None) or {}).items():
         excluded = f"; left out: {', '.join(f'α={a} ({why})' for a, why in trend.excluded.items())}" if \
             trend.excluded else ""  # fmt: skip

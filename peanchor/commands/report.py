@@ -33,6 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "files to report on together")  # fmt: skip
     p.add_argument("--report-dir", metavar="DIR", help="where to write the report (default: the one input's own "
                    f"directory, {DEFAULT_REPORT_DIR} for several)")  # fmt: skip
+    p.add_argument("--allow-mixed", action="store_true", help="compare analyses made on different images or with "
+                   "different permutations behind RPI (refused by default: the comparison would be meaningless)")  # fmt: skip
     p.set_defaults(func=run)
     return p
 
@@ -62,15 +64,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from peanchor.report import write_report
     from peanchor.report.inputs import gather_items
+    from peanchor.report.mixing import check_comparable
 
     results = gather_items([(n, str(p)) for n, p in inputs])
+    differ = check_comparable(results, args.allow_mixed)  # refuses a meaningless mix in one line
+    if differ:
+        print(differ)
     if args.report_dir:
         report_dir = Path(args.report_dir)
     elif many:
         report_dir = DEFAULT_REPORT_DIR
     else:
         report_dir = target if target.is_dir() else target.parent
-    write_report(results, report_dir)
+    write_report(results, report_dir, allow_mixed=args.allow_mixed)
     conditions = ", ".join(results.conditions)
     print(f"{len(results.models)} models ({conditions}), {len(results.alpha_sweep)} α-sweep points")
     print(f"report: {report_dir / 'report.md'} and {report_dir / 'report.html'}")

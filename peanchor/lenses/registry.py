@@ -26,6 +26,9 @@ RESERVED: tuple[str, ...] = (
     "lenses", "model", "name", "notes", "num_images", "passes", "pe", "rpi_acc", "rpt", "run_dir", "schema",
     "schema_version", "seconds", "seed", "settings", "severities", "severity_fragility", "severity_shifts",
     "severity_table", "shift_sources", "shifts", "source", "timing", "train",
+    # issue 35: the intervals, the record of an analysis's settings and environment, the α trends
+    "acc_ci", "alpha_trends", "analysis_settings", "chance", "ci_level", "clean_acc_ci", "delta_ssdc_ci", "environment",
+    "fragility_ci", "fragility_undefined", "rpi_acc_ci",
 )  # fmt: skip
 
 

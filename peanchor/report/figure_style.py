@@ -132,7 +132,8 @@ def finish(fig: Figure, axes: Sequence[Axes]) -> None:
     legend_h = 0.2 * rows + (0.1 if rows else 0.0)
     height += legend_h
     fig.set_size_inches(width, height)
-    fig.subplots_adjust(left=0.7 / width, right=1 - 0.2 / width, top=1 - 0.35 / height,
+    # 0.95 in on the left: the y label beside tick labels such as "−0.05" (0.7 in cut it off)
+    fig.subplots_adjust(left=0.95 / width, right=1 - 0.2 / width, top=1 - 0.35 / height,
                         bottom=(0.6 + legend_h) / height, wspace=0.32)
     if handles:
         fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.05 / height), ncols=ncols,

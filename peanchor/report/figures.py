@@ -6,12 +6,13 @@ caller's backend and works headless. Each condition has its own marker *and* lin
 colour (Okabe-Ito, safe for colour blindness; :attr:`peanchor.conditions.Condition.style`), so the figures stay
 readable in black and white. What is plotted comes from :mod:`peanchor.report.summary`, as for the text.
 
-Imports: matplotlib, :mod:`peanchor.report` (summary, document, figure_style, lenses, dose_response),
-:mod:`peanchor.conditions`, :mod:`peanchor.results`.
+Imports: matplotlib, :mod:`peanchor.report` (summary, cells, claims, provenance, document, figure_style, lenses,
+dose_response), :mod:`peanchor.conditions`, :mod:`peanchor.results`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +23,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from peanchor.conditions import CONDITIONS, PAPER, label, ordered
+from peanchor.report.cells import own_interval
+from peanchor.report.claims import model_correlation
 from peanchor.report.document import FigureFile
+from peanchor.report.provenance import setting_text
 from peanchor.report.figure_style import (
     condition_styles,
     figure_file,
@@ -35,7 +39,6 @@ from peanchor.report.figure_style import (
 )
 from peanchor.report.summary import (
     correlation_points,
-    delta_fs_correlation,
     finite,
     models_by_condition,
     primary_shift,
@@ -141,7 +144,8 @@ def draw_alpha_sweep(results: Results, paper_reference: bool = True, axes: list[
     same_shifts = results.shifts.get("jpeg") == PAPER.shifts["jpeg"]
     getters: dict[str, tuple[str, Any]] = {"delta_ssdc": ("ΔSSDC (under RPI)", lambda p: p.delta_ssdc)}
     getters |= {k: (f"FS ({k})", (lambda p, k=k: p.fragility.get(k))) for k in keys}
-    for ax, (panel, get) in zip(axes, (getters[c] for c in chosen)):
+    cell_keys = {"delta_ssdc": "delta_ssdc", **{k: f"fs_{k}" for k in keys}}
+    for ax, (name, (panel, get)) in zip(axes, ((c, getters[c]) for c in chosen)):
         for c in conds:
             xs, means, stds = group_values((p.alpha, get(p)) for p in sweep if p.condition == c)
             if xs.size == 0:
@@ -149,6 +153,12 @@ def draw_alpha_sweep(results: Results, paper_reference: bool = True, axes: list[
             seeds = len({p.seed for p in sweep if p.condition == c})
             ax.errorbar(xs, means, yerr=stds if np.any(stds > 0) else None, label=f"{label(c)} (n={seeds})",
                         markersize=5, linewidth=1.4, capsize=2, elinewidth=0.8, **styles[c])
+            if seeds == 1:  # one seed: its analysis's own interval at each α, where recorded, as a band
+                band = sorted((p.alpha, own_interval(p, cell_keys[name])) for p in sweep if p.condition == c)
+                band = [(a, ci) for a, ci in band if ci is not None]
+                if band:
+                    ax.fill_between([a for a, _ in band], [ci[0] for _, ci in band], [ci[1] for _, ci in band],
+                                    color=styles[c]["color"], alpha=0.12, linewidth=0)
         ref_key = "delta_ssdc" if panel.startswith("ΔSSDC") else ("fs_jpeg" if panel == "FS (jpeg)" and same_shifts else None)
         if ref_key is not None and paper_reference:
             ape = CONDITIONS["ape"].alpha_sweep
@@ -166,7 +176,8 @@ def draw_alpha_sweep(results: Results, paper_reference: bool = True, axes: list[
 
 def _plot_alpha_sweep(results: Results, directory: Path) -> FigureFile | None:
     caption = ("ΔSSDC (RPI on) and Fragility Scores (clean and shifted accuracy both at that α, RPI off) as the PE is scaled "
-               "by α at inference; means over seeds, bars ±1 std; the dotted grey line is the paper's APE sweep "
+               "by α at inference; means over seeds, bars ±1 std (one seed: a band of its analysis's 95% interval where "
+               "recorded); the dotted grey line is the paper's APE sweep "
                f"({PAPER.label}), shown for FS only when our shifts are the paper's.")
     return figure_file(draw_alpha_sweep(results), directory, "alpha_sweep", "α sweep", caption)
 
@@ -176,9 +187,10 @@ def _plot_correlation(results: Results, directory: Path) -> FigureFile | None:
     points = correlation_points(results, shift)
     if not points:
         return None
-    stats = delta_fs_correlation(results, shift)
+    _, rho, _ = model_correlation(results)
     conds = ordered(p.condition for p in points)
     styles = condition_styles(conds)
+    models = {m.name: m for m in results.models}
     fig, axes = new_figure(1, width_per_panel=5.6, height=4.2)
     ax = axes[0]
     for c in conds:
@@ -190,16 +202,24 @@ def _plot_correlation(results: Results, directory: Path) -> FigureFile | None:
             ax.scatter([p.delta_ssdc for p in sel], [p.fs for p in sel], marker=st["marker"], s=38,
                        facecolors=st["color"] if full else "none", edgecolors=st["color"], linewidths=1.1,
                        label=f"{label(c)}, {suffix}")
-    rho, p_value = stats.rho, stats.p_value
-    stat_text = (f"Spearman ρ = {rho:.2f}, permutation p = {p_value:.3g}, n = {stats.n}" if finite(rho)
-                 else f"Spearman ρ undefined (n = {stats.n})")
-    ax.set_title(stat_text, fontsize=10)
+            for p in sel if full else []:  # a model's own 95% intervals, where its analysis recorded them
+                m = models.get(p.model)
+                x_ci, y_ci = (own_interval(m, "delta_ssdc"), own_interval(m, f"fs_{shift}")) if m else (None, None)
+                if x_ci is not None and y_ci is not None:
+                    ax.errorbar([p.delta_ssdc], [p.fs], xerr=[[p.delta_ssdc - x_ci[0]], [x_ci[1] - p.delta_ssdc]],
+                                yerr=[[p.fs - y_ci[0]], [y_ci[1] - p.fs]], fmt="none", ecolor=st["color"],
+                                elinewidth=0.8, capsize=2)  # fmt: skip
+    title = (f"Spearman ρ, {rho.n} models at α = 1: {rho.text(2, True)}" if finite(rho.value)
+             else f"{rho.n} models at α = 1: too few for an interval of ρ")
+    stat_text = title + (" (95% Fisher-z interval)" if finite(rho.value) else "")
+    ax.set_title(title, fontsize=10)
     ax.set_xlabel("ΔSSDC = SSDC(layer 1) − SSDC(layer 0), under RPI")
     ax.set_ylabel(f"Fragility Score ({shift})")
     finish(fig, axes)
     png, pdf = save(fig, directory, "delta_ssdc_vs_fs")
-    caption = (f"ΔSSDC against FS ({shift}) for every model (filled, α = 1) and every α-sweep point (hollow); "
-               f"{stat_text}.")
+    caption = (f"ΔSSDC against FS ({shift}) for every model (filled, α = 1; bars: its analysis's 95% intervals where "
+               f"recorded) and every α-sweep point (hollow, not in "
+               f"the correlation: one model's α points are one sample); {stat_text}.")
     return FigureFile("delta_ssdc_vs_fs", f"ΔSSDC vs FS ({shift})", caption, png, pdf)
 
 
@@ -255,4 +275,7 @@ def make_figures(results: Results, directory: str | Path) -> list[FigureFile]:
         fig = plot(results, directory)
         if fig is not None:
             made.append(fig)
-    return made + plot_dose_responses(results, directory)  # a figure per dose-response sweep
+    made += plot_dose_responses(results, directory)  # a figure per dose-response sweep
+    # Every legend names what the models were measured on and under (the data, any intervention).
+    setting = f" Measured on {setting_text(results)}."
+    return [dataclasses.replace(f, caption=f.caption.rstrip() + setting) for f in made]

@@ -107,6 +107,10 @@ def gather_items(items: Sequence[tuple[str | None, Input]]) -> Results:
     only_grids = len(grids) == len(items)  # what every grid says the same of, and no analysis contradicts
     shared = {f: _shared([getattr(g, f) for g in grids]) if only_grids else None
               for f in ("preset", "dataset", "img_size", "severity_table", "shift_sources")}  # fmt: skip
+    if not grids:  # analyses only: the data every one of them was measured on, when they agree
+        data = [_data_of(m) for m in models]
+        shared["dataset"] = _shared([d.get("name") for d in data])
+        shared["img_size"] = _shared([d.get("img_size") for d in data])
     return Results(models=models, alpha_sweep=sweep, conditions=list(dict.fromkeys(m.condition for m in models)),
                    shifts=dict(shifts or {}), seeds=sorted({m.seed for m in models}), **shared)  # fmt: skip
 
@@ -120,6 +124,12 @@ def _condition(result: AnalysisResult, name: str | None, where: Any, position: i
     source = result.source or {}  # a path: the condition and seed its run recorded, else its directory's name
     seed = source.get("seed")
     return str(source.get("condition") or default_name(where, position)), seed if isinstance(seed, int) else index
+
+
+def _data_of(m: ModelResult) -> dict[str, Any]:
+    """The data spec an analysis recorded (``peanchor.analyze`` on a named dataset nests it under ``data``)."""
+    data = dict((m.source or {}).get("data") or {})
+    return {**data["data"], **data} if isinstance(data.get("data"), dict) else data
 
 
 def _shared(values: list[Any]) -> Any:

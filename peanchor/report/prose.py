@@ -5,8 +5,8 @@ Every sentence about the results is generated from comparisons of the numbers (:
 the prose says what these numbers show and nothing more; the paper's numbers come from :mod:`peanchor.conditions`
 and are labelled as the paper's.
 
-Imports: :mod:`peanchor.report` (summary, document, lenses, dose_response), :mod:`peanchor.conditions`,
-:mod:`peanchor.results`.
+Imports: :mod:`peanchor.report` (summary, cells, claims, evidence, provenance, document, lenses, dose_response),
+:mod:`peanchor.conditions`, :mod:`peanchor.results`.
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from collections.abc import Callable
 from typing import Any
 
 from peanchor.conditions import CONDITIONS, PAPER, label, ordered
-from peanchor.report.claims import check_claims
+from peanchor.report.cells import condition_cell, sweep_cell
+from peanchor.report.claims import MIN_POINTS, check_claims, claims_scope, model_correlation
+from peanchor.report.evidence import DOES_NOT_REPLICATE, INCONCLUSIVE, NOT_MEASURED, REPLICATES
+from peanchor.report.provenance import provenance_table, setting_text
 from peanchor.report.document import Bullets, FigureBlock, FigureFile, Heading, Paragraph, Report, Table
 from peanchor.report.dose_response import DOSE_INTRO, dose_sweeps, dose_table
 from peanchor.report.lenses import lens_gaps, lens_intro, lens_sentences, lens_table
 from peanchor.report.summary import (
     MIN_SEEDS_FOR_CLAIMS,
     N_BOOT,
-    N_PERM,
-    Correlation,
     Summary,
-    delta_fs_correlation,
     finite,
     fmt,
     metric_getters,
@@ -75,8 +75,10 @@ def _sweep_by_condition(results: Results) -> dict[str, list[SweepRow]]:
 
 
 class _Builder:
-    def __init__(self, results: Results, figures: list[FigureFile]) -> None:
+    def __init__(self, results: Results, figures: list[FigureFile], study_doc: str | None) -> None:
         self.r = results
+        anchor = "#which-of-the-papers-claims-a-run-replicates"
+        self.study_link = f"[docs/study.md]({study_doc}{anchor})" if study_doc else "docs/study.md in peanchor's source"
         self.groups = models_by_condition(results)
         self.shifts = shift_keys(results)
         self.sweeps = _sweep_by_condition(results)
@@ -86,10 +88,9 @@ class _Builder:
         self.summaries: dict[str, dict[str, Summary]] = {
             c: {key: summarise([get(m) for m in ms]) for key, _, get in self.getters} for c, ms in self.groups.items()
         }
-        self.setting = f"{results.dataset or 'unknown dataset'}" + (f", {results.img_size} px" if results.img_size else "")
+        self.setting = setting_text(results)
         title = f"peanchor report: {self.setting}" + (f" (preset {results.preset})" if results.preset else "")
         self.doc = Report(title)
-        self.correlation: Correlation = delta_fs_correlation(results)
 
     # -- helpers
     def figure(self, key: str) -> None:
@@ -108,6 +109,10 @@ class _Builder:
         return sorted(pairs, key=lambda p: p[1])
 
     # -- sections
+    def provenance(self) -> None:
+        if self.groups:
+            self.doc.add(Heading(2, "What was run"), provenance_table(self.r))
+
     def intro(self) -> None:
         n_models = len(self.r.models)
         conds = ", ".join(f"{_c(c)} (n={self.seeds(c)})" for c in self.groups) or "none"
@@ -119,6 +124,10 @@ class _Builder:
         ))  # fmt: skip
         self.doc.add(Paragraph(self.sample_size_sentence()))
 
+    def has_intervals(self) -> bool:
+        """Whether any model's analysis recorded an interval (older files have none)."""
+        return any(m.clean_acc_ci or m.delta_ssdc_ci or m.ssdc.rpi_ci for m in self.r.models)
+
     def sample_size_sentence(self) -> str:
         counts = {c: self.seeds(c) for c in self.groups}
         if not counts:
@@ -129,8 +138,14 @@ class _Builder:
                     f"bootstrap CIs of the mean over seeds ({N_BOOT:,} resamples).")  # fmt: skip
         if len(few) == len(counts):
             top = max(counts.values())
+            if top == 1 and not self.has_intervals():
+                return ("n = 1 seed per condition: every number is one trained model, and these analyses recorded no "
+                        "intervals (an older peanchor made them), so a claim that needs one is inconclusive; analyse "
+                        "again with this peanchor for intervals over the images.")  # fmt: skip
             if top == 1:
-                return "n=1 seed: no significance claims. Every number is a single training run."
+                return ("n = 1 seed per condition: every number is one trained model. Intervals in brackets are the "
+                        "analysis's own (a bootstrap over images, and over permutations under RPI): they say how "
+                        "precisely these models were measured, not how another seed would differ.")  # fmt: skip
             return (f"n≤{top} seeds per condition: no significance claims; ± is the std over the seeds and no intervals are "
                     f"given below {MIN_SEEDS_FOR_CLAIMS} seeds.")  # fmt: skip
         listed = ", ".join(f"{_c(c)} n={n}" for c, n in few.items())
@@ -174,12 +189,14 @@ class _Builder:
         if not self.groups:
             return
         header = ["condition", "n"] + [name for _, name, _ in self.getters]
-        rows = [[label(c), str(self.seeds(c))] + [self.summaries[c][key].cell() for key, _, _ in self.getters]
-                for c in self.groups]  # fmt: skip
+        rows = [[label(c), str(self.seeds(c))] + [condition_cell(self.groups[c], key, self.summaries[c][key])
+                                                  for key, _, _ in self.getters] for c in self.groups]  # fmt: skip
         self.doc.add(Heading(2, "Results per condition"), Table(
             header, rows,
-            "mean ± std over seeds; [95% bootstrap CI of the mean] when n ≥ 3. FS = 1 − A_shift/A_clean (lower is more "
-            "robust); max SSDC (RPI) is each model's highest SSDC over layers under RPI."))  # fmt: skip
+            "mean ± std over seeds; [95% bootstrap CI of the mean] when n ≥ 3; with one seed, [the analysis's own 95% "
+            "interval] where it recorded one. FS = 1 − A_shift/A_clean (lower is more robust), undefined when the "
+            "clean accuracy is not above chance; max SSDC (RPI) is each model's highest SSDC over layers under "
+            "RPI."))  # fmt: skip
         self.figure("ssdc_per_layer")
         notes = [f"{label(c)}: {CONDITIONS[c].ssdc_note}" for c in self.groups if c in CONDITIONS and CONDITIONS[c].ssdc_note]
         if notes and "ssdc_per_layer" in self.figures:
@@ -307,6 +324,12 @@ class _Builder:
             sentences.append(text)
         if not rows:
             return
+        if max(d.n for d in paired_differences(self.r)) == 1:  # one pair each: a table of one number and dashes
+            self.doc.add(Heading(2, "Fragility against `none`, paired by seed"), Paragraph(
+                f"One seed per condition: there is one pair with `none` each, and a paired test over seeds needs at "
+                f"least {MIN_SEEDS_FOR_CLAIMS}. The FS of each model, with its interval over images where the analysis "
+                "recorded one, is in the tables above; the claim on fragility reads those intervals."))  # fmt: skip
+            return
         self.doc.add(Heading(2, "Fragility against `none`, paired by seed"), Table(
             ["condition", "shift", "pairs", "mean FS diff (condition − none)", "95% CI", "p"], rows,
             f"95% CI: percentile bootstrap of the paired differences over seeds ({N_BOOT:,} resamples); p: the "
@@ -346,9 +369,8 @@ class _Builder:
         for c, pts in self.sweeps.items():
             for alpha in sorted({round(p.alpha, 6) for p in pts}, reverse=True):
                 at = [p for p in pts if abs(p.alpha - alpha) < 1e-9]
-                row = [label(c), f"{alpha:g}", str(len(at)), summarise([p.delta_ssdc for p in at]).cell(),
-                       summarise([p.clean_acc for p in at]).cell()]  # fmt: skip
-                row += [summarise([p.fragility.get(k) for p in at]).cell() for k in self.shifts]
+                row = [label(c), f"{alpha:g}", str(len(at)), sweep_cell(at, "delta_ssdc"), sweep_cell(at, "clean_acc")]
+                row += [sweep_cell(at, f"fs_{k}") for k in self.shifts]
                 ref = SWEEP_REFERENCE[c].at(alpha) if c in SWEEP_REFERENCE else None
                 row += [f"{ref[0]:.2f}", f"{ref[1]:.3f}"] if ref else ["—", "—"]
                 rows.append(row)
@@ -358,28 +380,26 @@ class _Builder:
         self.figure("alpha_sweep")
         seeds = "; ".join(f"{CONDITIONS[c].paper_name} {r.seeds} seed{'s' if r.seeds > 1 else ''}"
                           + ("" if len(r.alpha) > 2 else ", endpoints only") for c, r in SWEEP_REFERENCE.items())  # fmt: skip
-        self.doc.add(Table(header, rows, f"mean ± std over seeds. Paper columns: {seeds}."))
-
-    def correlation_sentence(self, corr: Correlation) -> str:
-        sign = "negative" if corr.rho < 0 else "positive"
-        text = (f"Across {corr.n} points (models and α-sweep points), ΔSSDC and FS ({corr.shift}) have Spearman "
-                f"ρ = {corr.rho:+.2f} (permutation p = {_fmt_p(corr.p_value)}); ")  # fmt: skip
-        if corr.p_value < ALPHA:
-            return text + f"the rank correlation is {sign} at the {ALPHA:g} level."
-        return text + f"the permutation test does not reject ρ = 0 at the {ALPHA:g} level."
+        self.doc.add(Table(header, rows, f"mean ± std over seeds (one seed: [its analysis's own 95% interval] where "
+                                         f"recorded). Paper columns: {seeds}."))  # fmt: skip
 
     def correlation_section(self) -> None:
-        corr = self.correlation
-        if corr.n == 0:
+        shift, rho, left = model_correlation(self.r)
+        if shift is None or not self.r.models:
             return
         self.doc.add(Heading(2, "ΔSSDC against Fragility"))
-        if finite(corr.rho):
-            exact = "the p-value is exact (all permutations)." if corr.exact else f"{N_PERM:,} random permutations."
-            self.doc.add(Paragraph(self.correlation_sentence(corr) + (
-                " The paper's claim (more index-anchored structure, less fragility) predicts a negative ρ. "
-                "Points from one model at several α are not independent, so the p-value is optimistic; " + exact)))
+        if rho.n >= MIN_POINTS:
+            text = (f"Over the {rho.n} trained models at α = 1, one point each, Spearman ρ(ΔSSDC, FS {shift}) = "
+                    f"{rho.text(2, True)} (95% Fisher-z interval). The paper's claim (more index-anchored structure, "
+                    "less fragility) predicts a negative ρ.")  # fmt: skip
         else:
-            self.doc.add(Paragraph(f"Spearman ρ is undefined with {corr.n} point(s) or constant values."))
+            text = (f"{rho.n} trained model(s) with a defined FS ({shift}): too few (fewer than {MIN_POINTS}) for an "
+                    "interval of their rank correlation.")  # fmt: skip
+        text += (" The α-sweep points are drawn too, but they are not pooled into the correlation: the points of one "
+                 "model at several α are one sample, not several (their trend is read in the α sweep).")  # fmt: skip
+        if left:
+            text += f" Left out: {'; '.join(left)}."
+        self.doc.add(Paragraph(text))
         self.figure("delta_ssdc_vs_fs")
 
     def severity_section(self) -> None:
@@ -413,7 +433,7 @@ class _Builder:
         for m in models:
             secs = m.train.seconds
             rows.append([m.name, m.condition, str(m.seed), fmt(m.clean_acc)]
-                        + [fmt(m.fragility.get(k)) for k in self.shifts]
+                        + [condition_cell([m], f"fs_{k}", summarise([m.fragility.get(k)])) for k in self.shifts]
                         + [fmt(m.ssdc.max_rpi()), fmt(m.delta_ssdc), str(m.train.epochs if m.train.epochs is not None else "—"),
                            _duration(secs) if finite(secs) else "—"])  # fmt: skip
         self.doc.add(Heading(2, "Every model"), Table(header, rows))
@@ -432,23 +452,23 @@ class _Builder:
 
     def claims_section(self) -> None:
         claims = check_claims(self.r)
-        yes = [f"**{c.statement}** {c.evidence}." for c in claims if c.replicates is True]
-        no = [f"**{c.statement}** {c.evidence}." for c in claims if c.replicates is False]
-        unmeasured = [c.key for c in claims if c.replicates is None]
-        if not yes and not no:
+        if all(c.verdict == NOT_MEASURED for c in claims):
             return
         self.doc.add(Heading(2, "Which of the paper's claims replicate here"), Paragraph(
-            "Each claim of the paper, checked against fixed thresholds on the condition means (the thresholds and "
-            "why: docs/study.md)."))
-        if yes:
-            self.doc.add(Paragraph("Replicates:"), Bullets(yes))
-        if no:
-            self.doc.add(Paragraph("Does not replicate:"), Bullets(no))
+            "Each claim of the paper is checked against a fixed threshold, read from an interval: it *replicates* when "
+            "the interval clears the threshold on the claim's side, *does not replicate* when the interval lies on the "
+            f"other side, and is *inconclusive* otherwise (the thresholds, and why: {self.study_link}). "
+            f"{claims_scope(self.r)}"))  # fmt: skip
+        for verdict in (REPLICATES, DOES_NOT_REPLICATE, INCONCLUSIVE):
+            items = [f"**{c.title}.** {c.statement} {c.evidence}." for c in claims if c.verdict == verdict]
+            if items:
+                self.doc.add(Paragraph(f"{verdict.capitalize()}:"), Bullets(items))
+        unmeasured = [c.title for c in claims if c.verdict == NOT_MEASURED]
         if unmeasured:
-            self.doc.add(Paragraph(f"Not measured by this run: {', '.join(unmeasured)}."))
+            self.doc.add(Paragraph(f"Not measured by these results: {'; '.join(unmeasured)}."))
 
     def build(self) -> Report:
-        for section in (self.intro, self.claims_section, self.findings, self.main_table, self.lenses_section,
+        for section in (self.provenance, self.intro, self.claims_section, self.findings, self.main_table, self.lenses_section,
                         self.dose_section, self.paper_comparison, self.shifts_section, self.paired_section, self.alpha_section,
                         self.correlation_section, self.severity_section, self.models_table, self.failed_section,
                         self.run_section):  # fmt: skip
@@ -456,6 +476,7 @@ class _Builder:
         return self.doc
 
 
-def build_report(results: Results, figures: list[FigureFile] | None = None) -> Report:
-    """The report as blocks (figures already drawn, or none)."""
-    return _Builder(results, figures or []).build()
+def build_report(results: Results, figures: list[FigureFile] | None = None, study_doc: str | None = None) -> Report:
+    """The report as blocks (figures already drawn, or none); ``study_doc`` is where the report links
+    docs/study.md (None: named, not linked)."""
+    return _Builder(results, figures or [], study_doc).build()

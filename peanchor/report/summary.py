@@ -1,12 +1,12 @@
 """What the report says about a :class:`~peanchor.results.Results`, as numbers: models grouped by condition, the
-shifts present, mean ± std (and bootstrap CIs) over seeds, paired FS differences against ``none``, and the
-ΔSSDC–FS rank correlation. The prose (:mod:`~peanchor.report.prose`) and the figures
-(:mod:`~peanchor.report.figures`) both read the results through here.
+shifts present, mean ± std (and bootstrap CIs) over seeds, paired FS differences against ``none``, and the points
+of the ΔSSDC–FS figure (their correlation, over one point per trained model, is in :mod:`~peanchor.report.claims`).
+The prose (:mod:`~peanchor.report.prose`) and the figures (:mod:`~peanchor.report.figures`) both read the results
+through here.
 
 Statistics: mean ± sample std over seeds; 95% percentile bootstrap CIs of the mean (10,000 resamples, seed 0) once a
-condition has at least 3 seeds; paired bootstrap of FS differences against ``none`` (paired by seed); a permutation
-test for the ΔSSDC–FS Spearman ρ (10,000 permutations, exact when there are few enough points). The resampling is
-scipy.stats' (:mod:`peanchor.metrics.stats`).
+condition has at least 3 seeds; paired bootstrap of FS differences against ``none`` (paired by seed). The
+resampling is scipy.stats' (:mod:`peanchor.metrics.stats`).
 
 Imports: :mod:`peanchor.results`, :mod:`peanchor.conditions`, :mod:`peanchor.metrics.stats`; never a model.
 """
@@ -25,7 +25,6 @@ from peanchor.metrics.stats import (
     mean_std,
     min_sign_flip_p,
     paired_bootstrap_diff,
-    permutation_test_spearman,
 )
 from peanchor.results import ModelResult, Results, SweepRow
 
@@ -33,12 +32,9 @@ __all__ = [
     "CI_LEVEL",
     "MIN_SEEDS_FOR_CLAIMS",
     "N_BOOT",
-    "N_PERM",
-    "Correlation",
     "PairedDifference",
     "Summary",
     "correlation_points",
-    "delta_fs_correlation",
     "finite",
     "fmt",
     "metric_getters",
@@ -52,7 +48,6 @@ __all__ = [
 MIN_SEEDS_FOR_CLAIMS = 3
 CI_LEVEL = 0.95
 N_BOOT = 10000
-N_PERM = 10000  # permutations for the ΔSSDC–FS Spearman test (seeded: the same numbers every time)
 
 
 def finite(value: Any) -> bool:
@@ -205,23 +200,3 @@ def correlation_points(results: Results, shift: str | None = None, min_clean_acc
         if finite(r.delta_ssdc) and finite(fs) and not r.clean_acc < min_clean_acc:
             points.append(Point(r.condition, model, alpha, float(r.delta_ssdc), float(fs)))  # type: ignore[arg-type]
     return points
-
-
-@dataclass
-class Correlation:
-    shift: str | None
-    n: int
-    rho: float  # NaN for fewer than 3 points or constant values
-    p_value: float
-    exact: bool  # every permutation enumerated
-
-
-def delta_fs_correlation(results: Results, shift: str | None = None, n_perm: int = N_PERM, seed: int = 0,
-                         min_clean_acc: float = 0.0) -> Correlation:  # fmt: skip
-    """Spearman ρ between ΔSSDC and FS over :func:`correlation_points`, with a permutation p-value."""
-    shift = shift or primary_shift(results)
-    points = correlation_points(results, shift, min_clean_acc)
-    if len(points) < 3:
-        return Correlation(shift, len(points), math.nan, math.nan, False)
-    test = permutation_test_spearman([p.delta_ssdc for p in points], [p.fs for p in points], n_perm=n_perm, seed=seed)
-    return Correlation(shift, len(points), test["rho"], test["p_value"], bool(test["exact"]))

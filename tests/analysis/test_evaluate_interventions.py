@@ -121,7 +121,8 @@ def test_the_cli_measures_under_repeated_interventions(tmp_path, capsys) -> None
                                                 "patch:site=residual,layer=1,donor=clean,seed=0"]  # fmt: skip
     # the clean residual of the last block patched into every pass: RPI changes nothing any more
     assert doc["rpi_acc"] == doc["clean_acc"]
-    assert main(base + ["--intervention", "rope_planes"]) != 0
+    # another --out: the first one holds an analysis made with other settings, which analyze refuses to replace
+    assert main([*base[:-1], str(tmp_path / "other"), "--intervention", "rope_planes"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("rope_planes acts at rope.tables, which peanchor:ape does not have; it has: pe.table, "
                             "input.grid, blocks.{k}.attn.heads, blocks.{k}.attn, blocks.{k}.mlp, blocks.{k}.residual")

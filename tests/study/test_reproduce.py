@@ -350,6 +350,7 @@ def _without_timing(results: dict) -> dict:
     results.pop("wall_seconds", None)
     for m in results["models"]:
         m.pop("run_dir", None)
+        m.get("source", {}).pop("run_dir", None)  # the model's analysis record names its run directory too
         m.get("train", {}).pop("seconds", None)
         m.pop("analysis_seconds", None)
     return results

@@ -1,0 +1,84 @@
+"""`peanchor analyze` keeps what it has written and says what it measured: an analysis made with other settings is
+never replaced (written beside it, or refused for an --out given), the same settings rewrite it, and the console
+header, the record and the repr name the data, the interventions and the environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from peanchor.cli import main
+from peanchor.results import read_analysis
+
+FAST = ["--images", "12", "--no-alpha", "--no-progress", "--shift", "jpeg:quality=10"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A smoke run (10 classes, 16 px), trained in-process."""
+    out = tmp_path_factory.mktemp("record") / "run"
+    assert main(["train", "--preset", "smoke", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_another_settings_analysis_is_written_beside_and_the_same_settings_rewrite(run, capsys):
+    assert main(["analyze", str(run), *FAST, "--batch-size", "4"]) == 0
+    first = (run / "analysis" / "analysis.json").read_bytes()
+    capsys.readouterr()
+    assert main(["analyze", str(run), *FAST, "--batch-size", "6"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{run / 'analysis'} holds an analysis made with other settings (batch_size 4 → 6)" in printed
+    assert (run / "analysis" / "analysis.json").read_bytes() == first  # untouched
+    assert read_analysis(run / "analysis-2").settings.batch_size == 6
+    # the same settings again: each rewrites its own, no third directory
+    assert main(["analyze", str(run), *FAST, "--batch-size", "6"]) == 0
+    assert main(["analyze", str(run), *FAST, "--batch-size", "4"]) == 0
+    assert not (run / "analysis-3").exists()
+    assert read_analysis(run / "analysis").settings.batch_size == 4
+
+
+def test_an_out_given_that_holds_other_settings_is_refused_in_one_line(run, tmp_path, capsys):
+    out = tmp_path / "mine"
+    assert main(["analyze", str(run), *FAST, "--out", str(out)]) == 0
+    before = (out / "analysis.json").read_bytes()
+    capsys.readouterr()
+    assert main(["analyze", str(run), *FAST, "--seed", "3", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "seed 0 → 3" in err and "give another --out DIR" in err
+    assert (out / "analysis.json").read_bytes() == before
+
+
+def test_the_header_record_and_repr_name_data_interventions_and_environment(tmp_path, capsys):
+    run, out = tmp_path / "ape", tmp_path / "zeroed"
+    assert main(["train", "--preset", "smoke", "--set", "model.pe=ape", "--out", str(run), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["analyze", str(run), *FAST, "--intervention", "pe_zero", "--out", str(out)]) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert header == "  data: scenes, 12 images, 16 px; interventions: pe_zero:prefix=zero"
+    result = read_analysis(out)
+    assert list(result.settings.interventions) == ["pe_zero:prefix=zero"]
+    assert "data scenes, 12 images, 16 px; interventions pe_zero:prefix=zero" in repr(result)
+    assert "interventions pe_zero" in result._repr_html_()
+    env = result.environment
+    assert env["torch"] == torch.__version__ and env["device"] == "cpu"
+    assert env["cpu_capability"] == str(torch.backends.cpu.get_cpu_capability())
+    assert set(env) >= {"peanchor", "python"}
+
+
+def test_an_undefined_fs_reads_as_undefined_with_its_reason_in_the_console_and_the_repr():
+    from peanchor.commands.analyze import summary_text
+
+    result = read_analysis(Path(__file__).parents[1] / "data" / "analysis-v2-three-lenses.json")
+    shift = next(iter(result.fragility))
+    result.fragility[shift] = float("nan")
+    result.fragility_undefined = {shift: "clean accuracy 0.10 not above chance 0.10"}
+    point = result.alpha_sweep[-1]
+    point.fragility[shift] = float("nan")
+    point.fragility_undefined = {shift: "clean accuracy at chance"}
+    text = summary_text(result, "m")
+    assert f"(FS undefined (clean accuracy 0.10 not above chance 0.10))" in text
+    assert f"FS undefined at α = {point.alpha:g}, {shift}: clean accuracy at chance" in text and "undef." in text
+    assert f"FS {shift} undefined: clean accuracy 0.10 not above chance 0.10" in repr(result)
+    assert "undefined: clean accuracy 0.10" in result._repr_html_()
