@@ -31,7 +31,7 @@ def test_the_summary_shows_intervals_chance_and_undefined_fs():
     text = summary_text(new, "new")
     assert f"top-1 clean {new.clean_acc:.3f} [0.100, 0.300], RPI {new.rpi_acc:.3f} [0.050, 0.200]" in text
     assert f"FS {shift}: undefined, clean accuracy 0.200 [0.100, 0.300] is not above chance" in text
-    assert f"(FS n/a)" in text and "(chance 0.100)" in text
+    assert "(FS undef.)" in text and "(chance 0.100)" in text
     assert f"ΔSSDC (RPI, layer 1 - layer 0) {new.delta_ssdc:.3f} [-0.500, 0.250]  (95% intervals" in text
     assert f"{new.ssdc.rpi[0]:.2f} [{new.ssdc.rpi[0] - 0.2:.2f}, {new.ssdc.rpi[0] + 0.2:.2f}]" in text
     assert "(RPI: 400 distinct permutations; intervals 95%" in text

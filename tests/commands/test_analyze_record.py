@@ -78,7 +78,7 @@ def test_an_undefined_fs_reads_as_undefined_with_its_reason_in_the_console_and_t
     point.fragility[shift] = float("nan")
     point.fragility_undefined = {shift: "clean accuracy at chance"}
     text = summary_text(result, "m")
-    assert f"(FS undefined (clean accuracy 0.10 not above chance 0.10))" in text
+    assert "(FS undef.)" in text and f"FS {shift}: undefined, clean accuracy 0.10 not above chance 0.10" in text
     assert f"FS undefined at α = {point.alpha:g}, {shift}: clean accuracy at chance" in text and "undef." in text
     assert f"FS {shift} undefined: clean accuracy 0.10 not above chance 0.10" in repr(result)
     assert "undefined: clean accuracy 0.10" in result._repr_html_()

@@ -205,8 +205,8 @@ def test_a_trend_without_a_slope_or_interval_reads_as_such():
     trends = {"delta_ssdc": {"slope": None, "ci": None, "alphas": [], "excluded": {"1": "at chance", "0": "at chance"}}}
     claim = _claims(_results(PAPER_LIKE, seeds=(0,), trends=trends))["alpha_sweep"]
     assert claim.verdict == INCONCLUSIVE and "ape-s0 α = 1: at chance" in claim.evidence
-    trends = {"delta_ssdc": _trend(0.3, 0.1), "fragility.jpeg": {"slope": -0.2, "ci": [None, None]},
-              "fragility.blur": _trend(-0.3, 0.1)}  # fmt: skip
+    no_interval = {"slope": -0.2, "ci": [None, None], "alphas": list(ALPHAS), "excluded": {}}
+    trends = {"delta_ssdc": _trend(0.3, 0.1), "fragility.jpeg": no_interval, "fragility.blur": _trend(-0.3, 0.1)}
     claim = _claims(_results(PAPER_LIKE, seeds=(0,), trends=trends))["alpha_sweep"]
     assert claim.verdict == INCONCLUSIVE and "of FS jpeg -0.200 (no interval)" in claim.evidence
 
