@@ -720,3 +720,25 @@ def test_a_mistyped_command_or_flag_gets_the_closest_and_no_flag_is_abbreviated(
     with pytest.raises(SystemExit):
         main(["reprodce"])
     assert "did you mean reproduce?" in capsys.readouterr().err
+
+
+def test_every_command_that_writes_takes_out_and_old_spellings_still_work():
+    import argparse
+
+    from peanchor.cli import build_parser
+
+    def leaves(parser, prefix=""):  # every command that runs, nested ones (data prepare, import paper) included
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            yield prefix.strip(), parser
+        for action in subs:
+            for name, child in action.choices.items():
+                yield from leaves(child, f"{prefix} {name}")
+
+    commands = dict(leaves(build_parser()))
+    assert {"train", "analyze", "reproduce", "report", "audit"} <= set(commands)
+    for name, parser in commands.items():
+        flags = {s for action in parser._actions for s in action.option_strings}
+        assert "--out" in flags, name
+    report = commands["report"]
+    assert report.parse_args(["R", "--report-dir", "D"]).report_dir == "D" == report.parse_args(["R", "--out", "D"]).report_dir

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-DEFAULT_REPORT_DIR = Path("runs") / "report"  # the report of several inputs, unless --report-dir says
+DEFAULT_REPORT_DIR = Path("runs") / "report"  # the report of several inputs, unless --out says
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -31,8 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument("paths", nargs="+", metavar="[NAME=]PATH", help="a reproduce directory, or analyses and results "
                    "files to report on together")  # fmt: skip
-    p.add_argument("--report-dir", metavar="DIR", help="where to write the report (default: the one input's own "
-                   f"directory, {DEFAULT_REPORT_DIR} for several)")  # fmt: skip
+    p.add_argument("--out", "--report-dir", dest="report_dir", metavar="DIR", help="where to write the report "
+                   f"(default: the one input's own directory, {DEFAULT_REPORT_DIR} for several; --report-dir is the "
+                   "older spelling)")  # fmt: skip
     p.add_argument("--allow-mixed", action="store_true", help="compare analyses made on different images or with "
                    "different permutations behind RPI (refused by default: the comparison would be meaningless)")  # fmt: skip
     p.set_defaults(func=run)
