@@ -74,7 +74,7 @@ def test_the_readme_is_a_landing_page():
 def test_ci_runs_the_test_command_the_readme_gives():
     ci = (ROOT / ".ci" / "run").read_text()
     command = ci.strip().splitlines()[-1]
-    assert command == "python3 -m pytest"
+    assert command == "python3 -m pytest -n 2"  # two workers on the two cores
     assert re.search(rf"^{re.escape(command)}\s", README.split("## Development")[1], re.M)
     assert '".[test,docs]"' in ci  # the docs extra, so that the suite builds the site
 
