@@ -54,6 +54,7 @@ def _measures(path: Path, name: str) -> dict:
     doc = json.loads(path.read_text(), parse_constant=_refuse)
     model = next(m for m in doc["models"] if m["name"] == name)
     drop = ("run_dir", "analysis_seconds", "train")
+    model.get("source", {}).pop("run_dir", None)  # the model's analysis record names its run directory too
     return {**{k: v for k, v in model.items() if k not in drop}, "val_acc": model["train"]["val_acc"]}
 
 
