@@ -67,3 +67,16 @@ def textured(n: int, size: int, seed: int = 0) -> torch.Tensor:
         img = colour + luminance[None] + torch.randn(3, size, size, generator=g) * 3
         out.append(img.clamp(0, 255).round().to(torch.uint8))
     return torch.stack(out)  # (n, 3, S, S)
+
+
+def striped_scenes(n: int, seed: int, size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 images with a bright band across the top rows and a square whose channel is the label: content
+    that carries position, which a model learns in a few steps."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.rand(n, 3, size, size, generator=g) * 50).to(torch.uint8)
+    x[:, 1, : size // 4] += 180
+    labels = torch.randint(0, 2, (n,), generator=g)
+    side = size // 3
+    for k, (r, c) in enumerate(torch.randint(0, size - side, (n, 2), generator=g).tolist()):
+        x[k, 2 * int(labels[k]), r : r + side, c : c + side] = 255
+    return x, labels

@@ -19,6 +19,8 @@ from peanchor.interventions import (
 from peanchor.interventions.registry import INTERVENTIONS
 from peanchor.pe import PE_NAMES
 
+from tests.helpers.images import striped_scenes
+
 TABLE_PES = [pe for pe in PE_NAMES if pe in ("ape", "sincos")]
 ROPE_PES = [pe for pe in PE_NAMES if pe in ("rope", "rope_mixed")]  # the families: tests/pe/test_families*.py
 
@@ -343,19 +345,6 @@ def test_a_shuffled_table_is_the_table_with_its_patch_rows_moved(micro) -> None:
 
 
 # ---- on trained models ----------------------------------------------------------------------------------------------
-
-
-def striped_scenes(n: int, seed: int, size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
-    """uint8 images with a bright band across the top rows and a square whose channel is the label: content
-    that carries position, which a model learns in a few steps."""
-    g = torch.Generator().manual_seed(seed)
-    x = (torch.rand(n, 3, size, size, generator=g) * 50).to(torch.uint8)
-    x[:, 1, : size // 4] += 180
-    labels = torch.randint(0, 2, (n,), generator=g)
-    side = size // 3
-    for k, (r, c) in enumerate(torch.randint(0, size - side, (n, 2), generator=g).tolist()):
-        x[k, 2 * int(labels[k]), r : r + side, c : c + side] = 255
-    return x, labels
 
 
 @pytest.mark.slow

@@ -11,6 +11,8 @@ from peanchor.errors import ConfigError
 from peanchor.interventions import Intervention, PEZero, random_permutation
 from peanchor.pe import PE_NAMES, PE_REGISTRY
 
+from tests.helpers.images import striped_scenes
+
 CODE_POINTS = ("has_table", "has_rotary", "has_bias", "has_rotation")
 #: Every registered PE with a positional code pe_zero reaches (relbias and peg have none: no edit removes them).
 REMOVABLE = [pe for pe in PE_NAMES if any(getattr(PE_REGISTRY[pe], flag) for flag in CODE_POINTS)]
@@ -69,27 +71,14 @@ def test_a_model_without_a_code_is_one_line(micro) -> None:
             _run(micro(pe), _images(), (PEZero(),))
 
 
-def _bands(n: int, seed: int, size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
-    """uint8 images with a bright band across the top and a square whose channel is the label: content that
-    carries position, learned in a few steps."""
-    g = torch.Generator().manual_seed(seed)
-    x = (torch.rand(n, 3, size, size, generator=g) * 50).to(torch.uint8)
-    x[:, 1, : size // 4] += 180
-    labels = torch.randint(0, 2, (n,), generator=g)
-    side = size // 3
-    for k, (r, c) in enumerate(torch.randint(0, size - side, (n, 2), generator=g).tolist()):
-        x[k, 2 * int(labels[k]), r : r + side, c : c + side] = 255
-    return x, labels
-
-
 @pytest.mark.parametrize("pe", FAMILIES)
 def test_under_pe_zero_ssdc_under_rpi_vanishes_at_every_layer_of_a_trained_model(pe: str, micro, fit_briefly) -> None:
     from peanchor.data import IMAGENET_MEAN, IMAGENET_STD, DataInfo, normalize
     from peanchor.metrics import SSDCAccumulator
 
     info = DataInfo(2, 32, IMAGENET_MEAN, IMAGENET_STD, ["a", "b"], "bands")
-    model = fit_briefly(micro(pe, num_classes=2, img_size=32), *_bands(256, seed=0), info, steps=20)  # 8x8 grid
-    x = normalize(_bands(128, seed=3)[0], info.mean, info.std)
+    model = fit_briefly(micro(pe, num_classes=2, img_size=32), *striped_scenes(256, seed=0), info, steps=20)  # 8x8 grid
+    x = normalize(striped_scenes(128, seed=3)[0], info.mean, info.std)
     acc, g = SSDCAccumulator(model.grid), torch.Generator().manual_seed(0)
     with torch.inference_mode():
         for s in range(0, len(x), 32):

@@ -21,12 +21,12 @@ T = pytest.importorskip("transformers")
 from peanchor.adapters import load_timm_model  # noqa: E402
 from peanchor.adapters.hf_vit import HFViT  # noqa: E402
 
+from tests.audit.test_adapters import HF  # noqa: E402  (the tiny transformers families, built once there)
+
 SMALL = dict(img_size=32, patch_size=8, depth=2, embed_dim=64, num_heads=4, num_classes=10, init_values=1.0)
 EVA = ("eva02_tiny_patch14_224", dict(img_size=(28, 42), patch_size=7, dynamic_img_size=True))
 ROPE = ("vit_small_patch16_rope_224", dict(img_size=(24, 40), dynamic_img_size=True))
 APE = ("vit_small_patch16_224", dict(img_size=(24, 40), dynamic_img_size=True))
-HF_TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
-               patch_size=8)  # fmt: skip
 
 
 def timm_model(spec: tuple[str, dict]) -> Any:
@@ -203,15 +203,6 @@ def test_an_unsupported_dtype_is_one_line() -> None:
         audit(timm_model(APE), dtype="fp8")
 
 
-HF = {
-    "vit": lambda: T.ViTForImageClassification(T.ViTConfig(num_labels=5, **HF_TINY)),
-    "deit": lambda: T.DeiTModel(T.DeiTConfig(**HF_TINY)),
-    "dinov2": lambda: T.Dinov2Model(T.Dinov2Config(**HF_TINY)),
-    "dinov2_registers": lambda: T.Dinov2WithRegistersModel(T.Dinov2WithRegistersConfig(num_register_tokens=3, **HF_TINY)),
-    "clip": lambda: T.CLIPVisionModel(T.CLIPVisionConfig(**HF_TINY)),
-    "siglip": lambda: T.SiglipVisionModel(T.SiglipVisionConfig(**HF_TINY)),
-    "dinov3": lambda: T.DINOv3ViTModel(T.DINOv3ViTConfig(num_register_tokens=2, **HF_TINY)),
-}
 
 
 @pytest.mark.parametrize("family", list(HF))
