@@ -32,7 +32,7 @@ from peanchor.errors import ConfigError, did_you_mean
 from peanchor.lenses.position_probe import PositionProbeOptions
 from peanchor.lenses.ssdc import SSDCOptions
 
-__all__ = ["DEFAULT_ALPHAS", "Flag", "PlanSettings", "SettingField", "check_setting_names", "parse_alphas",
+__all__ = ["DEFAULT_ALPHAS", "Flag", "PlanSettings", "SettingField", "check_setting_names", "parse_alphas", "parse_sizes",
            "default_text", "setting", "setting_fields", "settings_table"]  # fmt: skip
 
 # The paper's grid (1.0, 0.9, ..., 0.1) plus α = 0 (no positional information at all).
@@ -57,6 +57,18 @@ def parse_alphas(text: str) -> list[float]:
         raise ConfigError(f"--alphas {text!r}: expected comma-separated numbers, e.g. 1,0.5,0 (--no-alpha skips the "
                           "sweep)")  # fmt: skip
     return values
+
+
+def parse_sizes(text: str, flag: str) -> list[int]:
+    """``"16,24"`` → ``[16, 24]`` (``--resolutions``; the values are checked by the analysis plan).
+
+    >>> parse_sizes("16, 24", "--resolutions")
+    [16, 24]
+    """
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r}: expected comma-separated image sizes in px, e.g. 16,24,40,48") from None
 
 
 @dataclass(frozen=True)
@@ -134,7 +146,9 @@ class PlanSettings:
         (), "edit specs every pass runs under, in order (docs/interventions.md)",
         flags=(Flag("--intervention", "KIND:K=V[,K=V]", repeat=True, help="an edit every pass runs under (repeatable, "
                     "or several joined with +): pe_zero, pe_shuffle, pe_resample, rope_planes, head_ablate, patch; "
-                    "docs/interventions.md"),), recorded="optional")  # fmt: skip
+                    "docs/interventions.md"),
+               Flag("--interventions", "KIND:K=V[,K=V]", repeat=True, help="the same as --intervention")),
+        recorded="optional")  # fmt: skip
     # lens → option → value, for the measured lenses with options of their own (all of them, defaults filled in);
     # an option that is a plan field above (ssdc.mode) sets that field
     lens_options: Mapping[str, Mapping[str, Any]] | None = setting(
@@ -148,6 +162,12 @@ class PlanSettings:
                     "of indices joined with +), e.g. rope_planes:freqs=none,0-3,0-7 or pe_resample:grid=7x7,14x14; "
                     "top-1, FS and every lens, in order and under RPI, at each dose; docs/interventions.md"),),
         recorded="optional")  # fmt: skip
+    resolutions: tuple[int, ...] = setting(
+        (), "image sizes in px (multiples of the patch) at which top-1 is also measured, each PE moved to that grid "
+        "by its own convention, with A(size)/A(native) (docs/analysis.md, \"Other resolutions\"); () skips it",
+        flags=(Flag("--resolutions", "LIST", parse=lambda text: parse_sizes(text, "--resolutions"), help="image sizes "
+                    "in px, e.g. 16,24,40,48: top-1 there too, each PE at that grid by its own convention, with "
+                    "A(size)/A(native) (docs/analysis.md)"),), recorded="optional")  # fmt: skip
 
 
 @dataclass(frozen=True)

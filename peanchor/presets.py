@@ -132,6 +132,9 @@ def _families() -> TrainConfig:
     return config
 
 
+#: The image sizes of the families preset's analysis at other resolutions: patch grids 2x2, 3x3, 5x5 and 6x6 around
+#: its 32 px (4x4) one, half to one and a half times the trained size (docs/families.md, "Other resolutions").
+_FAMILY_RESOLUTIONS = (16, 24, 40, 48)
 #: The PE families of docs/families.md, with none, ape and rope as the baselines.
 FAMILY_CONDITIONS = ("none", "ape", "rope", "fourier", "factorized", "alibi", "liere", "comrope", "string", "rope_ape",
                      "rope_dinov3")  # fmt: skip
@@ -191,7 +194,8 @@ for _preset in (
            {"alphas": (1.0, 0.5, 0.0), "rpi_draws": 1, "batch_size": 25, "severities": False},
            _CPU_SHIFTS, pe_kwargs=_CPU_PE_KWARGS, conditions=("none", "ape", "rope", "rpt")),
     Preset("families", "the PE families against none, ape and rope, at the demo's scale (docs/families.md)",
-           _families, {"alphas": (1.0, 0.5, 0.0), "rpi_draws": 1, "batch_size": 25, "severities": False},
+           _families, {"alphas": (1.0, 0.5, 0.0), "rpi_draws": 1, "batch_size": 25, "severities": False,
+                       "resolutions": _FAMILY_RESOLUTIONS},
            _CPU_SHIFTS, seeds=2, pe_kwargs=_CPU_PE_KWARGS, conditions=FAMILY_CONDITIONS),
     Preset("paper", "ImageNet-100 as in the paper", _paper,
            {"alphas": (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)}, PAPER.shifts, seeds=4),

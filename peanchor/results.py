@@ -33,7 +33,8 @@ analysis ran: the settings are spelled there only.
 
 Imports: :mod:`peanchor.fileio`, :mod:`peanchor.errors`, :mod:`peanchor.lenses` (the records),
 :mod:`peanchor.results_schema` (versions, layouts, reading), :mod:`peanchor.plan_settings` (the settings),
-:mod:`peanchor.dose_results` (``dose_sweeps``); :mod:`peanchor.tables` lazily (``to_pandas``, the summary a
+:mod:`peanchor.dose_results` (``dose_sweeps``), :mod:`peanchor.resolution_results` (``resolution``);
+:mod:`peanchor.tables` lazily (``to_pandas``, the summary a
 notebook shows).
 """
 
@@ -53,6 +54,7 @@ from peanchor import fileio
 from peanchor.errors import DataError
 from peanchor.fileio import Number  # a measured float: null in a file reads as NaN
 from peanchor.dose_results import DOSE_COLUMNS, LENS_MAP, DoseSweep
+from peanchor.resolution_results import ResolutionSweep
 from peanchor.lenses import HeadLayers, LayerPair, LensFailure, UnknownLensRecord
 from peanchor.lenses.attention_distance import AttentionDistanceLayers
 from peanchor.lenses.position_probe import PositionProbeLayers
@@ -110,6 +112,7 @@ class Measures:
     severities: dict[str, list[Number]] | None = _optional()  # kind → top-1 at severity 1..5
     severity_fragility: dict[str, list[Number]] | None = _optional()
     dose_sweeps: list[DoseSweep] | None = _optional()  # the --sweep dose-responses (peanchor.dose_results)
+    resolution: ResolutionSweep | None = _optional()  # top-1 at other image sizes (peanchor.resolution_results)
     # The intervals of the groups bootstrap (peanchor.metrics.bootstrap), all from one resampling: [low, high]
     ci_level: Number | None = _optional()
     clean_acc_ci: list[Number] | None = _optional()

@@ -51,9 +51,8 @@ whether α means anything); anything else is refused in one line. An adapter aro
 transformers ViT) is therefore evaluated unchanged. The result is an :class:`peanchor.results.AnalysisResult`
 (written as analysis.json by :func:`peanchor.results.write_analysis`).
 
-Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes, dose_sweep, intervals, environment),
-:mod:`peanchor.lenses`,
-:mod:`peanchor.metrics`, :mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits),
+Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes, dose_sweep, resolution, intervals, environment),
+:mod:`peanchor.lenses`, :mod:`peanchor.metrics`, :mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits),
 :mod:`peanchor.bars`, :mod:`peanchor.devices`, :mod:`peanchor.models` (the interface).
 """
 
@@ -71,6 +70,7 @@ from torch import Tensor
 from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.dose_sweep import measure_dose_sweeps
 from peanchor.analysis.plan import DEFAULT_ALPHAS, AnalysisPlan, resolve_plan
+from peanchor.analysis.resolution import measure_resolution
 from peanchor.analysis.shifts import Shift, severity_table, table_name
 from peanchor.bars import progress_bar
 from peanchor.devices import resolve_device
@@ -326,7 +326,7 @@ def _alpha_trends(estimates: Mapping[float, Mapping[str, Estimate]], edits: Sequ
 
 def _assemble(model: AnalysisInterface, evalset: EvalSet, applied: AnalysisPlan, plan: PassPlan, runner: PassRunner,
               lenses: Mapping[str, Lens], doses: tuple[Any, list[str]], *, device: torch.device,
-              timing: dict[str, float], started: float) -> AnalysisResult:  # fmt: skip
+              timing: dict[str, float], started: float, resolution: Any = None) -> AnalysisResult:  # fmt: skip
     """The :class:`AnalysisResult` of the passes ``runner`` ran for ``plan``."""
     # ---- the lenses (α = 1): the normal pass and the RPI draws
     records = {name: _record(lens, runner, plan.clean, plan.rpi) for name, lens in lenses.items()}
@@ -387,7 +387,7 @@ def _assemble(model: AnalysisInterface, evalset: EvalSet, applied: AnalysisPlan,
         settings=applied.settings_record(evalset.fingerprint, str(device)),
         environment=analysis_environment(str(device)),
         notes=notes or None,
-        dose_sweeps=dose_sweeps,
+        dose_sweeps=dose_sweeps, resolution=resolution,
     )  # fmt: skip
 
 
@@ -452,8 +452,9 @@ def evaluate_model(
     runner = _run_passes(model, evalset, info, applied, passes, lenses, sets, dev, progress)
     # the dose-response sweeps (--sweep): their own passes, on the same images, lenses and fitted edits
     doses = _dose_sweeps(model, evalset, info, applied, sets, runner, lenses, dev, progress)
+    resolution = measure_resolution(model, evalset, applied, runner, info, dev, progress)  # None: not asked for
     t_passes = time.perf_counter() - t_passes
-    return _assemble(model, evalset, applied, passes, runner, lenses, doses, device=dev,
+    return _assemble(model, evalset, applied, passes, runner, lenses, doses, device=dev, resolution=resolution,
                      timing={"corrupt": t_corrupt, "passes": t_passes}, started=started)  # fmt: skip
 
 

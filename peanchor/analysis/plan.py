@@ -140,6 +140,7 @@ class AnalysisPlan(PlanSettings):
         store("interventions", self._interventions(self.interventions))
         store("lens_options", self._lens_options(own_options, self.lenses))
         store("sweeps", self._sweeps(self.sweeps))
+        store("resolutions", self._resolutions(self.resolutions))
 
     @staticmethod
     def _interventions(specs: Any) -> tuple[str, ...]:
@@ -170,6 +171,18 @@ class AnalysisPlan(PlanSettings):
             return tuple(dict.fromkeys(SweepSpec.parse(t).text for t in texts))
         except ConfigError as e:
             raise ConfigError(f"{SET_PREFIX}sweeps: {e}") from None
+
+    @staticmethod
+    def _resolutions(sizes: Any) -> tuple[int, ...]:
+        """Image sizes in px, integers >= 1, each once, ascending (whether the patch divides them is checked against
+        the model, :mod:`peanchor.analysis.resolution`)."""
+        values = [sizes] if _is_int(sizes) else sizes
+        if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+            raise _fail("resolutions", sizes, "expected a list of image sizes in px, e.g. [16, 24, 40, 48]")
+        values = list(values)
+        if not all(_is_int(v) and v >= 1 for v in values):
+            raise _fail("resolutions", sizes, "expected image sizes in px, integers >= 1")
+        return tuple(sorted({int(v) for v in values}))
 
     @staticmethod
     def _alphas(alphas: Any) -> tuple[float, ...]:
@@ -242,7 +255,7 @@ class AnalysisPlan(PlanSettings):
         """The JSON form (``OUT/reproduce.json``'s ``"analysis"``): shifts as their descriptions, tuples as lists;
         :meth:`from_dict` reads it back exactly."""
         values = {key: list(v) if isinstance(v, tuple) else v for key, v in self.settings().items()}
-        for key in ("lens_options", "sweeps"):  # as analysis.json: absent when no lens has options, without sweeps
+        for key in ("lens_options", "sweeps", "resolutions"):  # as analysis.json: absent when not used
             if not values[key]:
                 del values[key]
         return {"shifts": {name: shift.describe() for name, shift in self.shifts.items()},
@@ -267,6 +280,7 @@ class AnalysisPlan(PlanSettings):
         values = {key: list(v) if isinstance(v, tuple) else v for key, v in self.settings().items()}
         values["lens_options"] = values["lens_options"] or None  # absent from the file when no lens has options
         values["sweeps"] = values["sweeps"] or None  # and without dose-response sweeps
+        values["resolutions"] = values["resolutions"] or None  # and without other resolutions
         return AnalysisSettings(**values, evalset=evalset, device=device)
 
     @classmethod
@@ -282,6 +296,8 @@ class AnalysisPlan(PlanSettings):
             settings["interventions"] = ()
         if s.sweeps is None:  # no dose-response sweeps (or written before they existed)
             settings["sweeps"] = ()
+        if s.resolutions is None:  # no other resolutions (or written before the setting existed)
+            settings["resolutions"] = ()
         if s.max_images is None:
             settings["max_images"] = result.source.get("max_images")
         if s.rpi_mode is None:  # written before the setting existed: one permutation per forward call

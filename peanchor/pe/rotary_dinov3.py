@@ -37,7 +37,7 @@ class DinoV3RoPE(PositionalEncoding):
     has_rotary = True
     declares = PEDeclaration(
         kinds=("rotary",), layout="half", prefix="none", relative=True, alpha="the rotation angles",
-        pe_zero="the rotation (angles 0)", params=(("axes", "dinov3"), ("base", 100.0)),
+        pe_zero="the rotation (angles 0)", params=(("axes", "dinov3"), ("base", 100.0)), other_grids="interpolate",
     )  # fmt: skip
 
     def __init__(
