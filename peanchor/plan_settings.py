@@ -32,8 +32,8 @@ from peanchor.errors import ConfigError, did_you_mean
 from peanchor.lenses.position_probe import PositionProbeOptions
 from peanchor.lenses.ssdc import SSDCOptions
 
-__all__ = ["DEFAULT_ALPHAS", "Flag", "PlanSettings", "SettingField", "check_setting_names", "parse_alphas", "parse_sizes",
-           "default_text", "setting", "setting_fields", "settings_table"]  # fmt: skip
+__all__ = ["DEFAULT_ALPHAS", "Flag", "PlanSettings", "SettingField", "check_setting_names", "parse_alphas",
+           "parse_sizes", "default_text", "setting", "setting_fields", "settings_table"]  # fmt: skip
 
 # The paper's grid (1.0, 0.9, ..., 0.1) plus α = 0 (no positional information at all).
 DEFAULT_ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))

@@ -7,7 +7,7 @@ colour (Okabe-Ito, safe for colour blindness; :attr:`peanchor.conditions.Conditi
 readable in black and white. What is plotted comes from :mod:`peanchor.report.summary`, as for the text.
 
 Imports: matplotlib, :mod:`peanchor.report` (summary, cells, claims, provenance, document, figure_style, lenses,
-dose_response), :mod:`peanchor.conditions`, :mod:`peanchor.results`.
+dose_response, resolution), :mod:`peanchor.conditions`, :mod:`peanchor.results`.
 """
 
 from __future__ import annotations
@@ -263,6 +263,7 @@ def _plot_severities(results: Results, directory: Path) -> FigureFile | None:
 def make_figures(results: Results, directory: str | Path) -> list[FigureFile]:
     """Draw every figure the results allow into ``directory`` (PNG + PDF each); skip those without data."""
     from peanchor.report.dose_response import plot_dose_responses
+    from peanchor.report.resolution import plot_resolution
     from peanchor.report.lenses import (  # built on this module's helpers
         plot_attention_heads,
         plot_lenses_per_layer,
@@ -276,6 +277,7 @@ def make_figures(results: Results, directory: str | Path) -> list[FigureFile]:
         if fig is not None:
             made.append(fig)
     made += plot_dose_responses(results, directory)  # a figure per dose-response sweep
+    made += [f for f in (plot_resolution(results, directory),) if f is not None]  # other resolutions
     # Every legend names what the models were measured on and under (the data, any intervention).
     setting = f" Measured on {setting_text(results)}."
     return [dataclasses.replace(f, caption=f.caption.rstrip() + setting) for f in made]

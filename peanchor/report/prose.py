@@ -5,7 +5,8 @@ Every sentence about the results is generated from comparisons of the numbers (:
 the prose says what these numbers show and nothing more; the paper's numbers come from :mod:`peanchor.conditions`
 and are labelled as the paper's.
 
-Imports: :mod:`peanchor.report` (summary, cells, claims, evidence, provenance, document, lenses, dose_response),
+Imports: :mod:`peanchor.report` (summary, cells, claims, evidence, provenance, document, lenses, dose_response,
+resolution),
 :mod:`peanchor.conditions`, :mod:`peanchor.results`.
 """
 
@@ -24,6 +25,7 @@ from peanchor.report.provenance import provenance_table, setting_text
 from peanchor.report.document import Bullets, FigureBlock, FigureFile, Heading, Paragraph, Report, Table
 from peanchor.report.dose_response import DOSE_INTRO, dose_sweeps, dose_table
 from peanchor.report.lenses import lens_gaps, lens_intro, lens_sentences, lens_table
+from peanchor.report.resolution import RESOLUTION_INTRO, resolution_sentences, resolution_sizes, resolution_tables
 from peanchor.report.summary import (
     MIN_SEEDS_FOR_CLAIMS,
     N_BOOT,
@@ -225,6 +227,12 @@ class _Builder:
         for i, text in enumerate(sweeps, start=1):
             self.figure(f"dose_response_{i}")
             self.doc.add(dose_table(self.r, text))
+
+    def resolution_section(self) -> None:
+        if resolution_sizes(self.r):
+            self.doc.add(Heading(2, "Other resolutions"), Paragraph(RESOLUTION_INTRO))
+            self.figure("resolution")
+            self.doc.add(*resolution_tables(self.r), *([Bullets(b)] if (b := resolution_sentences(self.r)) else []))
 
     def paper_comparison(self) -> None:
         conds = list(self.groups) + [c for c in REFERENCE if c not in self.groups]
@@ -469,7 +477,7 @@ class _Builder:
 
     def build(self) -> Report:
         for section in (self.provenance, self.intro, self.claims_section, self.findings, self.main_table, self.lenses_section,
-                        self.dose_section, self.paper_comparison, self.shifts_section, self.paired_section, self.alpha_section,
+                        self.dose_section, self.resolution_section, self.paper_comparison, self.shifts_section, self.paired_section, self.alpha_section,
                         self.correlation_section, self.severity_section, self.models_table, self.failed_section,
                         self.run_section):  # fmt: skip
             section()
