@@ -87,14 +87,18 @@ def resolution_tables(results: Results) -> list[Table]:
     native = _native(results)
     grids = {p.size: p.grid for ms in groups.values() for m in ms if m.resolution for p in m.resolution.points}
     header_sizes = [_size_label(s, native, grids.get(s)) for s in sizes]
-    conventions = sorted({f"`{c}` {m.resolution.coordinates}" for c, ms in groups.items() for m in ms
-                          if m.resolution is not None})  # fmt: skip
+    moved: dict[str, list[str]] = {}  # coordinates convention → the conditions whose models declare it
+    for c, ms in groups.items():
+        for way in dict.fromkeys(m.resolution.coordinates for m in ms if m.resolution is not None):
+            moved.setdefault(way, []).append(f"`{c}`")
+    modes = sorted({m.resolution.table_mode for ms in groups.values() for m in ms if m.resolution is not None})
     out = []
     for key, name in _KEYS:
         rows = [[label(c), str(len(ms))] + [_cell(ms, s, key) for s in sizes] for c, ms in groups.items()]
         caption = (f"{name} on the evaluation images resized to each size (mean ± std over seeds; [95% bootstrap CI "
-                   "of the mean] from 3 seeds; one seed: [its analysis's 95% interval]). Coordinates: "
-                   f"{', '.join(conventions)}.")  # fmt: skip
+                   "of the mean] from 3 seeds; one seed: [its analysis's 95% interval]). Absolute tables resampled "
+                   f"({'; '.join(modes)}); coordinates (where the PE has them) "
+                   f"{'; '.join(way + 'd for ' + ', '.join(cs) for way, cs in moved.items())}.")  # fmt: skip
         out.append(Table(["condition", "n", *header_sizes], rows, caption))
     return out
 
