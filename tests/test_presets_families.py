@@ -17,7 +17,9 @@ def test_the_families_preset_is_the_demo_at_its_own_name_over_every_family():
     preset = get_preset("families")
     assert set(FAMILY_CONDITIONS) == {"none", "ape", "rope", *FAMILIES} and set(FAMILY_CONDITIONS) <= set(PE_NAMES)
     assert preset.conditions == FAMILY_CONDITIONS and preset.seeds == 2
-    assert preset.analysis == get_preset("demo").analysis and preset.shifts == get_preset("demo").shifts
+    # the demo's analysis, plus top-1 at other resolutions around its 32 px (grids 2x2 to 6x6)
+    assert preset.analysis == {**get_preset("demo").analysis, "resolutions": (16, 24, 40, 48)}
+    assert preset.shifts == get_preset("demo").shifts
 
 
 def test_reproduce_lists_every_family_and_seed(tmp_path, capsys):
