@@ -271,9 +271,9 @@ def analyze(
             defaults, flags and help in docs/python.md's table (the fields of
             :class:`~peanchor.plan_settings.PlanSettings`): ``alphas``, ``rpi_draws``, ``rpi_mode``, ``seed``,
             ``batch_size``, ``max_images``, ``severities``, ``ssdc_mode``, ``metric``, ``bootstrap``,
-            ``bootstrap_groups``, ``probe_ridge``,
-            ``probe_holdout``, ``lenses``, ``interventions``, ``lens_options``, ``sweeps``. An unknown name is
-            one ``ConfigError`` line with the closest one. ``lenses`` leaves the lenses not asked for out of the
+            ``bootstrap_groups``, ``probe_ridge``, ``probe_holdout``, ``lenses``, ``interventions``,
+            ``lens_options``, ``sweeps``, ``resolutions``. An unknown name is one ``ConfigError`` line with the
+            closest one. ``lenses`` leaves the lenses not asked for out of the
             result; ``lens_options`` (``{"ssdc": {"bootstrap": 200}}``) merges with ``plan``'s option by option.
 
     Example::

@@ -73,7 +73,7 @@ def test_every_declared_flag_is_an_option_of_analyze_and_sets_its_setting():
         "alphas": [1.0, 0.5], "rpi_draws": 3, "seed": 2, "batch_size": 7, "max_images": 5, "severities": True,
         "ssdc_mode": "per_image", "metric": "euclidean", "bootstrap": 4, "probe_ridge": 0.1, "probe_holdout": 0.25,
         "lenses": None, "interventions": ["pe_zero", "head_ablate:layers=1"], "lens_options": None, "sweeps": None,
-        "rpi_mode": "per_call", "bootstrap_groups": None}  # fmt: skip
+        "rpi_mode": "per_call", "bootstrap_groups": None, "resolutions": None}  # fmt: skip
     plan = resolve_plan(16, given=given_settings(args))
     assert (plan.alphas, plan.ssdc_mode, plan.max_images) == ((1.0, 0.5), "per_image", 5)
     assert plan.interventions == ("pe_zero:prefix=zero", "head_ablate:layers=1,heads=all,value=zero")
