@@ -181,3 +181,39 @@ def test_bad_sizes_are_one_line(micro, images) -> None:
     with pytest.raises(ConfigError, match=r"analysis.resolutions=\[0\]: expected image sizes in px"):
         peanchor.analyze(model, images, labels, resolutions=[0], **STATS, **FAST)
     assert resolution_grid(40, 32, (4, 4)) == (5, 5)
+
+
+@pytest.fixture()
+def run_dir(tmp_path):
+    """A run directory as `peanchor train --preset smoke --pe rope_dinov3` leaves it (untrained, 16 px, patch 4)."""
+    from peanchor.checkpoint import save_model
+    from peanchor.presets import resolve_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(resolve_config("smoke", {"model.pe": "rope_dinov3"}).to_yaml())
+    torch.manual_seed(0)
+    model = peanchor.create_model("vit_micro", pe="rope_dinov3", num_classes=10, img_size=16).eval()
+    save_model(model, run / "model.safetensors")
+    return run
+
+
+def test_the_cli_flag_measures_the_sizes_and_a_bad_one_is_one_line(run_dir, tmp_path, capsys) -> None:
+    from peanchor.cli import main
+
+    common = [str(run_dir), "--images", "12", "--no-alpha", "--device", "cpu", "--no-progress"]
+    out = tmp_path / "out"
+    assert main(["analyze", *common, "--out", str(out), "--resolutions", "8,24"]) == 0
+    back = read_analysis(out)
+    assert [p.size for p in back.resolution.points] == [8, 16, 24] and back.resolution.coordinates == "interpolate"
+    assert back.settings.resolutions == [8, 24]
+    capsys.readouterr()
+    bad = tmp_path / "bad"
+    assert main(["analyze", *common, "--out", str(bad), "--resolutions", "8,x"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--resolutions '8,x': expected comma-separated image sizes in px" in err[0]
+    assert not bad.exists()
+    # `--interventions` is `--intervention` under another spelling
+    plural = tmp_path / "plural"
+    assert main(["analyze", *common, "--out", str(plural), "--interventions", "pe_zero"]) == 0
+    assert read_analysis(plural).settings.interventions == ["pe_zero:prefix=zero"]
