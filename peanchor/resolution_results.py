@@ -12,15 +12,13 @@ Imports: :mod:`peanchor.fileio` (``Number``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from peanchor.fileio import Number
 
 __all__ = ["ResolutionPoint", "ResolutionSweep"]
 
 
-def _optional() -> Any:
-    return field(default=None, metadata={"omit_if_none": True})
+_OMIT = {"omit_if_none": True}  # absent from the file when not measured, as results.py's optional parts
 
 
 @dataclass(kw_only=True)
@@ -31,9 +29,10 @@ class ResolutionPoint:
     grid: list[int]  # the patch grid the model ran at
     acc: Number
     relative: Number  # acc / the native size's acc (NaN where that is not above chance: relative_undefined)
-    acc_ci: list[Number] | None = _optional()  # [low, high], the analysis's groups bootstrap
-    relative_ci: list[Number] | None = _optional()  # paired: both accuracies on the same resample of the images
-    relative_undefined: str | None = _optional()  # why relative is NaN
+    acc_ci: list[Number] | None = field(default=None, metadata=_OMIT)  # [low, high], the analysis's groups bootstrap
+    # paired: both accuracies' replicates from the same resample of the images
+    relative_ci: list[Number] | None = field(default=None, metadata=_OMIT)
+    relative_undefined: str | None = field(default=None, metadata=_OMIT)  # why relative is NaN
 
 
 @dataclass(kw_only=True)

@@ -92,7 +92,7 @@ def resolution_table(path: Path) -> str | None:
 
 def _rewrite(doc: str, begin: str, end: str, text: str) -> str | None:
     """``doc`` with the block between ``begin`` and ``end`` replaced by ``text``; None where it has no such block."""
-    block = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    block = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
     if not block.search(doc):
         return None
     new = f"{begin} (tools/families_table.py writes this table) -->\n{text}\n{end}"

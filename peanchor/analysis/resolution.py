@@ -43,8 +43,8 @@ from peanchor.interventions import Edit, Intervention
 from peanchor.interventions.kinds.pe_resample import PEResample
 from peanchor.resolution_results import ResolutionPoint, ResolutionSweep
 
-__all__ = ["RESIZE", "coordinates_convention", "grid_correct", "measure_resolution", "resolution_edit",
-           "resolution_grid", "resize_images"]  # fmt: skip
+__all__ = ["RESIZE", "coordinates_convention", "grid_correct", "measure_resolution", "resize_images",
+           "resolution_edit", "resolution_grid"]  # fmt: skip
 
 RESIZE = "bilinear, antialiased, after normalisation"
 

@@ -5,6 +5,7 @@ bootstrap of the same images, nothing depends on the batch size, and the option 
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -22,8 +23,8 @@ from peanchor.models import create_model
 from peanchor.pe.declaration import PEDeclaration
 from peanchor.results import read_analysis
 
-STATS = dict(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
-FAST = dict(alphas=(), progress=False, shifts=["jpeg:quality=10"], rpi_draws=1)
+STATS = {"mean": (0.5, 0.5, 0.5), "std": (0.25, 0.25, 0.25)}
+FAST = {"alphas": (), "progress": False, "shifts": ["jpeg:quality=10"], "rpi_draws": 1}
 N = 24
 
 
