@@ -44,6 +44,7 @@ class ResolutionSweep:
     table_mode: str  # how an absolute table was resampled (pe_resample's mode, antialiased)
     resize: str  # how the images were resized
     points: list[ResolutionPoint]
+    not_measured: str | None = field(default=None, metadata=_OMIT)  # why only the native size was measured
 
     def point(self, size: int) -> ResolutionPoint | None:
         """The point at ``size`` px, or None where it was not measured."""

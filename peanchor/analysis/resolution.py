@@ -9,7 +9,8 @@ The move is the ``pe_resample`` edit (:mod:`peanchor.interventions.kinds.pe_resa
 (:attr:`~peanchor.pe.declaration.PEDeclaration.other_grids`): ``extrapolate`` keeps integer patch indices (RoPE,
 ALiBi, LieRE, ComRoPE, STRING, RoPE + APE), ``interpolate`` maps the new grid's patch centres onto the trained span,
 i.e. coordinates normalised to the image (DINOv3's RoPE). A plug-in PE declares its own; a model whose PE declares
-nothing (an adapter) extrapolates. A model without a PE only takes the other grid.
+nothing (an adapter) extrapolates. A model without a PE only takes the other grid. A model that ``pe_resample``
+cannot move (PEG, the relative bias: no hook point it reaches) records its native point only, and why.
 
 The images are resized as the dose sweep resizes them: after normalisation, bilinear, antialiased. Each size is one
 pass for top-1 alone (``layers=0``, the head) under the plan's edits followed by the move, counted per group of the
@@ -126,6 +127,8 @@ def measure_resolution(model: Any, evalset: EvalSet, plan: AnalysisPlan, runner:
     resampler = Resampler(boot, len(evalset), chance)
     base = resampler.accuracy(int(clean.correct or 0), clean.correct_by_group)
     others = [s for s in plan.resolutions if s != native]
+    unmoved = _cannot_move(model)
+    others = [] if unmoved else others  # a PE that no edit can move: the native point only, and why
     was_training = model.training
     model.to(device).eval()
     estimates = {native: base}
@@ -144,7 +147,17 @@ def measure_resolution(model: Any, evalset: EvalSet, plan: AnalysisPlan, runner:
               for size, e in sorted(estimates.items())]  # fmt: skip
     mode = resolution_edit(model, model.grid).mode
     return ResolutionSweep(native=native, coordinates=coordinates_convention(model), table_mode=f"{mode}, antialiased",
-                           resize=RESIZE, points=points)  # fmt: skip
+                           resize=RESIZE, points=points, not_measured=unmoved)  # fmt: skip
+
+
+def _cannot_move(model: Any) -> str | None:
+    """Why ``model`` cannot be moved to another grid (its PE has no hook point ``pe_resample`` reaches and the
+    model takes no other grid: PEG, the relative bias), or None where it can."""
+    try:
+        resolution_edit(model, tuple(model.grid)).required_points(model.hook_points)
+    except ConfigError as e:
+        return f"the other sizes were not measured: {e}"
+    return None
 
 
 def _point(size: int, grid: tuple[int, int], acc: Estimate, native: Estimate, reason: str | None,

@@ -91,6 +91,7 @@ def resolution_tables(results: Results) -> list[Table]:
     for c, ms in groups.items():
         for way in dict.fromkeys(m.resolution.coordinates for m in ms if m.resolution is not None):
             moved.setdefault(way, []).append(f"`{c}`")
+    unmoved = {c: why for c, ms in groups.items() for m in ms if m.resolution and (why := m.resolution.not_measured)}
     modes = sorted({m.resolution.table_mode for ms in groups.values() for m in ms if m.resolution is not None})
     out = []
     for key, name in _KEYS:
@@ -99,6 +100,7 @@ def resolution_tables(results: Results) -> list[Table]:
                    "of the mean] from 3 seeds; one seed: [its analysis's 95% interval]). Absolute tables resampled "
                    f"({'; '.join(modes)}); coordinates (where the PE has them) "
                    f"{'; '.join(way + 'd for ' + ', '.join(cs) for way, cs in moved.items())}.")  # fmt: skip
+        caption += "".join(f" {label(c)}: {why}." for c, why in unmoved.items())
         out.append(Table(["condition", "n", *header_sizes], rows, caption))
     return out
 

@@ -218,3 +218,12 @@ def test_the_cli_flag_measures_the_sizes_and_a_bad_one_is_one_line(run_dir, tmp_
     plural = tmp_path / "plural"
     assert main(["analyze", *common, "--out", str(plural), "--interventions", "pe_zero"]) == 0
     assert read_analysis(plural).settings.interventions == ["pe_zero:prefix=zero"]
+
+
+@pytest.mark.parametrize("pe", ["peg", "relbias"])
+def test_a_pe_no_edit_can_move_records_its_native_point_and_why(micro, images, pe) -> None:
+    model = sharp(micro(pe, num_classes=4))
+    labels = labelled(model, images)
+    result = peanchor.analyze(model, images, labels, resolutions=[8, 24], batch_size=8, **STATS, **FAST)
+    assert [p.size for p in result.resolution.points] == [16] and result.resolution.points[0].acc == result.clean_acc
+    assert result.resolution.not_measured.startswith("the other sizes were not measured: pe_resample needs pe.table")
