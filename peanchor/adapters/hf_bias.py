@@ -10,7 +10,7 @@ A ``BeitModel`` has a bias module (``BeitRelativePositionBias``: a ``relative_po
   layer's own bias module returns zeros and the layer is handed the edited bias as its ``attention_mask``, so that
   it adds exactly the edited bias (pe_zero: zeros, as with zeroed tables).
 
-Imports: torch; :mod:`peanchor.interventions`.
+Imports: torch; :mod:`peanchor.interventions`, :mod:`peanchor.audit` (observe: BEiT's observer).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from peanchor.interventions import EditPass
 
-__all__ = ["bias_modules", "edited_bias", "scaled_bias"]
+__all__ = ["beit_observer", "bias_modules", "edited_bias", "scaled_bias"]
 
 
 def bias_modules(backbone: nn.Module, layers: nn.ModuleList) -> tuple[nn.Module | None, list[nn.Module | None]]:
@@ -78,3 +78,18 @@ def edited_bias(backbone: nn.Module, layers: nn.ModuleList, run: EditPass, grid:
         for h in handles:
             stack.callback(h.remove)
         yield
+
+
+def beit_observer(wrapped: Any) -> Any:
+    """The audit's observer of a transformers BEiT: :class:`~peanchor.audit.observe.HFObserver`, whose declared
+    embedding is BEiT's: CLS, then the patches, plus the absolute table where the model has one (BEiT runs at its
+    native grid only, so the table is never resampled)."""
+    from peanchor.audit.observe import HFObserver
+
+    class BeitObserver(HFObserver):
+        def reference_embedding(self, patches: Tensor, grid: tuple[int, int], resample: tuple | None = None) -> Tensor:
+            e = self.backbone.embeddings
+            x = torch.cat([e.cls_token.expand(patches.shape[0], -1, -1), patches], dim=1)  # (B, 1 + N, D)
+            return x if e.position_embeddings is None else x + e.position_embeddings
+
+    return BeitObserver(wrapped)

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from peanchor.errors import ConfigError, PeanchorError
 from peanchor.adapters.backend import BACKENDS, Backend
 from peanchor.adapters.hf_families import FAMILIES, SUPPORTED_CLASSES
-from peanchor.adapters.hf_bias import bias_modules, edited_bias, scaled_bias
+from peanchor.adapters.hf_bias import beit_observer, bias_modules, edited_bias, scaled_bias
 from peanchor.adapters.hf_hooks import edited_rope, edited_table, rope_planes, site_hooks, table_of
 from peanchor.interventions import BLOCK_SITES, NO_INTERVENTION, HookPoints, Intervention, Start, permute_tokens
 from peanchor.interventions.edit import check_grid
@@ -421,7 +421,8 @@ class TransformersBackend(Backend):
 
         subject = AuditSubject(wrapped, wrapped.pe_name.replace("hf:", f"hf:{family.name}:"), "transformers",
                                _claim(wrapped), wrapped.img_size[0] // wrapped.grid[0], wrapped.pe_scalable, None,
-                               family.bias, native, observer=HFObserver(wrapped))  # fmt: skip
+                               family.bias, native,
+                               observer=beit_observer(wrapped) if family.bias else HFObserver(wrapped))  # fmt: skip
         if family.table is not None and "input.grid" in wrapped.hook_points.points:
             kwargs = {"interpolate_pos_encoding": True} if family.interpolate_kwarg else {}
             # transformers 5 antialiases in DINOv2 with registers only (docs/interventions.md)
