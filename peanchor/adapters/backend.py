@@ -8,7 +8,8 @@ A backend is one registered class (``@BACKENDS.register``, its ``name`` the regi
   :class:`~peanchor.models.interface.AnalysisInterface`, in the model's own train/eval mode;
 * ``wraps(wrapped)``: whether an analysis-interface object is its wrapper (the audit asks);
 * ``audit_subject(wrapped)``: the :class:`~peanchor.audit.subject.AuditSubject` of its wrapper: the claim read off
-  the library's own config, the model's own forward, its observer.
+  the library's own config, the model's own forward, its observer; and ``signature(wrapped)``, what decides its
+  PE's behaviour (the audit zoo audits one model per signature).
 
 :func:`wrap_model` (what ``peanchor.analyze``, ``peanchor.audit`` and the loaders call) and :func:`backend_of`
 are the only places that choose a backend; nothing else names one. The built-in backends are the modules this
@@ -49,6 +50,11 @@ class Backend:
 
     def audit_subject(self, wrapped: Any) -> Any:
         raise NotImplementedError
+
+    def signature(self, wrapped: Any) -> str:
+        """What decides the behaviour of its PE, not the model's size (the audit zoo audits one model per
+        signature)."""
+        return f"{wrapped.pe_name} prefix={wrapped.num_prefix}"
 
 
 def _check(cls: Any) -> None:

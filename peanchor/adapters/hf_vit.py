@@ -431,6 +431,15 @@ class TransformersBackend(Backend):
         return subject
 
 
+    def signature(self, wrapped: Any) -> str:
+        cfg = wrapped.model.config
+        said = f"{wrapped.family.name} registers={int(getattr(cfg, 'num_register_tokens', 0) or 0)}"
+        if wrapped.family.bias:
+            said += (f" shared_bias={bool(cfg.use_shared_relative_position_bias)} "
+                     f"layer_bias={bool(cfg.use_relative_position_bias)} table={wrapped.has_table}")  # fmt: skip
+        return said
+
+
 def _claim(wrapped: HFViT) -> Any:
     """What the family and the config say the PE is."""
     from peanchor.audit.subject import Claim

@@ -163,3 +163,9 @@ class TimmBeitBackend(Backend):
         return AuditSubject(wrapped, wrapped.pe_name, "timm", claim, wrapped.img_size[0] // wrapped.grid[0],
                             wrapped.pe_scalable, None, wrapped.has_bias, lambda images: inner(images),
                             observer=TimmObserver(wrapped))  # fmt: skip
+
+    def signature(self, wrapped: Any) -> str:
+        inner = wrapped.model
+        own = inner.blocks[0].attn.relative_position_bias_table is not None
+        return (f"Beit shared_bias={inner.rel_pos_bias is not None} block_bias={own} "
+                f"table={inner.pos_embed is not None}")

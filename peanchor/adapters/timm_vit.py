@@ -411,3 +411,18 @@ class TimmBackend(Backend):
         if table and not rope and getattr(inner, "dynamic_img_size", False):
             subject.own_resample = lambda: own_path(subject, lambda x: inner(x), "bicubic", True)
         return subject
+
+    def signature(self, wrapped: Any) -> str:
+        """The model class, its table and prefix tokens, its rope's declared options, its attention class and
+        whether it takes other sizes."""
+        inner = wrapped.model
+        rope = getattr(inner, "rope", None)
+        keys = ("temperature", "in_pixels", "grid_indexing", "rotate_half", "grid_type", "normalize_coords")
+        options = [f"{k}={getattr(rope, k)}" for k in keys if hasattr(rope, k)]
+        options.append(f"ref={getattr(rope, 'ref_feat_shape', None) is not None}")
+        rope_said = "none" if rope is None else f"{type(rope).__name__}({', '.join(options)})"
+        table = getattr(inner, "pos_embed", None) is not None
+        return (f"{type(inner).__name__} table={table} no_embed_class={getattr(inner, 'no_embed_class', False)} "
+                f"prefix={inner.num_prefix_tokens} rope={rope_said} "
+                f"attn={type(getattr(inner.blocks[0], 'attn', inner.blocks[0])).__name__} "
+                f"dynamic={getattr(inner, 'dynamic_img_size', False)}")  # fmt: skip
