@@ -10,6 +10,7 @@ import torch
 T = pytest.importorskip("transformers")
 
 from peanchor.adapters import HFViT, wrap_model  # noqa: E402
+from tests.helpers.doses import check_started_passes  # noqa: E402
 from peanchor.interventions import Hook, Intervention, random_permutation  # noqa: E402
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
@@ -126,3 +127,11 @@ def test_a_backbone_without_a_head_gives_its_pooled_features() -> None:
         torch.testing.assert_close(model.forward_intermediates(x).logits, model.model(pixel_values=x).pooler_output,
                                    rtol=0, atol=1e-5)  # fmt: skip
     assert not model.has_head
+
+
+def test_started_passes_of_a_dose_sweep_equal_separate_passes() -> None:
+    """forward_doses starts passes at later layers from cached residuals (Start): bit for bit the separate passes."""
+    torch.manual_seed(0)
+    config = T.BeitConfig(**dict(TINY, num_hidden_layers=3), **VARIANTS["per_layer_ape"])
+    model = wrap_model(T.BeitForImageClassification(config).eval())
+    check_started_passes(model, images(), model._layers)

@@ -10,6 +10,7 @@ import torch
 timm = pytest.importorskip("timm")
 
 from peanchor.adapters import TimmBeit, load_timm_model, wrap_model  # noqa: E402
+from tests.helpers.doses import check_started_passes  # noqa: E402
 from peanchor.errors import ConfigError  # noqa: E402
 from peanchor.interventions import Hook, Intervention, random_permutation  # noqa: E402
 
@@ -137,3 +138,12 @@ def test_the_backend_wraps_a_raw_beit_and_refuses_what_it_cannot_take() -> None:
     assert type(wrapped) is TimmBeit and wrapped.hook_points.points >= {"pe.bias", "blocks.{k}.attn"}
     with pytest.raises(ConfigError, match="pe_resample acts at input.grid|input.grid"):
         wrapped.forward_intermediates(images(), Intervention.parse("pe_resample:grid=5x5"))
+
+
+
+@pytest.mark.parametrize("variant", ["per_block_ape", "shared"])
+def test_started_passes_of_a_dose_sweep_equal_separate_passes(variant: str) -> None:
+    """forward_doses starts passes at later blocks from cached residuals (Start): bit for bit the separate passes."""
+    torch.manual_seed(0)
+    model = load_timm_model("beit_base_patch16_224", **dict(SMALL, depth=3), init_values=1.0, **VARIANTS[variant])
+    check_started_passes(model, images(), model.model.blocks)
