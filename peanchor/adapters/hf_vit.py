@@ -35,11 +35,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from peanchor.errors import ConfigError, PeanchorError
 from peanchor.adapters.backend import BACKENDS, Backend
-from peanchor.adapters.hf_families import FAMILIES, SUPPORTED_CLASSES
 from peanchor.adapters.hf_bias import beit_observer, bias_modules, edited_bias, scaled_bias
+from peanchor.adapters.hf_families import FAMILIES, SUPPORTED_CLASSES
 from peanchor.adapters.hf_hooks import edited_rope, edited_table, rope_planes, site_hooks, table_of
+from peanchor.errors import ConfigError, PeanchorError
 from peanchor.interventions import BLOCK_SITES, NO_INTERVENTION, HookPoints, Intervention, Start, permute_tokens
 from peanchor.interventions.edit import check_grid
 from peanchor.models.interface import AnalysisInterface, AttentionSink, Intermediates

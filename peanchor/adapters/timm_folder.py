@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from peanchor.adapters.timm_load import load_timm_model
-from peanchor.models.interface import AnalysisInterface
 from peanchor.errors import CheckpointError
+from peanchor.models.interface import AnalysisInterface
 
 __all__ = ["WEIGHT_FILES", "load_timm", "read_timm_folder"]
 

@@ -22,7 +22,8 @@ from typing import Any
 from torch import Tensor, nn
 
 from peanchor.errors import CheckpointError, ConfigError, PeanchorError
-from peanchor.weights import load_strict, read_state_dict as read_weights_file
+from peanchor.weights import load_strict
+from peanchor.weights import read_state_dict as read_weights_file
 
 __all__ = ["WEIGHT_SUFFIXES", "describe", "load_timm_model", "read_state_dict", "require_timm"]
 

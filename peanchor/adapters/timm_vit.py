@@ -44,15 +44,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from peanchor.adapters.timm_attention import attention_modules, capture_attention
-from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds, rope_table
 from peanchor.adapters.backend import BACKENDS, Backend
-from peanchor.adapters.timm_load import describe, require_timm
-from peanchor.errors import ConfigError
+from peanchor.adapters.timm_attention import attention_modules, capture_attention
 from peanchor.adapters.timm_hooks import block_sites, capture_probes, join_rope, rope_planes, site_hooks, split_rope
-from peanchor.interventions import EditPass, HookPoints, Intervention, PETable, RopeTables
+from peanchor.adapters.timm_load import describe, require_timm
+from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds, rope_table
+from peanchor.errors import ConfigError
+from peanchor.interventions import EditPass, HookPoints, Intervention, PETable, RopeTables, permute_tokens
 from peanchor.interventions.edit import check_grid
-from peanchor.interventions import permute_tokens
 from peanchor.models.interface import AttentionSink
 from peanchor.models.template import BlockStep, TemplatePass
 

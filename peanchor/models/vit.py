@@ -41,7 +41,6 @@ from peanchor.models.template import BlockStep, TemplatePass
 from peanchor.pe import PEContext, RotaryTables, create_pe
 from peanchor.pe.base import BlockRotation
 
-
 #: An edit pass's hook inside a block: ``site(name, x)`` for name in ``attn.heads``, ``attn``, ``mlp``.
 Site = Callable[[str, Tensor], Tensor]
 

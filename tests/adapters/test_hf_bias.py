@@ -10,8 +10,8 @@ import torch
 T = pytest.importorskip("transformers")
 
 from peanchor.adapters import HFViT, wrap_model  # noqa: E402
-from tests.helpers.doses import check_started_passes  # noqa: E402
 from peanchor.interventions import Hook, Intervention, random_permutation  # noqa: E402
+from tests.helpers.doses import check_started_passes  # noqa: E402
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
             patch_size=8, layer_scale_init_value=1.0, num_labels=5)  # fmt: skip

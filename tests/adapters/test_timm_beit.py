@@ -10,9 +10,9 @@ import torch
 timm = pytest.importorskip("timm")
 
 from peanchor.adapters import TimmBeit, load_timm_model, wrap_model  # noqa: E402
-from tests.helpers.doses import check_started_passes  # noqa: E402
 from peanchor.errors import ConfigError  # noqa: E402
 from peanchor.interventions import Hook, Intervention, random_permutation  # noqa: E402
+from tests.helpers.doses import check_started_passes  # noqa: E402
 
 SMALL = dict(img_size=32, patch_size=8, depth=2, embed_dim=64, num_heads=4, num_classes=10)  # a 4x4 grid
 VARIANTS = {
