@@ -147,3 +147,11 @@ def test_started_passes_of_a_dose_sweep_equal_separate_passes(variant: str) -> N
     torch.manual_seed(0)
     model = load_timm_model("beit_base_patch16_224", **dict(SMALL, depth=3), init_values=1.0, **VARIANTS[variant])
     check_started_passes(model, images(), model.model.blocks)
+
+
+def test_a_hook_at_a_point_beit_lacks_is_one_line_listing_its_points() -> None:
+    model = build("per_block")
+    with pytest.raises(ConfigError) as refused:
+        model.forward_intermediates(images(), Intervention().with_edits(Hook("rope.tables", lambda t: t)))
+    line = str(refused.value)
+    assert "\n" not in line and "rope.tables" in line and "pe.bias" in line
