@@ -81,7 +81,8 @@ def backend_of(wrapped: Any) -> Backend | None:
     return next((b for b in _backends() if b.wraps(wrapped)), None)
 
 
-def wrap_model(model: Any, img_size: int | None = None, *, model_args: dict[str, Any] | None = None) -> AnalysisInterface:
+def wrap_model(model: Any, img_size: int | None = None, *,
+               model_args: dict[str, Any] | None = None) -> AnalysisInterface:  # fmt: skip
     """``model`` behind the analysis interface: an object that already offers it as it is, anything else through
     the first registered backend that accepts it; a model none accepts is one ConfigError line naming what each
     backend wraps."""

@@ -38,9 +38,10 @@ from torch import Tensor, nn
 from peanchor.adapters.backend import BACKENDS, Backend
 from peanchor.adapters.hf_bias import beit_observer, bias_modules, edited_bias, scaled_bias
 from peanchor.adapters.hf_families import FAMILIES, SUPPORTED_CLASSES
-from peanchor.adapters.hf_hooks import edited_rope, edited_table, rope_planes, site_hooks, table_of
+from peanchor.adapters.hf_hooks import (StopPass, attention_hooks, edited_rope, edited_table, permuted_patches,
+                                        probe_hooks, rope_planes, site_hooks, started_layers, table_of)
 from peanchor.errors import ConfigError, PeanchorError
-from peanchor.interventions import BLOCK_SITES, NO_INTERVENTION, HookPoints, Intervention, Start, permute_tokens
+from peanchor.interventions import BLOCK_SITES, NO_INTERVENTION, HookPoints, Intervention, Start
 from peanchor.interventions.edit import check_grid
 from peanchor.models.interface import AnalysisInterface, AttentionSink, Intermediates
 
@@ -75,10 +76,6 @@ def _attr(module: nn.Module, dotted: str) -> Any:
 
 def _pair(value: Any) -> tuple[int, int]:
     return (int(value[0]), int(value[1])) if isinstance(value, (tuple, list)) else (int(value), int(value))
-
-
-class _Stop(Exception):
-    """Raised by the last probe hook a truncated pass needs: the rest of the forward is not computed."""
 
 
 class HFViT(AnalysisInterface, nn.Module):
@@ -205,25 +202,6 @@ class HFViT(AnalysisInterface, nn.Module):
     # ---- interventions, as hooks and swaps undone after the pass ----------------------------
 
     @contextmanager
-    def _permuted(self, perm: Tensor | None) -> Iterator[None]:
-        if perm is None:
-            yield
-            return
-
-        def hook(_m: nn.Module, _i: Any, out: Tensor) -> Tensor:
-            if out.dim() == 4:  # a Conv2d's (B, D, h, w): permute its flattened, row-major grid
-                b, d, h, w = out.shape
-                moved = permute_tokens(out.flatten(2).transpose(1, 2), perm)  # (B, N, D)
-                return moved.transpose(1, 2).reshape(b, d, h, w)
-            return permute_tokens(out, perm)  # (B, N, D)
-
-        handle = _attr(self._backbone, self.family.patch).register_forward_hook(hook)
-        try:
-            yield
-        finally:
-            handle.remove()
-
-    @contextmanager
     def _scaled(self, alpha: float, table_only: bool = False) -> Iterator[None]:
         """The table (or the rope's ``inv_freq``, or BEiT's bias tables and table) × α for the pass; the original
         tensors are put back after."""
@@ -252,69 +230,6 @@ class HFViT(AnalysisInterface, nn.Module):
             return nullcontext()
         shared, own = bias_modules(self._backbone, self._layers)
         return scaled_bias([m for m in (shared, *own) if m is not None], alpha)
-
-    @contextmanager
-    def _probes(self, sink: list[Tensor], count: int, stop: bool, first: int = 0) -> Iterator[None]:
-        """Hooks on the first norms of layers ``first`` to ``count - 1``, appending their output minus the prefix
-        tokens to ``sink``; with ``stop``, the pass ends right after the last of them."""
-        p = self._prefix
-
-        def hook(_m: nn.Module, _i: Any, out: Tensor) -> None:
-            sink.append(out[:, p:])  # (B, N, D): what attention sees, patch slots only
-            if stop and len(sink) == count:
-                raise _Stop
-
-        layers = self._layers[first:count]
-        handles = [getattr(layer, self.family.norm).register_forward_hook(hook) for layer in layers]
-        try:
-            yield
-        finally:
-            for h in handles:
-                h.remove()
-
-    @contextmanager
-    def _attention(self, sink: AttentionSink | None) -> Iterator[None]:
-        if sink is None:
-            yield
-            return
-        before = self.model.config._attn_implementation
-        self.model.set_attn_implementation("eager")  # the path that computes (and returns) the softmax weights
-        handles = []
-        for i, layer in enumerate(self._layers):
-
-            def hook(_m: nn.Module, _i: Any, out: Any, i: int = i) -> None:
-                sink(i, out[1])  # (B, H, T, T), prefix tokens first
-
-            handles.append(getattr(layer, self.family.attention).register_forward_hook(hook))
-        try:
-            yield
-        finally:
-            for h in handles:
-                h.remove()
-            self.model.set_attn_implementation(before)
-
-    @contextmanager
-    def _started(self, first: int, residual: Tensor | None) -> Iterator[None]:
-        """For the pass, the encoder runs layers ``first`` on only, the first of them fed ``residual`` (the stream
-        entering it in an earlier pass) in place of what the embeddings computed."""
-        if not first:
-            yield
-            return
-        owner_path, _, name = self.family.layers.rpartition(".")
-        owner = _attr(self._backbone, owner_path)
-
-        def feed(_m: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-            if args:
-                return (residual, *args[1:]), kwargs
-            return args, dict(kwargs, hidden_states=residual)
-
-        handle = self._layers[first].register_forward_pre_hook(feed, with_kwargs=True)
-        setattr(owner, name, nn.ModuleList(list(self._layers)[first:]))  # the same modules, the earlier ones left out
-        try:
-            yield
-        finally:
-            setattr(owner, name, self._layers)
-            handle.remove()
 
     # ---- the forward pass ---------------------------------------------------------------------
 
@@ -348,7 +263,7 @@ class HFViT(AnalysisInterface, nn.Module):
         table = run is not None and run.acts_at("pe.table")
         out = None
         with ExitStack() as stack:
-            stack.enter_context(self._permuted(intervention.token_perm))
+            stack.enter_context(permuted_patches(_attr(self._backbone, self.family.patch), intervention.token_perm))
             if table:
                 assert run is not None and self.family.table is not None
                 stack.enter_context(self._scaled_bias(float(intervention.pe_scale)))  # BEiT's, beside its table
@@ -365,12 +280,15 @@ class HFViT(AnalysisInterface, nn.Module):
             if run is not None:
                 stack.enter_context(site_hooks(self._layers, self.family.attention, self.family.out_proj, run,
                                                run.hooks.num_heads))  # fmt: skip
-            stack.enter_context(self._probes(probes, count, stop=not head, first=first))
-            stack.enter_context(self._attention(attention))
-            stack.enter_context(self._started(first, start.residual if start is not None else None))
+            norms = [getattr(layer, self.family.norm) for layer in self._layers[first:count]]
+            stack.enter_context(probe_hooks(norms, probes, self._prefix, count if not head else None))
+            stack.enter_context(attention_hooks(self.model, self._layers, self.family.attention, attention))
+            if first:
+                assert start is not None and start.residual is not None  # Start checks both
+                stack.enter_context(started_layers(self._backbone, self.family.layers, first, start.residual))
             try:
                 out = self.model(pixel_values=images, **kwargs)
-            except _Stop:
+            except StopPass:
                 pass
         if len(probes) != count:  # each layer's first norm runs once per pass
             raise RuntimeError(f"{len(probes)} probe outputs from a pass over {count} layers")
@@ -448,7 +366,8 @@ def _claim(wrapped: HFViT) -> Any:
     registers = int(getattr(config, "num_register_tokens", 0) or 0)
     prefix = family.extra_prefix + registers
     if family.rope is not None:
-        return Claim("rotary", "dinov3", None, prefix, source=f"transformers {family.name}: rope, {registers} registers")
+        said = f"transformers {family.name}: rope, {registers} registers"
+        return Claim("rotary", "dinov3", None, prefix, source=said)
     if family.bias:
         shared = "a shared" if getattr(config, "use_shared_relative_position_bias", False) else "per-layer"
         table = wrapped.has_table

@@ -1,5 +1,5 @@
-"""The peanchor backend: peanchor's own ViT (:class:`~peanchor.models.vit.VisionTransformer`) already offers the analysis
-interface; this file says how the audit sees it. Its claim is what the PE class its config names declares
+"""The peanchor backend: peanchor's own ViT (:class:`~peanchor.models.vit.VisionTransformer`) already offers the
+analysis interface; this file says how the audit sees it. Its claim is what the PE class its config names declares
 (``declares``, :mod:`peanchor.pe.declaration`), never its name: a plug-in PE is audited by what it says of itself,
 and one that declares nothing is "n/a" in every check.
 
