@@ -21,8 +21,8 @@ Imports: torch, timm (lazily); :mod:`peanchor.adapters` (backend, timm_vit, timm
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
@@ -102,33 +102,31 @@ class TimmBeit(TimmViT):
         if alpha == 1.0 and not edited:  # timm's own computation
             shared = m.rel_pos_bias() if m.rel_pos_bias is not None else None
             return lambda i: {"shared_rel_pos_bias": shared}
-        bias = self._bias()
-        if bias is None:
+        full = self._bias()  # (L|1, H, T, T)
+        if full is None:
             return lambda i: {"shared_rel_pos_bias": None}
-        bias = bias * alpha if alpha != 1.0 else bias  # (L|1, H, T, T)
+        bias = full * alpha if alpha != 1.0 else full
         if edited:
             assert run is not None
             bias = run.bias(bias)
-            bias = torch.zeros_like(self._bias()) if bias is None else bias  # type: ignore[arg-type]
+            bias = torch.zeros_like(full) if bias is None else bias  # no bias: what zeroed tables add
         for block in m.blocks:
             stack.enter_context(_silenced(block.attn))
         return lambda i: {"shared_rel_pos_bias": bias[i if bias.shape[0] > 1 else 0][None]}  # (1, H, T, T)
 
 
-class _silenced:
+@contextmanager
+def _silenced(attn: nn.Module) -> Iterator[None]:
     """For a pass, an attention module that gathers no bias of its own (the pass hands it the whole bias)."""
-
-    def __init__(self, attn: nn.Module):
-        self.attn = attn
-
-    def __enter__(self) -> None:
-        self.table = self.attn.relative_position_bias_table
-        if self.table is not None:
-            self.attn._parameters["relative_position_bias_table"] = None
-
-    def __exit__(self, *exc: object) -> None:
-        if self.table is not None:
-            self.attn._parameters["relative_position_bias_table"] = self.table
+    table = attn._parameters.get("relative_position_bias_table")
+    if table is None:
+        yield
+        return
+    attn._parameters["relative_position_bias_table"] = None  # timm's Attention then adds the handed bias only
+    try:
+        yield
+    finally:
+        attn._parameters["relative_position_bias_table"] = table
 
 
 @BACKENDS.register
