@@ -53,25 +53,14 @@ NO_LABELS = "none: no labels were given (accuracy and FS are NaN)"
 
 
 def wrap_model(model: Any, img_size: int | None = None) -> AnalysisInterface:
-    """``model`` behind the analysis interface (:class:`~peanchor.models.interface.AnalysisInterface`): a peanchor model as it is, a timm model through
-    :class:`~peanchor.adapters.TimmViT`, a transformers model through :class:`~peanchor.adapters.hf_vit.HFViT`
-    (at ``img_size`` when given: transformers interpolates its table). Anything else is one ConfigError line.
-    A wrapper starts in the model's own train/eval mode, which the analysis restores when it is done."""
-    if isinstance(model, AnalysisInterface):
-        return model
-    if type(model).__module__.startswith("timm."):
-        from peanchor.adapters import TimmViT
+    """``model`` behind the analysis interface (:class:`~peanchor.models.interface.AnalysisInterface`): a peanchor
+    model as it is, any other through the registered backend that accepts it (:mod:`peanchor.adapters.backend`:
+    timm's ViT, DeiT, Eva and BEiT; transformers' ViT, DeiT, DINOv2, CLIP, SigLIP, DINOv3 and BEiT), at
+    ``img_size`` when given (transformers interpolates its table). Anything else is one ConfigError line. A
+    wrapper starts in the model's own train/eval mode, which the analysis restores when it is done."""
+    from peanchor.adapters.backend import wrap_model as wrap
 
-        return TimmViT(model).train(model.training)
-    from peanchor.adapters.hf_vit import HFViT, is_transformers_model
-
-    if is_transformers_model(model):
-        return HFViT(model, img_size=img_size).train(model.training)
-    raise ConfigError(
-        f"cannot analyse a {type(model).__module__}.{type(model).__name__}: expected a peanchor model "
-        "(peanchor.create_model / load_model), a timm ViT, or a transformers vision model (ViT, DeiT, DINOv2, "
-        "CLIP, SigLIP, DINOv3)"
-    )
+    return wrap(model, img_size)
 
 
 def model_img_size(model: AnalysisInterface) -> int:

@@ -13,7 +13,10 @@ for one pass, removed when it ends:
   receives them, viewed ``(B, T, H, hd)``; ``blocks.{k}.attn``: the attention module's output; ``.mlp``: the MLP's;
   ``.residual``: the layer's output.
 
-Imports: torch; :mod:`peanchor.interventions`.
+The pass's own plumbing is here too: RPI as a hook on the patch embedding, the probes on each layer's first norm
+(ending a truncated pass early), the attention weights from the eager path, and a pass started at a later layer.
+
+Imports: torch; :mod:`peanchor.interventions`, :mod:`peanchor.models` (interface).
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from peanchor.interventions import EditPass, PETable, RopeTables, axial_planes
+from peanchor.interventions import EditPass, PETable, RopeTables, axial_planes, permute_tokens
+from peanchor.models.interface import AttentionSink
 
-__all__ = ["edited_rope", "edited_table", "site_hooks", "table_of", "rope_planes"]
+__all__ = ["StopPass", "attention_hooks", "edited_rope", "edited_table", "permuted_patches", "probe_hooks",
+           "rope_planes", "site_hooks", "started_layers", "table_of"]  # fmt: skip
 
 
 def table_of(param: Tensor, num_patches: int, grid: tuple[int, int], alpha: float) -> PETable:
@@ -104,3 +109,93 @@ def site_hooks(layers: nn.ModuleList, attention: str, out_proj: str, run: EditPa
     finally:
         for h in handles:
             h.remove()
+
+
+class StopPass(Exception):
+    """Raised by the last probe hook a truncated pass needs: the rest of the forward is not computed."""
+
+
+@contextmanager
+def permuted_patches(patch: nn.Module, perm: Tensor | None) -> Iterator[None]:
+    """RPI: the patch embedding's output reordered along its token axis, before any position is added."""
+    if perm is None:
+        yield
+        return
+
+    def hook(_m: nn.Module, _i: Any, out: Tensor) -> Tensor:
+        if out.dim() == 4:  # a Conv2d's (B, D, h, w): permute its flattened, row-major grid
+            b, d, h, w = out.shape
+            moved = permute_tokens(out.flatten(2).transpose(1, 2), perm)  # (B, N, D)
+            return moved.transpose(1, 2).reshape(b, d, h, w)
+        return permute_tokens(out, perm)  # (B, N, D)
+
+    handle = patch.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@contextmanager
+def probe_hooks(norms: list[nn.Module], sink: list[Tensor], num_prefix: int, stop_at: int | None) -> Iterator[None]:
+    """Hooks on the layers' first ``norms``, appending their output minus the prefix tokens to ``sink``; the pass
+    ends (:class:`StopPass`) once ``sink`` holds ``stop_at`` probes (None: it runs to the end)."""
+
+    def hook(_m: nn.Module, _i: Any, out: Tensor) -> None:
+        sink.append(out[:, num_prefix:])  # (B, N, D): what attention sees, patch slots only
+        if stop_at is not None and len(sink) == stop_at:
+            raise StopPass
+
+    handles = [norm.register_forward_hook(hook) for norm in norms]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
+def attention_hooks(model: nn.Module, layers: nn.ModuleList, attention: str,
+                    sink: AttentionSink | None) -> Iterator[None]:  # fmt: skip
+    """With a ``sink``, the pass runs transformers' eager attention, whose modules return their softmax weights, and
+    hands each layer's to ``sink``; the attention implementation is put back after."""
+    if sink is None:
+        yield
+        return
+    before = model.config._attn_implementation
+    model.set_attn_implementation("eager")  # the path that computes (and returns) the softmax weights
+    handles = []
+    for i, layer in enumerate(layers):
+
+        def hook(_m: nn.Module, _i: Any, out: Any, i: int = i) -> None:
+            sink(i, out[1])  # (B, H, T, T), prefix tokens first
+
+        handles.append(getattr(layer, attention).register_forward_hook(hook))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        model.set_attn_implementation(before)
+
+
+@contextmanager
+def started_layers(backbone: nn.Module, layers_path: str, first: int, residual: Tensor) -> Iterator[None]:
+    """For the pass, the encoder runs layers ``first`` on only, the first of them fed ``residual`` (the stream
+    entering it in an earlier pass) in place of what the embeddings computed."""
+    owner_path, _, name = layers_path.rpartition(".")
+    owner = backbone.get_submodule(owner_path) if owner_path else backbone
+    layers = getattr(owner, name)
+
+    def feed(_m: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if args:
+            return (residual, *args[1:]), kwargs
+        return args, dict(kwargs, hidden_states=residual)
+
+    handle = layers[first].register_forward_pre_hook(feed, with_kwargs=True)
+    setattr(owner, name, nn.ModuleList(list(layers)[first:]))  # the same modules, the earlier ones left out
+    try:
+        yield
+    finally:
+        setattr(owner, name, layers)
+        handle.remove()

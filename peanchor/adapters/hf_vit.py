@@ -22,89 +22,33 @@ are transformers' own (tests/adapters/test_hf_vit.py checks this on small random
 no classification head (``Dinov2Model``, ``CLIPVisionModel``, ...) returns its pooled features from ``forward``
 and says ``has_head = False``; :func:`peanchor.api.analyze` then reports no accuracy for it.
 
-Imports: torch, transformers (lazily); :mod:`peanchor.adapters` (hf_hooks), :mod:`peanchor.models.interface`,
-:mod:`peanchor.interventions`, :mod:`peanchor.errors`.
+Imports: torch, transformers (lazily); :mod:`peanchor.adapters` (backend, hf_families, hf_hooks, hf_bias),
+:mod:`peanchor.models.interface`, :mod:`peanchor.interventions`, :mod:`peanchor.audit` (the subject).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
-from pathlib import Path
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from peanchor.errors import CheckpointError, ConfigError, PeanchorError
-from peanchor.adapters.hf_hooks import edited_rope, edited_table, rope_planes, site_hooks, table_of
-from peanchor.interventions import BLOCK_SITES, NO_INTERVENTION, HookPoints, Intervention, Start, permute_tokens
+from peanchor.adapters.backend import BACKENDS, Backend
+from peanchor.adapters.hf_bias import beit_observer, bias_modules, edited_bias, scaled_bias
+from peanchor.adapters.hf_families import FAMILIES, SUPPORTED_CLASSES
+from peanchor.adapters.hf_hooks import (StopPass, attention_hooks, edited_rope, edited_table, permuted_patches,
+                                        probe_hooks, rope_planes, site_hooks, started_layers, table_of)
+from peanchor.errors import ConfigError, PeanchorError
+from peanchor.interventions import BLOCK_SITES, NO_INTERVENTION, HookPoints, Intervention, Start
 from peanchor.interventions.edit import check_grid
 from peanchor.models.interface import AnalysisInterface, AttentionSink, Intermediates
 
-__all__ = ["HFViT", "SUPPORTED_CLASSES", "is_transformers_model", "load_hf_model"]
-
-IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-HALF = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
-OPENAI_CLIP = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
+__all__ = ["HFViT", "SUPPORTED_CLASSES", "TransformersBackend", "is_transformers_model"]
 
 
-@dataclass(frozen=True)
-class Family:
-    """Where a transformers family keeps what the probes need, relative to its backbone module."""
-
-    name: str
-    layers: str  # the ModuleList of layers
-    norm: str  # each layer's first norm: the SSDC probe point
-    attention: str  # each layer's attention module (returns (output, weights))
-    patch: str  # the patch embedding: (B, N, D) out, or a Conv2d's (B, D, h, w)
-    table: tuple[str, str] | None  # (module, parameter) of the learned position table
-    rope: str | None  # the rotary module with an ``inv_freq`` buffer
-    interpolate_kwarg: bool  # whether forward takes ``interpolate_pos_encoding``
-    extra_prefix: int  # prefix tokens besides the registers (CLS, distillation)
-    norm_stats: tuple[tuple[float, ...], tuple[float, ...]]  # the mean/std its published checkpoints' processors use
-    out_proj: str = "o_proj"  # the attention's output projection, which receives the merged heads
-
-
-_VIT = dict(layers="layers", norm="layernorm_before", attention="attention", patch="embeddings.patch_embeddings",
-            table=("embeddings", "position_embeddings"), rope=None, interpolate_kwarg=True)  # fmt: skip
-_DINO2 = dict(layers="encoder.layer", norm="norm1", attention="attention", patch="embeddings.patch_embeddings",
-              table=("embeddings", "position_embeddings"), rope=None, interpolate_kwarg=False, extra_prefix=1,
-              norm_stats=IMAGENET)  # fmt: skip
-_TOWER = dict(layers="encoder.layers", norm="layer_norm1", attention="self_attn", patch="embeddings.patch_embedding",
-              table=("embeddings.position_embedding", "weight"), rope=None, interpolate_kwarg=True,
-              out_proj="out_proj")  # fmt: skip
-FAMILIES = {
-    "vit": Family("vit", extra_prefix=1, norm_stats=HALF, **_VIT),  # type: ignore[arg-type]
-    "deit": Family("deit", extra_prefix=2, norm_stats=IMAGENET, **_VIT),  # type: ignore[arg-type]
-    "dinov2": Family("dinov2", **_DINO2),  # type: ignore[arg-type]
-    "dinov2_with_registers": Family("dinov2_with_registers", **_DINO2),  # type: ignore[arg-type]
-    "clip": Family("clip", extra_prefix=1, norm_stats=OPENAI_CLIP, **_TOWER),  # type: ignore[arg-type]
-    "siglip": Family("siglip", extra_prefix=0, norm_stats=HALF, **_TOWER),  # type: ignore[arg-type]
-    "dinov3": Family("dinov3", layers="model.layer", norm="norm1", attention="attention",
-                     patch="embeddings.patch_embeddings", table=None, rope="rope_embeddings", interpolate_kwarg=False,
-                     extra_prefix=1, norm_stats=IMAGENET),  # fmt: skip
-}
-
-#: class name → (family, attribute of the backbone in the model, or "" for the model itself)
-SUPPORTED_CLASSES: dict[str, tuple[str, str]] = {
-    "ViTModel": ("vit", ""), "ViTForImageClassification": ("vit", "vit"),
-    "DeiTModel": ("deit", ""), "DeiTForImageClassification": ("deit", "deit"),
-    "DeiTForImageClassificationWithTeacher": ("deit", "deit"),
-    "Dinov2Model": ("dinov2", ""), "Dinov2ForImageClassification": ("dinov2", "dinov2"),
-    "Dinov2WithRegistersModel": ("dinov2_with_registers", ""),
-    "Dinov2WithRegistersForImageClassification": ("dinov2_with_registers", "dinov2_with_registers"),
-    "CLIPVisionModel": ("clip", ""), "CLIPForImageClassification": ("clip", "vision_model"),
-    "SiglipVisionModel": ("siglip", ""), "SiglipForImageClassification": ("siglip", "vision_model"),
-    "DINOv3ViTModel": ("dinov3", ""),
-}  # fmt: skip
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                 "pytorch_model.bin.index.json")  # fmt: skip
-
-
-def _require_transformers() -> Any:
+def require_transformers() -> Any:
     try:
         import transformers
     except ModuleNotFoundError as e:
@@ -134,10 +78,6 @@ def _pair(value: Any) -> tuple[int, int]:
     return (int(value[0]), int(value[1])) if isinstance(value, (tuple, list)) else (int(value), int(value))
 
 
-class _Stop(Exception):
-    """Raised by the last probe hook a truncated pass needs: the rest of the forward is not computed."""
-
-
 class HFViT(AnalysisInterface, nn.Module):
     """A transformers vision transformer behind peanchor's analysis interface; ``self.model`` is unchanged.
 
@@ -157,7 +97,7 @@ class HFViT(AnalysisInterface, nn.Module):
         std: tuple[float, ...] | None = None,
     ):
         super().__init__()
-        transformers = _require_transformers()
+        transformers = require_transformers()
         name = type(model).__name__
         if not is_transformers_model(model) or name not in SUPPORTED_CLASSES:
             raise ConfigError(f"transformers model class {name} is not supported; supported: {_supported_line()}")
@@ -194,11 +134,19 @@ class HFViT(AnalysisInterface, nn.Module):
 
     @property
     def pe_name(self) -> str:
+        if self.family.bias:
+            return "hf:rel_bias_ape" if self.has_table else "hf:rel_bias"
         return "hf:rope" if self.family.rope else "hf:ape"
 
     @property
     def pe_scalable(self) -> bool:
-        return True  # every supported family has a learned table or a rope
+        return True  # every supported family has a learned table, a rope or a relative bias
+
+    @property
+    def has_table(self) -> bool:
+        """Whether the model has a learned absolute table (BEiT's is optional)."""
+        table = self.family.table
+        return table is not None and getattr(_attr(self._backbone, table[0]), table[1], None) is not None
 
     @property
     def has_attention_weights(self) -> bool:  # type: ignore[override]
@@ -238,8 +186,10 @@ class HFViT(AnalysisInterface, nn.Module):
     def hook_points(self) -> HookPoints:
         points = {f"blocks.{{k}}.{site}" for site in BLOCK_SITES}
         planes: tuple = ()
-        if self.family.table is not None and not self._interpolate:
-            points |= {"pe.table", "input.grid"}
+        if self.has_table and not self._interpolate:
+            points |= {"pe.table"} if self.family.bias else {"pe.table", "input.grid"}  # BEiT: no pe_resample
+        if self.family.bias:
+            points.add("pe.bias")
         if self.family.rope is not None:
             rope = _attr(self._backbone, self.family.rope)
             cos, sin = rope(torch.zeros(1, 3, *self._img_size, device=rope.inv_freq.device))  # (N, hd) each
@@ -252,31 +202,17 @@ class HFViT(AnalysisInterface, nn.Module):
     # ---- interventions, as hooks and swaps undone after the pass ----------------------------
 
     @contextmanager
-    def _permuted(self, perm: Tensor | None) -> Iterator[None]:
-        if perm is None:
+    def _scaled(self, alpha: float, table_only: bool = False) -> Iterator[None]:
+        """The table (or the rope's ``inv_freq``, or BEiT's bias tables and table) × α for the pass; the original
+        tensors are put back after."""
+        if alpha == 1.0 or (table_only and not self.has_table):
             yield
             return
-
-        def hook(_m: nn.Module, _i: Any, out: Tensor) -> Tensor:
-            if out.dim() == 4:  # a Conv2d's (B, D, h, w): permute its flattened, row-major grid
-                b, d, h, w = out.shape
-                moved = permute_tokens(out.flatten(2).transpose(1, 2), perm)  # (B, N, D)
-                return moved.transpose(1, 2).reshape(b, d, h, w)
-            return permute_tokens(out, perm)  # (B, N, D)
-
-        handle = _attr(self._backbone, self.family.patch).register_forward_hook(hook)
-        try:
-            yield
-        finally:
-            handle.remove()
-
-    @contextmanager
-    def _scaled(self, alpha: float) -> Iterator[None]:
-        """The table (or the rope's ``inv_freq``) × α for the pass; the original tensor is put back after."""
-        if alpha == 1.0:
-            yield
+        if self.family.bias and not table_only:
+            with self._scaled_bias(alpha), self._scaled(alpha, table_only=True):
+                yield
             return
-        if self.family.table is not None:
+        if self.has_table:
             owner, key, store = _attr(self._backbone, self.family.table[0]), self.family.table[1], "_parameters"
         else:
             owner, key, store = _attr(self._backbone, self.family.rope or ""), "inv_freq", "_buffers"
@@ -288,68 +224,12 @@ class HFViT(AnalysisInterface, nn.Module):
         finally:
             slots[key] = original
 
-    @contextmanager
-    def _probes(self, sink: list[Tensor], count: int, stop: bool, first: int = 0) -> Iterator[None]:
-        """Hooks on the first norms of layers ``first`` to ``count - 1``, appending their output minus the prefix
-        tokens to ``sink``; with ``stop``, the pass ends right after the last of them."""
-        p = self._prefix
-
-        def hook(_m: nn.Module, _i: Any, out: Tensor) -> None:
-            sink.append(out[:, p:])  # (B, N, D): what attention sees, patch slots only
-            if stop and len(sink) == count:
-                raise _Stop
-
-        layers = self._layers[first:count]
-        handles = [getattr(layer, self.family.norm).register_forward_hook(hook) for layer in layers]
-        try:
-            yield
-        finally:
-            for h in handles:
-                h.remove()
-
-    @contextmanager
-    def _attention(self, sink: AttentionSink | None) -> Iterator[None]:
-        if sink is None:
-            yield
-            return
-        before = self.model.config._attn_implementation
-        self.model.set_attn_implementation("eager")  # the path that computes (and returns) the softmax weights
-        handles = []
-        for i, layer in enumerate(self._layers):
-
-            def hook(_m: nn.Module, _i: Any, out: Any, i: int = i) -> None:
-                sink(i, out[1])  # (B, H, T, T), prefix tokens first
-
-            handles.append(getattr(layer, self.family.attention).register_forward_hook(hook))
-        try:
-            yield
-        finally:
-            for h in handles:
-                h.remove()
-            self.model.set_attn_implementation(before)
-
-    @contextmanager
-    def _started(self, first: int, residual: Tensor | None) -> Iterator[None]:
-        """For the pass, the encoder runs layers ``first`` on only, the first of them fed ``residual`` (the stream
-        entering it in an earlier pass) in place of what the embeddings computed."""
-        if not first:
-            yield
-            return
-        owner_path, _, name = self.family.layers.rpartition(".")
-        owner = _attr(self._backbone, owner_path)
-
-        def feed(_m: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-            if args:
-                return (residual, *args[1:]), kwargs
-            return args, dict(kwargs, hidden_states=residual)
-
-        handle = self._layers[first].register_forward_pre_hook(feed, with_kwargs=True)
-        setattr(owner, name, nn.ModuleList(list(self._layers)[first:]))  # the same modules, the earlier ones left out
-        try:
-            yield
-        finally:
-            setattr(owner, name, self._layers)
-            handle.remove()
+    def _scaled_bias(self, alpha: float) -> AbstractContextManager[None]:
+        """BEiT's bias tables × α for the pass (a no-op for a family without a bias)."""
+        if not self.family.bias or alpha == 1.0:
+            return nullcontext()
+        shared, own = bias_modules(self._backbone, self._layers)
+        return scaled_bias([m for m in (shared, *own) if m is not None], alpha)
 
     # ---- the forward pass ---------------------------------------------------------------------
 
@@ -383,26 +263,32 @@ class HFViT(AnalysisInterface, nn.Module):
         table = run is not None and run.acts_at("pe.table")
         out = None
         with ExitStack() as stack:
-            stack.enter_context(self._permuted(intervention.token_perm))
+            stack.enter_context(permuted_patches(_attr(self._backbone, self.family.patch), intervention.token_perm))
             if table:
                 assert run is not None and self.family.table is not None
+                stack.enter_context(self._scaled_bias(float(intervention.pe_scale)))  # BEiT's, beside its table
                 owner, key = _attr(self._backbone, self.family.table[0]), self.family.table[1]
                 rows = table_of(getattr(owner, key), self.num_patches, self.grid, float(intervention.pe_scale))
                 stack.enter_context(edited_table(self._backbone.embeddings, run.table(rows)))
                 kwargs = {"interpolate_pos_encoding": True} if self.family.interpolate_kwarg else {}
             else:
                 stack.enter_context(self._scaled(float(intervention.pe_scale)))
+            if run is not None and run.acts_at("pe.bias"):
+                stack.enter_context(edited_bias(self._backbone, self._layers, run, self.grid))
             if run is not None and run.acts_at("rope.tables"):
                 stack.enter_context(edited_rope(_attr(self._backbone, self.family.rope or ""), self._layers, run))
             if run is not None:
                 stack.enter_context(site_hooks(self._layers, self.family.attention, self.family.out_proj, run,
                                                run.hooks.num_heads))  # fmt: skip
-            stack.enter_context(self._probes(probes, count, stop=not head, first=first))
-            stack.enter_context(self._attention(attention))
-            stack.enter_context(self._started(first, start.residual if start is not None else None))
+            norms = [getattr(layer, self.family.norm) for layer in self._layers[first:count]]
+            stack.enter_context(probe_hooks(norms, probes, self._prefix, count if not head else None))
+            stack.enter_context(attention_hooks(self.model, self._layers, self.family.attention, attention))
+            if first:
+                assert start is not None and start.residual is not None  # Start checks both
+                stack.enter_context(started_layers(self._backbone, self.family.layers, first, start.residual))
             try:
                 out = self.model(pixel_values=images, **kwargs)
-            except _Stop:
+            except StopPass:
                 pass
         if len(probes) != count:  # each layer's first norm runs once per pass
             raise RuntimeError(f"{len(probes)} probe outputs from a pass over {count} layers")
@@ -421,54 +307,72 @@ class HFViT(AnalysisInterface, nn.Module):
         return pooled if pooled is not None else out.last_hidden_state.mean(dim=1)
 
 
-def _read_stats(folder: Path) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
-    """``image_mean``/``image_std`` from the folder's ``preprocessor_config.json``, when it has one."""
-    path = folder / "preprocessor_config.json"
-    if not path.is_file():
-        return None, None
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: not readable JSON ({e})") from e
-    mean, std = cfg.get("image_mean"), cfg.get("image_std")
-    return (tuple(mean) if mean else None), (tuple(std) if std else None)
+@BACKENDS.register
+class TransformersBackend(Backend):
+    """transformers' vision transformers of :data:`SUPPORTED_CLASSES` (any other transformers model is refused by
+    :class:`HFViT` with the classes it supports)."""
+
+    name = "transformers"
+    summary = "a transformers vision model (" + ", ".join(sorted({f.split("For")[0] for f in SUPPORTED_CLASSES})) + ")"
+
+    def accepts(self, model: Any) -> bool:
+        return is_transformers_model(model)
+
+    def wrap(self, model: Any, *, img_size: int | None = None, model_args: dict[str, Any] | None = None) -> Any:
+        return HFViT(model, img_size=img_size).train(model.training)
+
+    def wraps(self, wrapped: Any) -> bool:
+        return isinstance(wrapped, HFViT)
+
+    def audit_subject(self, wrapped: Any) -> Any:
+        """The claim read off the family and the config, the model's own forward, and its own
+        ``interpolate_pos_encoding`` beside ``pe_resample``."""
+        from peanchor.audit.adapters import own_path
+        from peanchor.audit.observe import HFObserver
+        from peanchor.audit.subject import AuditSubject
+
+        family = wrapped.family
+
+        def native(images: Tensor, **kwargs: Any) -> Tensor:
+            out = wrapped.model(pixel_values=images, **kwargs)
+            return out.logits if wrapped.has_head else out.pooler_output
+
+        subject = AuditSubject(wrapped, wrapped.pe_name.replace("hf:", f"hf:{family.name}:"), "transformers",
+                               _claim(wrapped), wrapped.img_size[0] // wrapped.grid[0], wrapped.pe_scalable, None,
+                               family.bias, native,
+                               observer=beit_observer(wrapped) if family.bias else HFObserver(wrapped))  # fmt: skip
+        if family.table is not None and "input.grid" in wrapped.hook_points.points:
+            kwargs = {"interpolate_pos_encoding": True} if family.interpolate_kwarg else {}
+            # transformers 5 antialiases in DINOv2 with registers only (docs/interventions.md)
+            antialias = family.name == "dinov2_with_registers"
+            subject.own_resample = lambda: own_path(subject, lambda x: native(x, **kwargs), "bicubic", antialias)
+        return subject
 
 
-def load_hf_model(folder: str | Path, *, img_size: int | None = None) -> HFViT:
-    """A local ``save_pretrained`` folder as an :class:`HFViT`, in eval mode.
+    def signature(self, wrapped: Any) -> str:
+        cfg = wrapped.model.config
+        said = f"{wrapped.family.name} registers={int(getattr(cfg, 'num_register_tokens', 0) or 0)}"
+        if wrapped.family.bias:
+            said += (f" shared_bias={bool(cfg.use_shared_relative_position_bias)} "
+                     f"layer_bias={bool(cfg.use_relative_position_bias)} table={wrapped.has_table}")  # fmt: skip
+        return said
 
-    Read with ``local_files_only=True`` (nothing is downloaded) and without ``trust_remote_code``. The class comes
-    from ``config.json``'s ``architectures``; a class outside :data:`SUPPORTED_CLASSES`, a folder without
-    ``config.json`` or without weights is one :class:`~peanchor.errors.PeanchorError` line.
-    """
-    transformers = _require_transformers()
-    path = Path(folder)
-    if not path.is_dir():
-        raise CheckpointError(f"{path}: no such directory (expected a transformers save_pretrained folder)")
-    if not (path / "config.json").is_file():
-        raise CheckpointError(f"{path} has no config.json: not a transformers save_pretrained folder")
-    if not any((path / f).is_file() for f in _WEIGHT_FILES):
-        names = ", ".join(_WEIGHT_FILES[::2])
-        raise CheckpointError(f"{path} has no weights ({names}): save them with model.save_pretrained")
-    try:
-        config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError, KeyError) as e:
-        raise CheckpointError(f"{path}/config.json could not be read: {str(e).strip().splitlines()[0]}") from e
-    arch = (getattr(config, "architectures", None) or [None])[0]
-    if arch not in SUPPORTED_CLASSES:
-        raise ConfigError(f"{path}: model class {arch} is not supported; supported: {_supported_line()}")
-    cls = getattr(transformers, arch)
-    logging = transformers.utils.logging
-    bars = logging.is_progress_bar_enabled()
-    logging.disable_progress_bar()  # one local folder: no "Loading weights" bar on stderr
-    try:
-        model = cls.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError, RuntimeError) as e:
-        raise CheckpointError(f"{path}: transformers could not load {arch}: {str(e).strip().splitlines()[0]}") from e
-    finally:
-        if bars:
-            logging.enable_progress_bar()
-    mean, std = _read_stats(path)
-    wrapped = HFViT(model, img_size=img_size, mean=mean, std=std)
-    wrapped._model_args["folder"] = str(path)
-    return wrapped.eval()
+
+def _claim(wrapped: HFViT) -> Any:
+    """What the family and the config say the PE is."""
+    from peanchor.audit.subject import Claim
+
+    family, config = wrapped.family, wrapped.model.config
+    registers = int(getattr(config, "num_register_tokens", 0) or 0)
+    prefix = family.extra_prefix + registers
+    if family.rope is not None:
+        said = f"transformers {family.name}: rope, {registers} registers"
+        return Claim("rotary", "dinov3", None, prefix, source=said)
+    if family.bias:
+        shared = "a shared" if getattr(config, "use_shared_relative_position_bias", False) else "per-layer"
+        table = wrapped.has_table
+        return Claim("relative bias", None, family.extra_prefix if table else None, prefix,
+                     source=f"transformers {family.name}: {shared} relative position bias, "
+                     f"absolute table={'yes' if table else 'no'}")  # fmt: skip
+    return Claim("learned table", None, family.extra_prefix, prefix,
+                 source=f"transformers {family.name}: a learned table, {registers} registers")  # fmt: skip

@@ -15,6 +15,7 @@ vision_transformer.Block               ``block.attn`` (Attention)        softmax
 vision_transformer.ParallelScalingBlock the block itself                  the same, inside the parallel block
 eva.EvaBlock (EVA, EVA02, DINOv3)      ``block.attn`` (EvaAttention)     the same, q/k after RoPE on patches
 eva.EvaBlock (``*_rope_*`` ViTs)       ``block.attn`` (AttentionRope)    the same, q/k after RoPE on patches
+beit.Block (BEiT)                      ``block.attn`` (beit.Attention)   softmax(q·kᵀ·scale + relative bias)
 ====================================== ================================ =======================================
 
 In every case the prefix tokens (CLS and register tokens) come first, as queries and as keys. A block whose
@@ -44,6 +45,12 @@ def _known_classes() -> tuple[type, ...]:
         from timm.models.eva import EvaAttention
 
         known.append(EvaAttention)
+    except ImportError:  # pragma: no cover (older timm)
+        pass
+    try:
+        from timm.models.beit import Attention as BeitAttention  # its bias added before the softmax
+
+        known.append(BeitAttention)
     except ImportError:  # pragma: no cover (older timm)
         pass
     try:

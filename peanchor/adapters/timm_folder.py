@@ -4,7 +4,7 @@
 :func:`load_timm` takes such a folder (or its ``config.json``) wherever a timm model's name is taken, so that
 ``--timm NAME|DIR`` builds the same model either way, offline.
 
-Imports: :mod:`peanchor.adapters.timm_vit`.
+Imports: :mod:`peanchor.adapters` (timm_load), :mod:`peanchor.models` (interface).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from peanchor.adapters.timm_vit import TimmViT, load_timm_model
+from peanchor.adapters.timm_load import load_timm_model
 from peanchor.errors import CheckpointError
+from peanchor.models.interface import AnalysisInterface
 
 __all__ = ["WEIGHT_FILES", "load_timm", "read_timm_folder"]
 
@@ -48,7 +49,7 @@ def read_timm_folder(path: str | os.PathLike[str]) -> tuple[str, Path, dict[str,
     return architecture, weights, kwargs
 
 
-def load_timm(name_or_folder: str | os.PathLike[str], **kwargs: Any) -> TimmViT:
+def load_timm(name_or_folder: str | os.PathLike[str], **kwargs: Any) -> AnalysisInterface:
     """:func:`~peanchor.adapters.timm_vit.load_timm_model` for a timm model's name, or for a timm folder
     (:func:`read_timm_folder`: its architecture, arguments and weights; ``kwargs`` override its arguments)."""
     path = Path(name_or_folder)

@@ -30,74 +30,36 @@ Supported families (exact classes, so subclasses with their own forward are refu
 timm is imported lazily: this module imports without it, and every entry point raises
 ``PeanchorError("timm is not installed: ...")`` when it is missing.
 
-Imports: torch, timm (lazily); :mod:`peanchor.adapters` (timm_rope, timm_attention, timm_hooks), :mod:`peanchor.models.interface`,
-:mod:`peanchor.interventions`, :mod:`peanchor.weights`.
+Imports: torch, timm (lazily); :mod:`peanchor.adapters` (backend, timm_load, timm_rope, timm_attention, timm_hooks),
+:mod:`peanchor.models` (interface, template), :mod:`peanchor.interventions`, :mod:`peanchor.audit` (the subject).
 """
 
 from __future__ import annotations
 
-import contextlib
-import difflib
-import json
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from peanchor.adapters.backend import BACKENDS, Backend
 from peanchor.adapters.timm_attention import attention_modules, capture_attention
-from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds, rope_table
-from peanchor.errors import CheckpointError, ConfigError, PeanchorError
 from peanchor.adapters.timm_hooks import block_sites, capture_probes, join_rope, rope_planes, site_hooks, split_rope
-from peanchor.interventions import NO_INTERVENTION, EditPass, HookPoints, Intervention, PETable, RopeTables, Start
+from peanchor.adapters.timm_load import describe, require_timm
+from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds, rope_table
+from peanchor.errors import ConfigError
+from peanchor.interventions import EditPass, HookPoints, Intervention, PETable, RopeTables, permute_tokens
 from peanchor.interventions.edit import check_grid
-from peanchor.interventions import permute_tokens
-from peanchor.models.interface import AttentionSink, Intermediates, AnalysisInterface
-from peanchor.weights import load_strict, read_state_dict as read_weights_file
+from peanchor.models.interface import AttentionSink
+from peanchor.models.template import BlockStep, TemplatePass
 
 SUPPORTED_FAMILIES = (
     "timm.models.vision_transformer.VisionTransformer (learned pos_embed or pos_embed='none'; CLS/register tokens)",
     "timm.models.deit.VisionTransformerDistilled (DeiT distilled: CLS and distillation tokens)",
     "timm.models.eva.Eva (EVA/EVA02, *_rope_* and DINOv3 ViTs: APE, axial RoPE, mixed RoPE, DINOv3 RoPE)",
 )
-WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin")
-_OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-
-
-def _require_timm() -> Any:
-    """The ``timm`` module, or a PeanchorError saying how to install it."""
-    try:
-        import timm
-    except ModuleNotFoundError as e:
-        if e.name != "timm":
-            raise PeanchorError(f"timm could not be imported: {e}") from e
-        raise PeanchorError("timm is not installed: pip install 'peanchor[timm]'") from e
-    return timm
-
-
-@contextmanager
-def _hub_offline() -> Iterator[None]:
-    """Belt and braces around timm: nothing here may reach the Hugging Face Hub.
-
-    We always pass ``pretrained=False``, so timm never asks for weights; the variables only guard
-    against a future code path that would. They are restored afterwards. Note that
-    ``huggingface_hub`` reads them once, when it is first imported: if that first import happens
-    inside this block (``import timm`` imports it), the hub stays offline for the process.
-    """
-    saved = {k: os.environ.get(k) for k in _OFFLINE_VARS}
-    os.environ.update({k: "1" for k in _OFFLINE_VARS})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 # --------------------------------------------------------------------------------------------
@@ -114,7 +76,7 @@ class TimmPE:
     rope: str | None  # "rope", "rope_mixed", "rope_dinov3" or None
 
 
-class TimmViT(AnalysisInterface, nn.Module):
+class TimmViT(TemplatePass, nn.Module):
     """A timm ViT behind peanchor's analysis interface. ``self.model`` is the unchanged timm model.
 
     Build it with :func:`load_timm_model`, or wrap a model you already have: ``TimmViT(timm_model)``.
@@ -126,50 +88,52 @@ class TimmViT(AnalysisInterface, nn.Module):
 
     def __init__(self, model: nn.Module, *, model_args: dict[str, Any] | None = None):
         super().__init__()
-        timm = _require_timm()
-        from timm.models.deit import VisionTransformerDistilled
-        from timm.models.eva import Eva, EvaBlock
-        from timm.models.vision_transformer import Block, ParallelScalingBlock, VisionTransformer
-
-        families = {VisionTransformer: "vit", VisionTransformerDistilled: "vit", Eva: "eva"}
-        family = families.get(type(model))
+        timm = require_timm()
+        families = self._families()
+        family, probe_norms = families.get(type(model), (None, {}))
         if family is None:
-            raise ConfigError(
-                f"timm model class {type(model).__module__}.{type(model).__name__} is not supported; "
-                f"supported: {'; '.join(SUPPORTED_FAMILIES)}"
-            )
+            raise ConfigError(f"timm model class {type(model).__module__}.{type(model).__name__} is not supported; "
+                              f"supported: {'; '.join(SUPPORTED_FAMILIES)}")  # fmt: skip
         if getattr(model, "dist_token", None) is not None and model.reg_token is not None:  # timm's forward drops them
             raise ConfigError("a distilled timm ViT with register tokens is not supported")
-        # The norm whose output each block's attention sees (the SSDC probe point), per block class.
-        probe_norms: dict[type, str] = (
-            {Block: "norm1", ParallelScalingBlock: "in_norm"} if family == "vit" else {EvaBlock: "norm1"}
-        )
         for i, block in enumerate(model.blocks):
             if type(block) not in probe_norms:
                 raise ConfigError(
                     f"block {i} of this timm model is a {type(block).__name__}; supported blocks (pre-norm): "
                     f"{', '.join(c.__name__ for c in probe_norms)}"
                 )
-        rope = getattr(model, "rope", None) if family == "eva" else None
+        self.model = model
+        self.family = family
+        self._probe_attr = [probe_norms[type(b)] for b in model.blocks]
+        self._attention = attention_modules(model.blocks)  # None: this model's weights cannot be had
+        self._pe = self._read_pe()
+        self._model_args = dict(model_args) if model_args is not None else describe(model, timm.__version__)
+        self.logit_subset: Tensor | None = None  # see restrict_to_classes
+
+    @staticmethod
+    def _families() -> dict[type, tuple[str, dict[type, str]]]:
+        """Model class → (family, block class → the norm whose output its attention sees: the probe point)."""
+        from timm.models.deit import VisionTransformerDistilled
+        from timm.models.eva import Eva, EvaBlock
+        from timm.models.vision_transformer import Block, ParallelScalingBlock, VisionTransformer
+
+        vit = ("vit", {Block: "norm1", ParallelScalingBlock: "in_norm"})
+        return {VisionTransformer: vit, VisionTransformerDistilled: vit, Eva: ("eva", {EvaBlock: "norm1"})}
+
+    def _read_pe(self) -> TimmPE:
+        """The PE of the model: its table and Eva's rotary embedding (refused when timm's rope is unknown here)."""
+        rope = getattr(self.model, "rope", None) if self.family == "eva" else None
         rope_name = None
         self._rope_builder: RopeBuilder | None = None
         if rope is not None:
             kinds = rope_kinds()
             if type(rope) not in kinds:
-                raise ConfigError(
-                    f"timm rotary embedding {type(rope).__name__} is not supported; "
-                    f"supported: {', '.join(c.__name__ for c in kinds)}"
-                )
+                raise ConfigError(f"timm rotary embedding {type(rope).__name__} is not supported; "
+                                  f"supported: {', '.join(c.__name__ for c in kinds)}")  # fmt: skip
             rope_name, self._rope_builder = kinds[type(rope)]
-        self.model = model
-        self.family = family
-        self._probe_attr = [probe_norms[type(b)] for b in model.blocks]
-        self._attention = attention_modules(model.blocks)  # None: this model's weights cannot be had
-        has_ape = model.pos_embed is not None
+        has_ape = self.model.pos_embed is not None
         name = "_".join(p for p in (rope_name, "ape" if has_ape else None) if p) or "none"
-        self._pe = TimmPE(name=f"timm:{name}", scalable=has_ape or rope is not None, has_ape=has_ape, rope=rope_name)
-        self._model_args = dict(model_args) if model_args is not None else _describe(model, timm.__version__)
-        self.logit_subset: Tensor | None = None  # see restrict_to_classes
+        return TimmPE(name=f"timm:{name}", scalable=has_ape or rope is not None, has_ape=has_ape, rope=rope_name)
 
     def restrict_to_classes(self, indices: list[int]) -> None:
         """Keep only these output classes, in this order (e.g. ImageNet-100 inside an ImageNet-1k head)."""
@@ -325,65 +289,65 @@ class TimmViT(AnalysisInterface, nn.Module):
         dynamic = bool(self.model.dynamic_img_size)
         return rope_table(rope, self._rope_builder, grid or self.grid, self.grid, alpha, dynamic)
 
-    def forward_intermediates(
-        self,
-        images: Tensor,
-        intervention: Intervention = NO_INTERVENTION,
-        *,
-        layers: int | None = None,
-        head: bool = True,
-        attention: AttentionSink | None = None,
-        start: Start | None = None,
-    ) -> Intermediates:
-        """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`), through timm's own
-        modules."""
-        count = self._layer_count(layers, head)
-        first = self._first_block(start, attention)
-        m = self.model
-        run = self._bind(images, intervention, start)  # None: the plain pass
-        if first:
-            assert start is not None and start.residual is not None  # Start checks both
-            x = start.residual  # (B, P + N, D): the stream entering block `first`
-        else:
-            x = self._embedded(images, intervention, run)  # (B, P + N, D)
+    def _rope_for_pass(self, intervention: Intervention, run: EditPass | None) -> tuple[Tensor | None, bool]:
+        """The rotary table of the pass (α applied, at the pass's grid, edited at ``rope.tables``) and whether it
+        has one slice per block."""
         grid = run.grid if run is not None else self.grid
         if self._rope_builder is not None and any(getattr(e, "rope_positions", None) == "interpolate" for e in
                                                   intervention.edits):  # fmt: skip
             raise ConfigError("pe_resample:rope_positions=interpolate is for peanchor's RoPE; timm builds its rotary "
                               "table for another grid itself (rope.get_embed), so leave it at extrapolate")  # fmt: skip
         rope = self._rope(intervention.pe_scale, *([grid] if grid != self.grid else []))  # (N, 2hd), (L, H, N, 2hd)
-        per_block = bool(getattr(m, "rope_mixed", False)) and rope is not None
+        per_block = bool(getattr(self.model, "rope_mixed", False)) and rope is not None
         if run is not None and run.acts_at("rope.tables"):
             assert rope is not None  # rope.tables is a hook point of a model with a rope only
             rope = join_rope(run.rope(RopeTables(*split_rope(rope), run.hooks.planes)))  # (L|1, H|1, N, 2hd)
             per_block = True
-        probes: list[Tensor] = start.probes_before(count) if start is not None else []
-        weights = capture_attention(self._attention or [], attention)  # timm's eager path while a sink listens
-        sites = site_hooks(m.blocks, run, run.hooks.num_heads) if run is not None else contextlib.nullcontext()
-        norms = [self._probe_norm(i) for i in range(first, count)]
-        with capture_probes(norms, probes, self.num_prefix), weights, sites:
-            for i, block in enumerate(m.blocks):
-                if i < first:
-                    continue
-                if not head and i >= count - 1:
-                    if i == count - 1:
-                        self._probe_norm(i)(x)  # the last probe needs no attention/MLP; the hook records it
-                    break
-                if self.family == "vit":
-                    x = block(x)
-                else:
-                    x = block(x, rope=rope[i if rope.shape[0] > 1 else 0] if per_block else rope)
-                if len(probes) != min(i + 1, count):
-                    raise RuntimeError(f"block {i} ran its probe norm {len(probes) - i} times; expected once")
-                if run is not None and run.acts_on_block("residual", i):
-                    x = run.block("residual", i, x)
-        tokens = torch.stack(probes, dim=1) if probes else None  # (B, L, N, D)
-        logits = m.forward_head(m.norm(x)) if head else None  # (B, C)
-        if logits is not None and self.logit_subset is not None:
-            logits = logits[:, self.logit_subset.to(logits.device)]  # (B, C_subset)
-        return Intermediates(logits, tokens)
+        return rope, per_block
 
-    def _embedded(self, images: Tensor, intervention: Intervention, run: EditPass | None) -> Tensor:
+    def _block_arguments(self, intervention: Intervention, run: EditPass | None,
+                         stack: ExitStack) -> Callable[[int], dict[str, Any]]:  # fmt: skip
+        """The keyword arguments of block ``i`` in this pass: Eva's blocks take their rotary table."""
+        if self.family == "vit":
+            return lambda i: {}
+        rope, per_block = self._rope_for_pass(intervention, run)
+        return lambda i: {"rope": rope[i if rope.shape[0] > 1 else 0] if per_block else rope}  # type: ignore[index]
+
+    @contextmanager
+    def _blocks(
+        self, intervention: Intervention, run: EditPass | None, attention: AttentionSink | None
+    ) -> Iterator[BlockStep]:
+        """timm's blocks, each called as timm's ``forward_features`` calls it; the probe is read by a hook on the
+        block's first norm, the edits' sites by hooks on its modules, the attention from timm's eager path."""
+        blocks = self.model.blocks
+        seen: list[Tensor] = []
+        with ExitStack() as stack:
+            arguments = self._block_arguments(intervention, run, stack)
+            stack.enter_context(capture_probes([self._probe_norm(i) for i in range(self.depth)], seen, 0))
+            stack.enter_context(capture_attention(self._attention or [], attention))  # eager while a sink listens
+            if run is not None:
+                stack.enter_context(site_hooks(blocks, run, run.hooks.num_heads))
+
+            def step(i: int, x: Tensor) -> tuple[Tensor, Tensor]:
+                seen.clear()
+                x = blocks[i](x, **arguments(i))
+                if len(seen) != 1:
+                    raise RuntimeError(f"block {i} ran its probe norm {len(seen)} times; expected once")
+                return x, seen[0]
+
+            yield step
+
+    def _probe(self, index: int, x: Tensor) -> Tensor:
+        return self._probe_norm(index)(x)  # (B, P + N, D)
+
+    def _head(self, x: Tensor) -> Tensor:
+        m = self.model
+        logits = m.forward_head(m.norm(x))  # (B, C)
+        if self.logit_subset is not None:
+            logits = logits[:, self.logit_subset.to(logits.device)]  # (B, C_subset)
+        return logits
+
+    def _embed(self, images: Tensor, intervention: Intervention, run: EditPass | None) -> Tensor:
         """The stream entering block 0, as timm's ``forward_features`` builds it (patches permuted, table edited)."""
         m = self.model
         x = self._embed_patches(images, run.grid if run is not None else None)  # (B, N, D)
@@ -403,98 +367,61 @@ class TimmViT(AnalysisInterface, nn.Module):
         return m.norm_pre(x)
 
 
-def _jsonable(value: Any) -> Any:
-    try:
-        return json.dumps(value) and value
-    except (TypeError, ValueError):
-        return [_jsonable(v) for v in value] if isinstance(value, (tuple, list)) else repr(value)
+_TIMM_LAYOUTS = {"rope": "axial", "rope_mixed": "mixed", "rope_dinov3": "dinov3"}
 
 
-def _size_arg(model: nn.Module) -> int | list[int] | None:
-    """The model's input size as ``create_model(img_size=...)`` takes it: an int when square (None: no patch
-    embedding, a model :class:`TimmViT` then refuses with the classes it supports)."""
-    if not hasattr(model, "patch_embed"):
-        return None
-    rows, cols = (int(s) for s in model.patch_embed.img_size)
-    return rows if rows == cols else [rows, cols]
+@BACKENDS.register
+class TimmBackend(Backend):
+    """timm's ViTs, DeiTs and Evas (every timm model but BEiT, which :mod:`peanchor.adapters.timm_beit` takes;
+    an unsupported class is refused by :class:`TimmViT` with the classes it supports)."""
 
+    name = "timm"
+    summary = "a timm ViT, DeiT or Eva"
 
-def _describe(model: nn.Module, timm_version: str) -> dict[str, Any]:
-    """Provenance of a model that was not built by :func:`load_timm_model`."""
-    cfg = getattr(model, "pretrained_cfg", None) or {}
-    return {
-        "source": "timm", "name": cfg.get("architecture", type(model).__name__), "weights": None,
-        "num_classes": int(getattr(model, "num_classes", 0)), "img_size": _size_arg(model), "kwargs": {},
-        "timm_version": timm_version,
-    }  # fmt: skip
+    def accepts(self, model: Any) -> bool:
+        module = type(model).__module__
+        return module.startswith("timm.") and module != "timm.models.beit"
 
+    def wrap(self, model: Any, *, img_size: int | None = None, model_args: dict[str, Any] | None = None) -> Any:
+        return TimmViT(model, model_args=model_args).train(model.training)
 
-def read_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
-    """The tensors of a local timm weights file (:data:`WEIGHT_SUFFIXES`), bare or nested; nothing but tensors
-    and containers is unpickled (see :func:`peanchor.weights.read_state_dict`)."""
-    p = Path(path)
-    if p.exists() and p.suffix.lower() not in WEIGHT_SUFFIXES:
-        raise CheckpointError(f"{p}: unknown weights format {p.suffix!r}; expected one of {', '.join(WEIGHT_SUFFIXES)}")
-    return read_weights_file(p)
+    def wraps(self, wrapped: Any) -> bool:
+        return type(wrapped) is TimmViT
 
+    def audit_subject(self, wrapped: Any) -> Any:
+        """The claim read off the timm model's own attributes (``num_prefix_tokens``, ``no_embed_class``, its rotary
+        module), timm's own forward, and timm's ``dynamic_img_size`` path beside ``pe_resample``."""
+        from peanchor.audit.adapters import own_path
+        from peanchor.audit.observe import TimmObserver
+        from peanchor.audit.subject import AuditSubject, Claim
 
-def load_timm_model(
-    name: str,
-    *,
-    weights: str | os.PathLike[str] | None = None,
-    num_classes: int | None = None,
-    img_size: int | None = None,
-    **kwargs: Any,
-) -> TimmViT:
-    """Build timm model ``name`` (never downloading), load local ``weights``, wrap it; eval mode.
+        inner = wrapped.model
+        prefix = int(inner.num_prefix_tokens)
+        table = getattr(inner, "pos_embed", None) is not None
+        rows = (0 if getattr(inner, "no_embed_class", False) else prefix) if table else None
+        rope = wrapped.pe.rope
+        kind = "rotary" if rope else "learned table" if table else "none"
+        said = f"timm {type(inner).__name__}: pos_embed={'yes' if table else 'none'}, rope={rope or 'none'}, "
+        claim = Claim(kind, _TIMM_LAYOUTS.get(rope) if rope else None, rows, prefix,
+                      source=said + f"num_prefix_tokens={prefix}")  # fmt: skip
+        subject = AuditSubject(wrapped, wrapped.pe_name, "timm", claim, wrapped.img_size[0] // wrapped.grid[0],
+                               wrapped.pe_scalable, None, False, lambda images: inner(images),
+                               observer=TimmObserver(wrapped))  # fmt: skip
+        if table and not rope and getattr(inner, "dynamic_img_size", False):
+            subject.own_resample = lambda: own_path(subject, lambda x: inner(x), "bicubic", True)
+        return subject
 
-    ``num_classes`` defaults to the rows of ``head.weight`` in ``weights`` (else timm's default);
-    ``img_size`` and ``kwargs`` (e.g. ``depth``, ``embed_dim``, ``pos_embed='none'``) go to
-    ``timm.create_model``. Weights load strictly: a missing file, an unsafe pickle, or keys/shapes
-    that do not fit raise :class:`CheckpointError`.
-
-    Example (a tiny random model)::
-
-        m = load_timm_model("vit_small_patch16_rope_mixed_224", img_size=32, patch_size=8, depth=2,
-                            embed_dim=64, num_heads=4, num_classes=10)
-        m.pe_name, m.grid, m.depth  # ('timm:rope_mixed', (4, 4), 2)
-        tokens = m.spatial_tokens(images, token_perm=perm, pe_scale=0.5)  # (B, 2, 16, 64)
-    """
-    with _hub_offline():
-        timm = _require_timm()
-        if not timm.is_model(name):
-            close = difflib.get_close_matches(name, timm.list_models(), n=5, cutoff=0.6)
-            raise ConfigError(
-                f"unknown timm model {name!r}" + (f"; did you mean {', '.join(close)}?" if close else "")
-            )
-        sd = path = None
-        if weights is not None:
-            path = Path(weights)
-            sd = read_state_dict(path)
-            if num_classes is None and "head.weight" in sd and sd["head.weight"].dim() == 2:
-                num_classes = int(sd["head.weight"].shape[0])
-        create_kwargs = dict(kwargs)
-        if num_classes is not None:
-            create_kwargs["num_classes"] = num_classes
-        if img_size is not None:
-            create_kwargs["img_size"] = img_size
-        try:
-            model = timm.create_model(name, pretrained=False, **create_kwargs)
-        except (TypeError, ValueError, AssertionError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ConfigError(f"timm model {name!r} rejected its arguments: {first}") from e
-    model_args = {
-        "source": "timm",
-        "name": name,
-        "weights": str(path) if path is not None else None,
-        "num_classes": int(getattr(model, "num_classes", num_classes or 0)),
-        "img_size": _size_arg(model),
-        "kwargs": {k: _jsonable(v) for k, v in kwargs.items()},
-        "timm_version": timm.__version__,
-    }
-    wrapped = TimmViT(model, model_args=model_args)
-    if sd is not None:
-        headless = "head.weight" in model.state_dict() and not any(k.startswith("head.") for k in sd)
-        hint = " (a headless checkpoint: pass num_classes=0)" if headless else ""
-        load_strict(model, sd, f"{path} does not fit timm model {name!r}", hint)
-    return wrapped.eval()
+    def signature(self, wrapped: Any) -> str:
+        """The model class, its table and prefix tokens, its rope's declared options, its attention class and
+        whether it takes other sizes."""
+        inner = wrapped.model
+        rope = getattr(inner, "rope", None)
+        keys = ("temperature", "in_pixels", "grid_indexing", "rotate_half", "grid_type", "normalize_coords")
+        options = [f"{k}={getattr(rope, k)}" for k in keys if hasattr(rope, k)]
+        options.append(f"ref={getattr(rope, 'ref_feat_shape', None) is not None}")
+        rope_said = "none" if rope is None else f"{type(rope).__name__}({', '.join(options)})"
+        table = getattr(inner, "pos_embed", None) is not None
+        return (f"{type(inner).__name__} table={table} no_embed_class={getattr(inner, 'no_embed_class', False)} "
+                f"prefix={inner.num_prefix_tokens} rope={rope_said} "
+                f"attn={type(getattr(inner.blocks[0], 'attn', inner.blocks[0])).__name__} "
+                f"dynamic={getattr(inner, 'dynamic_img_size', False)}")  # fmt: skip

@@ -5,7 +5,8 @@ A check that raises a :class:`~peanchor.errors.PeanchorError` (an edit the model
 ``n/a`` with that line as its reason. Any other exception fails the check, with the exception as its message,
 and the other checks still run: a model whose own code breaks on a probe is what an audit is for.
 
-Imports: torch; :mod:`peanchor.api` (wrap_model: timm and transformers models behind the analysis interface).
+Imports: torch; :mod:`peanchor.api` (wrap_model: timm and transformers models behind the analysis interface),
+:mod:`peanchor.adapters` (backend: each backend's audit subject).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from peanchor.api import wrap_model
 from peanchor.audit import checks  # noqa: F401  (registers every check)
 from peanchor.audit.registry import CHECKS
 from peanchor.audit.result import AuditReport, CheckResult
-from peanchor.audit.subject import subject_for
+from peanchor.adapters.backend import audit_subject
 from peanchor.errors import ConfigError, PeanchorError
 
 __all__ = ["audit"]
@@ -45,7 +46,7 @@ def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None =
     run_dtype = run_dtype or (own if own in DTYPES.values() else torch.float32)
     # The other checks' probes and thresholds are made for float32: a model in another dtype is audited by them
     # on a float32 copy (the caller's model stays as it is).
-    subject = subject_for(wrapped if own == torch.float32 else copy.deepcopy(wrapped).float())
+    subject = audit_subject(wrapped if own == torch.float32 else copy.deepcopy(wrapped).float())
     if subject.observer is not None and run_dtype != torch.float32:
         subject.dtype = run_dtype
         in_dtype = wrapped if run_dtype == own else copy.deepcopy(wrapped).to(run_dtype).eval()

@@ -1,17 +1,12 @@
 """The audit's view of a model: what its config claims about the PE (:class:`Claim`) and the handles the checks
 need (:class:`AuditSubject`): its hook points, its patch size, its own rotary code and its native forward.
 
-:func:`subject_for` wraps peanchor's ViT, the timm adapter and the transformers adapter (a raw timm or
-transformers model is wrapped by ``peanchor.api.wrap_model`` first, in :mod:`peanchor.audit.runner`). The claim
-is read from the config (peanchor: ``model.args``; timm: the model's own attributes; transformers: its config),
-never from the hook points, so that a check can compare the two.
+Each backend builds the subject of its wrapper (``Backend.audit_subject``, :mod:`peanchor.adapters.backend`): the
+claim is read from the library's config (peanchor: ``model.args``; timm: the model's own attributes; transformers:
+its config), never from the hook points, so that a check can compare the two. :func:`declaration_of` reads what a
+peanchor PE class declares.
 
-The claim of a peanchor model is what the class its config names declares (``declares``,
-:mod:`peanchor.pe.declaration`), never its name: a plug-in PE is audited by what it says of itself, and one that
-declares nothing is "n/a" in every check.
-
-Imports: torch; :mod:`peanchor.models` (VisionTransformer), :mod:`peanchor.pe` (RotaryTables, the declaration,
-the registry).
+Imports: torch; :mod:`peanchor.pe` (the declaration).
 """
 
 from __future__ import annotations
@@ -23,13 +18,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from peanchor.errors import ConfigError
-from peanchor.models.vit import VisionTransformer
-from peanchor.pe import PositionalEncoding, RotaryTables
+from peanchor.pe import PositionalEncoding
 from peanchor.pe.declaration import PEDeclaration
-from peanchor.pe.registry import PE_REGISTRY
 
-__all__ = ["AuditSubject", "Claim", "subject_for"]
+__all__ = ["AuditSubject", "Claim", "declaration_of"]
 
 #: The PE kinds a claim names.
 KINDS = ("learned table", "sin-cos", "rotary", "relative bias", "conditional", "none")
@@ -98,45 +90,6 @@ class AuditSubject:
         return rows * self.patch, cols * self.patch
 
 
-def subject_for(model: Any) -> AuditSubject:
-    """The audit subject of a wrapped model; anything else is one ConfigError line naming what can be audited."""
-    if isinstance(model, VisionTransformer):
-        return _peanchor_subject(model)
-    from peanchor.audit.adapters import adapter_subject
-
-    subject = adapter_subject(model)
-    if subject is None:
-        raise ConfigError(
-            f"cannot audit a {type(model).__module__}.{type(model).__name__}: peanchor audits its own ViT, timm "
-            "ViT/Eva models and transformers ViT, DeiT, DINOv2, CLIP, SigLIP and DINOv3 vision models"
-        )
-    return subject
-
-
-def _peanchor_subject(model: VisionTransformer) -> AuditSubject:
-    args = model.args
-    pe = args.pe if args is not None else model.pe_name
-    options = dict(args.pe_kwargs) if args is not None else {}
-    source = f"model_args pe={pe!r}" if args is not None else f"the PE module {pe!r} (no model_args)"
-    head_dim = model.patch_embed.proj.out_channels // model.blocks[0].attn.num_heads
-    named = PE_REGISTRY[pe] if pe in PE_REGISTRY else type(model.pe)  # the config's PE, not the module's
-    declared = declaration_of(named)
-    said = f"{source}, declared {declared.kinds if declared else 'nothing'}"
-    claim = _peanchor_claim(declared, options, head_dim, said, model.num_prefix)
-    rotate = None
-    if model.pe.has_rotary:
-
-        def rotate(t: Tensor, layer: int) -> Tensor:
-            tables = model.pe.rotary(1.0)
-            assert isinstance(tables, RotaryTables)
-            return tables.layer(layer).apply(t, model.num_prefix)
-
-    return AuditSubject(
-        model, f"peanchor:{pe}", "peanchor", claim, model.patch_embed.proj.kernel_size[0], model.pe_scalable,
-        rotate, model.pe.attn_bias(1.0) is not None, lambda images: model(images), declares=declared,
-    )  # fmt: skip
-
-
 def declaration_of(cls: type[PositionalEncoding]) -> PEDeclaration | None:
     """What a PE class declares. A subclass that sets no ``declares`` of its own but inherits the base's
     ("none") while overriding what the base does declares nothing: None."""
@@ -146,32 +99,3 @@ def declaration_of(cls: type[PositionalEncoding]) -> PEDeclaration | None:
         if any(getattr(cls, h) is not getattr(PositionalEncoding, h) for h in hooks):
             return None
     return cls.declares
-
-
-def _peanchor_claim(declared: PEDeclaration | None, options: dict[str, Any], head_dim: int, source: str,
-                    num_prefix: int) -> Claim:  # fmt: skip
-    """The claim of a peanchor PE, read from what its class declares (never from its name)."""
-    if declared is None:
-        return Claim("undeclared", None, None, num_prefix, source=source)
-    kinds, param = declared.kinds, declared.param
-    rows = {"none": 0, "zero": 0, "own": num_prefix}[declared.prefix]
-    if "rotary" in kinds:
-        # the axes as configured: an option of the PE ("rope" of rope_ape, "axes") over what it declares
-        layout = str(options.get("rope", options.get("axes", param["axes"]))) if "axes" in param else None
-        speeds = None
-        if layout == "axial" and "theta" in param:
-            theta = float(options.get("theta", param["theta"]))
-            quarter = head_dim // 4
-            speeds = tuple(theta ** (-j / quarter) for j in range(quarter))
-        return Claim("rotary", layout, rows if "absolute" in kinds else None, num_prefix, speeds=speeds, source=source)
-    if "absolute" in kinds:
-        if declared.layout == "function" and "temperature" in param:
-            temperature = float(options.get("temperature", param["temperature"]))
-            cls_rows = num_prefix if options.get("cls") == "learned" else rows
-            return Claim("sin-cos", None, cls_rows, num_prefix, sincos_temperature=temperature, source=source)
-        return Claim("learned table", declared.layout, rows, num_prefix, source=source)
-    if "bias" in kinds:
-        return Claim("relative bias", None, None, num_prefix, source=source)
-    if "conditional" in kinds:
-        return Claim("conditional", None, None, num_prefix, source=source)
-    return Claim("none", None, None, num_prefix, source=source)

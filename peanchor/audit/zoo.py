@@ -6,7 +6,7 @@ weights and an 8 x 8 patch grid (its own size where the name gives no patch size
 its attention class, whether it takes other sizes) is audited, the others are listed as its duplicates. Every
 learned position table is drawn N(0, 0.5²) before the audit (a zero-initialised table shows nothing).
 transformers: a ``save_pretrained`` or config-only folder, or a family name (``vit``, ``deit``, ``dinov2``,
-``dinov2_with_registers``, ``clip``, ``siglip``, ``dinov3``: that family's default config), built with 2 layers.
+``dinov2_with_registers``, ``clip``, ``siglip``, ``dinov3``, ``beit``: that family's default config), built with 2 layers.
 
 Imports: torch; :mod:`peanchor.adapters` (timm and transformers loaders), :mod:`peanchor.fileio` (atomic writes).
 """
@@ -35,7 +35,7 @@ HF_FAMILIES = {
     "vit": ("ViTConfig", "ViTModel"), "deit": ("DeiTConfig", "DeiTModel"), "dinov2": ("Dinov2Config", "Dinov2Model"),
     "dinov2_with_registers": ("Dinov2WithRegistersConfig", "Dinov2WithRegistersModel"),
     "clip": ("CLIPVisionConfig", "CLIPVisionModel"), "siglip": ("SiglipVisionConfig", "SiglipVisionModel"),
-    "dinov3": ("DINOv3ViTConfig", "DINOv3ViTModel"),
+    "dinov3": ("DINOv3ViTConfig", "DINOv3ViTModel"), "beit": ("BeitConfig", "BeitModel"),
 }  # fmt: skip
 DEPTH = 2
 GRID = 8  # patches per side in the zoo (timm)
@@ -89,7 +89,7 @@ def hf_entries(configs: list[str]) -> list[Entry]:
 def _hf_build(config: str) -> Any:
     import transformers
 
-    from peanchor.adapters.hf_vit import HFViT
+    from peanchor.adapters.backend import wrap_model
 
     if Path(config).exists():
         folder = Path(config).parent if Path(config).is_file() else Path(config)
@@ -101,11 +101,11 @@ def _hf_build(config: str) -> Any:
         model = model_cls(config_cls(num_hidden_layers=DEPTH))
     else:
         raise PeanchorError(f"--hf {config}: neither a folder nor a family ({', '.join(HF_FAMILIES)})")
-    return HFViT(model.eval())
+    return wrap_model(model.eval())
 
 
-#: The parameter names of learned position tables (timm, transformers).
-TABLES = ("pos_embed", "position_embeddings", "position_embedding.weight")
+#: The parameter names of learned position tables (timm, transformers; BEiT's relative bias tables too).
+TABLES = ("pos_embed", "position_embeddings", "position_embedding.weight", "relative_position_bias_table")
 
 
 def _draw_tables(wrapped: Any) -> None:
@@ -118,23 +118,11 @@ def _draw_tables(wrapped: Any) -> None:
 
 
 def signature(wrapped: Any) -> str:
-    """What decides the PE's behaviour, not the model's size: equal signatures audit alike."""
-    from peanchor.adapters.hf_vit import HFViT
+    """What decides the PE's behaviour, not the model's size: equal signatures audit alike (its backend says)."""
+    from peanchor.adapters.backend import backend_of
 
-    if isinstance(wrapped, HFViT):
-        cfg = wrapped.model.config
-        return f"{wrapped.family.name} registers={int(getattr(cfg, 'num_register_tokens', 0) or 0)}"
-    inner = wrapped.model
-    rope = getattr(inner, "rope", None)
-    keys = ("temperature", "in_pixels", "grid_indexing", "rotate_half", "grid_type", "normalize_coords")
-    options = [f"{k}={getattr(rope, k)}" for k in keys if hasattr(rope, k)]
-    options.append(f"ref={getattr(rope, 'ref_feat_shape', None) is not None}")
-    rope_said = "none" if rope is None else f"{type(rope).__name__}({', '.join(options)})"
-    table = getattr(inner, "pos_embed", None) is not None
-    return (f"{type(inner).__name__} table={table} no_embed_class={getattr(inner, 'no_embed_class', False)} "
-            f"prefix={inner.num_prefix_tokens} rope={rope_said} "
-            f"attn={type(getattr(inner.blocks[0], 'attn', inner.blocks[0])).__name__} "
-            f"dynamic={getattr(inner, 'dynamic_img_size', False)}")  # fmt: skip
+    backend = backend_of(wrapped)
+    return backend.signature(wrapped) if backend is not None else type(wrapped).__name__
 
 
 def _read(path: Path) -> list[dict[str, str]]:

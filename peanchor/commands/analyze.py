@@ -182,7 +182,7 @@ def subject_from_timm(args: argparse.Namespace) -> Subject:
 
 def subject_from_hf(args: argparse.Namespace) -> Subject:
     """A transformers model from a local ``save_pretrained`` folder, evaluated on ``--data``."""
-    from peanchor.adapters.hf_vit import load_hf_model
+    from peanchor.adapters import load_hf_model
 
     if not args.data:
         raise ConfigError("--hf needs --data NAME (and --data-root PATH) to say what to evaluate on")

@@ -70,7 +70,7 @@ def load_subject(args: argparse.Namespace) -> tuple[Any, str]:
 
         return load_timm(args.timm, weights=args.weights, **parse_timm_args(args.timm_arg)), f"timm:{args.timm}"
     if args.hf:
-        from peanchor.adapters.hf_vit import load_hf_model
+        from peanchor.adapters import load_hf_model
 
         return load_hf_model(args.hf[0]), f"hf:{Path(args.hf[0]).name}"
     from peanchor.checkpoint import load_model

@@ -35,6 +35,10 @@ attention sink (the blocks before it would not feed one), and starts before the 
 This mixin turns that one method into ``forward``, ``spatial_tokens``, ``forward_with_tokens`` and
 ``attention_maps`` (keyword forms of the same pass).
 
+peanchor's ViT and the timm adapters do not write the pass themselves: :class:`~peanchor.models.template.TemplatePass`
+runs it (embed → blocks → head, with the hook points) and they fill in its steps; the transformers adapter runs the
+model's own forward with hooks.
+
 Imports: torch; :mod:`peanchor.interventions`.
 """
 

@@ -8,13 +8,14 @@ pass computes the attention as SDPA's math written out (softmax of q·kᵀ/√d 
 and k after RoPE, CLS included as a key; then @ v) and hands the weights on. Its logits equal the fused
 pass's to float rounding.
 
-Imports: torch; :mod:`peanchor.pe`, :mod:`peanchor.interventions`, :mod:`peanchor.models` (args, probe).
+Imports: torch; :mod:`peanchor.pe`, :mod:`peanchor.interventions`, :mod:`peanchor.models` (args, interface, template).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,22 +26,20 @@ from torchvision.ops import StochasticDepth
 
 from peanchor.interventions import (
     BLOCK_SITES,
-    NO_INTERVENTION,
     EditPass,
     HookPoints,
     Intervention,
     PETable,
     Plane,
     RopeTables,
-    Start,
     permute_tokens,
 )
 from peanchor.interventions.edit import check_grid
 from peanchor.models.args import ViTArgs
-from peanchor.models.interface import AttentionSink, Intermediates, AnalysisInterface
+from peanchor.models.interface import AttentionSink
+from peanchor.models.template import BlockStep, TemplatePass
 from peanchor.pe import PEContext, RotaryTables, create_pe
 from peanchor.pe.base import BlockRotation
-
 
 #: An edit pass's hook inside a block: ``site(name, x)`` for name in ``attn.heads``, ``attn``, ``mlp``.
 Site = Callable[[str, Tensor], Tensor]
@@ -176,7 +175,7 @@ class PatchEmbed(nn.Module):
         return self.proj(x).flatten(2).transpose(1, 2)  # (B, N, D), row-major slots
 
 
-class VisionTransformer(AnalysisInterface, nn.Module):
+class VisionTransformer(TemplatePass, nn.Module):
     """ViT with a CLS token and a pluggable positional encoding (``self.pe``)."""
 
     num_prefix = 1
@@ -245,58 +244,12 @@ class VisionTransformer(AnalysisInterface, nn.Module):
     def pe_scalable(self) -> bool:
         return bool(self.pe.scalable)  # the PE class says
 
-    def forward_intermediates(
-        self,
-        images: Tensor,
-        intervention: Intervention = NO_INTERVENTION,
-        *,
-        layers: int | None = None,
-        head: bool = True,
-        attention: AttentionSink | None = None,
-        start: Start | None = None,
-    ) -> Intermediates:
-        """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`)."""
-        count = self._layer_count(layers, head)
-        first = self._first_block(start, attention)
-        alpha = intervention.pe_scale
-        run = self._bind(images, intervention, start)  # None: the plain pass
+    # ---- the pass's steps (TemplatePass runs them) ------------------------------------------------
+
+    def _embed(self, images: Tensor, intervention: Intervention, run: EditPass | None) -> Tensor:
+        """The stream entering block 0: patches (permuted), CLS, the PE's table (edited) at α."""
         if run is not None:
             check_grid(images, run.grid, self.patch_embed.proj.kernel_size)
-        if first:
-            assert start is not None and start.residual is not None  # Start checks both
-            x = start.residual  # (B, 1 + N, D): the stream entering block `first`
-        else:
-            x = self._embedded(images, intervention, run)  # (B, 1 + N, D)
-        rope = self.pe.rotary(alpha) if run is None or not run.acts_at("rope.tables") else self._edited_rope(run, alpha)
-        bias, rotation = self._bias_and_rotation(run, alpha)
-        probes: list[Tensor] = start.probes_before(count) if start is not None else []
-        for i, block in enumerate(self.blocks):
-            if i < first:
-                continue
-            if not head and i == count - 1:
-                probes.append(block.norm1(x)[:, self.num_prefix :])  # the last probe needs no attention/MLP
-                break
-            if not head and i >= count:
-                break  # a started pass whose probes all came from the earlier pass
-            x, h = block(x, BlockPass(
-                rope=rope.layer(i) if rope is not None else None,
-                bias=bias[i if bias.shape[0] > 1 else 0] if bias is not None else None,
-                rotation=rotation.layer(i) if rotation is not None else None,
-                num_prefix=self.num_prefix,
-                weights_sink=functools.partial(attention, i) if attention is not None else None,
-                site=run.at_layer(i) if run is not None else None,
-            ))  # fmt: skip
-            if i < count:
-                probes.append(h[:, self.num_prefix :])  # (B, N, D)
-            x = self.pe.after_block(i, x, alpha)
-            if run is not None and run.acts_on_block("residual", i):
-                x = run.block("residual", i, x)
-        tokens = torch.stack(probes, dim=1) if probes else None  # (B, L, N, D)
-        logits = self.head(self.head_drop(self.norm(x)[:, 0])) if head else None  # (B, C)
-        return Intermediates(logits, tokens)
-
-    def _embedded(self, images: Tensor, intervention: Intervention, run: EditPass | None) -> Tensor:
-        """The stream entering block 0: patches (permuted), CLS, the PE's table (edited) at α."""
         x = self.patch_embed(images)  # (B, N, D)
         if intervention.token_perm is not None:
             x = permute_tokens(x, intervention.token_perm)  # content moves, slots (and their PE) stay
@@ -304,6 +257,34 @@ class VisionTransformer(AnalysisInterface, nn.Module):
         if run is not None and run.acts_at("pe.table"):
             return self.pos_drop(self._edited_table(run, intervention.pe_scale).added_to(x))
         return self.pos_drop(self.pe.add(x, intervention.pe_scale))
+
+    @contextmanager
+    def _blocks(
+        self, intervention: Intervention, run: EditPass | None, attention: AttentionSink | None
+    ) -> Iterator[BlockStep]:
+        """Each block with the PE's rotation and bias at α (edited), the edits' sites and the attention sink."""
+        alpha = intervention.pe_scale
+        rope = self.pe.rotary(alpha) if run is None or not run.acts_at("rope.tables") else self._edited_rope(run, alpha)
+        bias, rotation = self._bias_and_rotation(run, alpha)
+
+        def step(i: int, x: Tensor) -> tuple[Tensor, Tensor]:
+            x, h = self.blocks[i](x, BlockPass(
+                rope=rope.layer(i) if rope is not None else None,
+                bias=bias[i if bias.shape[0] > 1 else 0] if bias is not None else None,
+                rotation=rotation.layer(i) if rotation is not None else None,
+                num_prefix=self.num_prefix,
+                weights_sink=functools.partial(attention, i) if attention is not None else None,
+                site=run.at_layer(i) if run is not None else None,
+            ))  # fmt: skip
+            return self.pe.after_block(i, x, alpha), h
+
+        yield step
+
+    def _probe(self, index: int, x: Tensor) -> Tensor:
+        return self.blocks[index].norm1(x)  # (B, 1 + N, D)
+
+    def _head(self, x: Tensor) -> Tensor:
+        return self.head(self.head_drop(self.norm(x)[:, 0]))  # (B, C)
 
     # ---- hook points (docs/interventions.md) ------------------------------------------------------
 

@@ -13,7 +13,8 @@ import torch
 
 T = pytest.importorskip("transformers")
 
-from peanchor.adapters.hf_vit import SUPPORTED_CLASSES, HFViT, load_hf_model  # noqa: E402
+from peanchor.adapters import load_hf_model
+from peanchor.adapters.hf_vit import SUPPORTED_CLASSES, HFViT  # noqa: E402
 from peanchor.errors import CheckpointError, ConfigError  # noqa: E402
 from peanchor.interventions import random_permutation  # noqa: E402
 
@@ -34,6 +35,8 @@ def build(name: str) -> torch.nn.Module:
         "CLIP": lambda: T.CLIPVisionConfig(**TINY),
         "Siglip": lambda: T.SiglipVisionConfig(**TINY),
         "DINOv3ViT": lambda: T.DINOv3ViTConfig(num_register_tokens=2, **TINY),
+        "Beit": lambda: T.BeitConfig(num_labels=5, use_relative_position_bias=True, layer_scale_init_value=1.0,
+                                    **TINY),  # a relative position bias per layer
     }
     prefix = next(p for p in sorted(configs, key=len, reverse=True) if name.startswith(p))
     config = configs[prefix]()
@@ -44,13 +47,15 @@ def build(name: str) -> torch.nn.Module:
     model = getattr(T, name)(config).eval()
     # Some families start their table at 0, and small random q/k barely feel a rotation: give both a signal.
     for key, param in model.named_parameters():
-        if key.endswith(("position_embeddings", "position_embedding.weight", "q_proj.weight", "k_proj.weight")):
+        if key.endswith(("position_embeddings", "position_embedding.weight", "q_proj.weight", "k_proj.weight",
+                         "relative_position_bias_table")):
             torch.nn.init.normal_(param, std=0.5)
     return model
 
 
 CLASSES = list(SUPPORTED_CLASSES)
-PREFIX = {"vit": 1, "deit": 2, "dinov2": 1, "dinov2_with_registers": 4, "clip": 1, "siglip": 0, "dinov3": 3}
+PREFIX = {"vit": 1, "deit": 2, "dinov2": 1, "dinov2_with_registers": 4, "clip": 1, "siglip": 0, "dinov3": 3,
+          "beit": 1}
 
 
 def images(n: int = 3, size: int = SIZE) -> torch.Tensor:
@@ -119,7 +124,7 @@ def test_without_a_position_signal_the_model_is_permutation_equivariant(name: st
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.3])
-@pytest.mark.parametrize("name", [n for n, (f, _) in SUPPORTED_CLASSES.items() if f != "dinov3"])
+@pytest.mark.parametrize("name", [n for n, (f, _) in SUPPORTED_CLASSES.items() if f not in ("dinov3", "beit")])
 def test_alpha_scales_the_learned_table(name: str, alpha: float) -> None:
     """α = 0 is the model with its table removed (zeroed), and any α the model with its table scaled."""
     model = build(name)

@@ -11,6 +11,7 @@ timm = pytest.importorskip("timm")
 from timm.layers import resample_abs_pos_embed  # noqa: E402
 
 from peanchor.adapters import load_timm_model  # noqa: E402
+from tests.helpers.doses import check_started_passes  # noqa: E402
 from peanchor.errors import ConfigError  # noqa: E402
 from peanchor.interventions import Intervention, random_permutation  # noqa: E402
 
@@ -198,3 +199,10 @@ def test_edits_a_timm_model_cannot_take_are_one_line() -> None:
         assert message in str(e.value) and "\n" not in str(e.value), spec
     # pe_zero removes a rotation as it removes a table: every plane the identity
     assert torch.equal(logits(rope, x, "pe_zero"), logits(rope, x, "rope_planes"))
+
+
+def test_a_distilled_deits_started_passes_equal_separate_passes() -> None:
+    """The distillation token goes through the started passes of a dose sweep (Start) as through the full ones."""
+    model = build("deit_small_distilled_patch16_224", {}, depth=3)
+    assert model.num_prefix == 2
+    check_started_passes(model, images(), model.model.blocks)

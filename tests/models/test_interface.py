@@ -20,7 +20,7 @@ from peanchor.training.config import ModelOverrides, TrainConfig, apply_override
 
 def timm_micro() -> torch.nn.Module:
     pytest.importorskip("timm")
-    from peanchor.adapters.timm_vit import load_timm_model
+    from peanchor.adapters import load_timm_model
 
     torch.manual_seed(0)
     return load_timm_model("vit_small_patch16_rope_mixed_224", img_size=16, patch_size=4, depth=3, embed_dim=32,
