@@ -9,6 +9,7 @@ Imports: torch; :mod:`peanchor.interventions` (Edit, Intervention), :mod:`peanch
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,8 +18,8 @@ from torch import Tensor
 from peanchor.interventions import Edit, HookPoints, Intervention, PETable, RopeTables
 from peanchor.metrics.position_probe import PositionProbeAccumulator
 
-__all__ = ["Capture", "bright_patch_images", "constant_images", "layer0_tokens", "max_diff", "probe_r2",
-           "random_images"]  # fmt: skip
+__all__ = ["Capture", "OwnRope", "bright_patch_images", "constant_images", "layer0_tokens", "max_diff", "own_rope",
+           "probe_r2", "random_images", "tolerance", "watcher"]  # fmt: skip
 
 
 def constant_images(count: int, size: tuple[int, int], seed: int = 0) -> Tensor:
@@ -66,6 +67,44 @@ def probe_r2(tokens: Tensor, grid: tuple[int, int]) -> float:
     heldout = torch.arange(b) >= b // 2
     acc.update(tokens[:, None], heldout)
     return float(acc.compute()[0].nanmean())
+
+
+#: The relative tolerance of a comparison made in float16 or bfloat16, whose rounding adds up over the layers.
+LOW_PRECISION = 5e-2
+
+
+def tolerance(fp32: float, dtype: torch.dtype) -> float:
+    """A check's float32 tolerance, or :data:`LOW_PRECISION` where the model runs in float16 or bfloat16."""
+    return fp32 if dtype in (torch.float32, torch.float64) else max(fp32, LOW_PRECISION)
+
+
+def watcher(subject: Any) -> Any:
+    """The observer of the model's own forward (:mod:`peanchor.audit.observe`) in the audit's dtype: the model as
+    the library runs it; None for peanchor's ViT, whose analysis pass is its own forward."""
+    return subject.parity_observer or subject.observer
+
+
+@dataclass
+class OwnRope:
+    """The rotary table a model's own forward handed a block, as the rotary checks read tables: ``cos``/``sin``
+    ``(..., N, hd)`` and the planes (channel pairs, axis labels) of the hook points."""
+
+    cos: Tensor
+    sin: Tensor
+    planes: Any
+
+
+def own_rope(obs: Any, seen: Any, planes: Any) -> OwnRope | None:
+    """Block 0's rotary table from a recorded pass of the model's own forward (timm: the ``rope`` its forward hands
+    the block, ``cat([sin, cos])``; transformers: the rotary module's ``(cos, sin)``); None: none was handed on."""
+    if obs.backend == "timm":
+        emb = seen.tables.get(0)
+        if not isinstance(emb, Tensor):
+            return None
+        sin, cos = emb.float().chunk(2, dim=-1)
+        return OwnRope(cos, sin, planes)
+    got = seen.tables.get("rope")
+    return None if got is None else OwnRope(got[0].float(), got[1].float(), planes)
 
 
 def max_diff(a: Tensor, b: Tensor) -> float:
