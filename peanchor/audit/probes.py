@@ -9,7 +9,6 @@ Imports: torch; :mod:`peanchor.interventions` (Edit, Intervention), :mod:`peanch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,7 +17,7 @@ from torch import Tensor
 from peanchor.interventions import Edit, HookPoints, Intervention, PETable, RopeTables
 from peanchor.metrics.position_probe import PositionProbeAccumulator
 
-__all__ = ["Capture", "OwnRope", "bright_patch_images", "constant_images", "layer0_tokens", "max_diff", "own_rope",
+__all__ = ["Capture", "bright_patch_images", "constant_images", "layer0_tokens", "max_diff", "own_rope_angles",
            "probe_r2", "random_images", "tolerance", "watcher"]  # fmt: skip
 
 
@@ -84,27 +83,33 @@ def watcher(subject: Any) -> Any:
     return subject.parity_observer or subject.observer
 
 
-@dataclass
-class OwnRope:
-    """The rotary table a model's own forward handed a block, as the rotary checks read tables: ``cos``/``sin``
-    ``(..., N, hd)`` and the planes (channel pairs, axis labels) of the hook points."""
-
-    cos: Tensor
-    sin: Tensor
-    planes: Any
-
-
-def own_rope(obs: Any, seen: Any, planes: Any) -> OwnRope | None:
-    """Block 0's rotary table from a recorded pass of the model's own forward (timm: the ``rope`` its forward hands
-    the block, ``cat([sin, cos])``; transformers: the rotary module's ``(cos, sin)``); None: none was handed on."""
+def own_rope_angles(obs: Any, seen: Any, grid: tuple[int, int]) -> tuple[Tensor, Tensor, str] | None:
+    """The rotary angles the model's own forward handed block 0 (head 0) and the declared ones, each
+    ``(rows, cols, hd/2)`` in the declared plane order, with the declared facts; None where no rotary table was
+    handed on or the reference does not model the model's rope. The channels of each plane are the declared
+    layout's (``half``: j and j + hd/2; ``interleaved``: 2j and 2j + 1), never read off the model's table.
+    timm hands its blocks ``cat([sin, cos])``; transformers' rotary module returns ``(cos, sin)``."""
+    declared = obs.declared_rope(grid)
+    if declared is None or isinstance(declared, str):
+        return None
     if obs.backend == "timm":
         emb = seen.tables.get(0)
         if not isinstance(emb, Tensor):
             return None
-        sin, cos = emb.float().chunk(2, dim=-1)
-        return OwnRope(cos, sin, planes)
-    got = seen.tables.get("rope")
-    return None if got is None else OwnRope(got[0].float(), got[1].float(), planes)
+        sin, cos = emb.double().chunk(2, dim=-1)
+    else:
+        got = seen.tables.get("rope")
+        if got is None:
+            return None
+        cos, sin = (t.double() for t in got)
+    n = grid[0] * grid[1]
+    cos, sin = cos.reshape(-1, n, cos.shape[-1])[0], sin.reshape(-1, n, sin.shape[-1])[0]  # (N, hd): head 0
+    half = cos.shape[-1] // 2
+    index = torch.arange(half) if declared.layout == "half" else torch.arange(half) * 2
+    own = torch.atan2(sin[:, index], cos[:, index])  # (N, hd/2)
+    ref = declared.angles.reshape(-1, n, declared.angles.shape[-1])[0]  # (N, hd/2)
+    wrap = lambda a: (torch.remainder(a + torch.pi, 2 * torch.pi) - torch.pi).reshape(*grid, -1)  # noqa: E731
+    return wrap(own), wrap(ref), declared.source
 
 
 def max_diff(a: Tensor, b: Tensor) -> float:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from peanchor.audit.checks.pe_identity import measured_layout, plane_angles
-from peanchor.audit.probes import (bright_patch_images, captured, layer0_tokens, max_diff, own_rope, random_images,
+from peanchor.audit.probes import (bright_patch_images, captured, layer0_tokens, max_diff, own_rope_angles, random_images,
                                    tolerance, watcher)
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
@@ -119,18 +119,17 @@ def _own(subject: AuditSubject) -> CheckResult:
     seen = obs.run(random_images(1, obs.size(grid)).to(obs.dtype), eager=False)
     if seen.error is not None:
         raise seen.error
-    tables = own_rope(obs, seen, subject.hooks.planes)
-    if tables is not None and subject.hooks.planes:
-        angles, _ = plane_angles(tables, grid)
-        _, axes, _ = measured_layout(angles)
-        labels = [plane.axis for plane in tables.planes]
+    angles = own_rope_angles(obs, seen, grid)
+    if angles is not None:
+        _, axes, _ = measured_layout(angles[0])
+        _, labels, _ = measured_layout(angles[1])  # the axis each plane turns along in the declared table
         wrong = sum(1 for a, b in zip(axes, labels) if b is not None and a != b)
         if wrong:
             return CheckResult(NAME, "fail", float(wrong), f"{wrong} of {len(labels)} rotary planes turn along "
-                               f"another axis than their label {where}")  # fmt: skip
+                               f"another axis than declared {where} ({angles[2]})")  # fmt: skip
     if grid == native or not obs.tables():
         return CheckResult(NAME, "pass", 0.0, f"patch order row-major {where}"
-                           + ("; every rotary plane turns along its own axis" if tables is not None else ""))
+                           + ("; every rotary plane turns along its declared axis" if angles is not None else ""))
     err = max_diff(seen.tokens[0], obs.reference_embedding(seen.tables["patches"], grid))
     flipped = _transposed_reference(obs, seen.tables["patches"], grid)
     err_t = max_diff(seen.tokens[0], flipped)

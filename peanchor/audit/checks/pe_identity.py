@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from peanchor.audit.probes import captured, max_diff, own_rope, random_images, tolerance, watcher
+from peanchor.audit.probes import captured, max_diff, own_rope_angles, random_images, tolerance, watcher
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
@@ -148,15 +148,16 @@ def _own(subject: AuditSubject, said: str) -> CheckResult:
     text += ("table and " if claim.prefix_rows is not None else "") + "prefix tokens"
     if gap > tol:
         return CheckResult(NAME, "fail", gap, f"{text}; {said}")
+    handed = (0 in seen.tables and seen.tables[0] is not None) or seen.tables.get("rope") is not None
     if claim.kind != "rotary":
-        if "rope.tables" in subject.hooks.points or own_rope(obs, seen, None) is not None:
+        if handed:
             return CheckResult(NAME, "fail", None, f"the model rotates q and k; {said}")
         return CheckResult(NAME, "pass", gap, f"{claim.kind}: {text}; {said}")
-    tables = own_rope(obs, seen, subject.hooks.planes)
-    if tables is None:
-        return CheckResult(NAME, "fail", None, f"the model's own forward hands its blocks no rotary table; {said}")
-    angles, _ = plane_angles(tables, grid)
-    layout, _, _ = measured_layout(angles)
+    angles = own_rope_angles(obs, seen, grid)
+    if angles is None:
+        why = "hands its blocks no rotary table" if not handed else "has a rope the reference does not model"
+        return CheckResult(NAME, "fail" if not handed else "pass", None, f"the model's own forward {why}; {said}")
+    layout, _, _ = measured_layout(angles[0])
     status = "pass" if layout == claim.layout else "fail"
     return CheckResult(NAME, status, gap, f"measured {layout} rotary table (the one its own forward hands block 0); "
                        f"{text}; {said}")  # fmt: skip
