@@ -136,6 +136,9 @@ def _own(subject: AuditSubject, said: str) -> CheckResult:
     obs, claim, grid = watcher(subject), subject.claim, subject.grid
     images = random_images(2, subject.size()).to(obs.dtype)
     seen = obs.plain(images)
+    if seen.tokens and seen.tokens[0].dtype != obs.dtype:  # timm #2794 class: what it hands on upcast
+        return CheckResult(NAME, "fail", None, f"the embedding the model's own forward hands block 0 is "
+                           f"{str(seen.tokens[0].dtype)[6:]} in a {str(obs.dtype)[6:]} run; {said}")  # fmt: skip
     if seen.error is not None:
         raise seen.error
     have = seen.tokens[0].shape[1] - grid[0] * grid[1]

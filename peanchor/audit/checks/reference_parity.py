@@ -60,7 +60,7 @@ def check(subject: AuditSubject) -> CheckResult:
         def ours(seen: Pass, layer: int) -> torch.Tensor:
             return reference_probs(seen.q[layer], seen.k[layer], obs.scale(layer), rope, layer, obs.prefix)
 
-        native = obs.run(images, eager=False)
+        native = obs.plain(images)  # the model's own forward, shared with the checks that read it
         ref = obs.run(images, eager=False, reference=ours)
         where = f"grid {grid[0]}x{grid[1]}"
         wrong = _wrong_dtype(native, obs, dtype)

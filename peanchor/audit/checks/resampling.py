@@ -7,6 +7,11 @@
 - A backend with its own interpolation path (timm's ``dynamic_img_size``, transformers'
   ``interpolate_pos_encoding``) agrees with ``pe_resample`` at the documented mode (``own_resample``).
 
+The first two are by design about peanchor's intervention (``pe_resample``, which the analyses use); the third
+ties it to the model's own forward at two non-square grids, so a fault in the model's own interpolation (a patched
+``resample_abs_pos_embed`` or ``interpolate_pos_encoding``) fails here, and ``axes_in_order`` and
+``reference_parity`` read that path against the declared table themselves. These passes run in float32.
+
 Imports: torch; :mod:`peanchor.interventions` (pe_resample).
 """
 
