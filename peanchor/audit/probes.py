@@ -17,8 +17,8 @@ from torch import Tensor
 from peanchor.interventions import Edit, HookPoints, Intervention, PETable, RopeTables
 from peanchor.metrics.position_probe import PositionProbeAccumulator
 
-__all__ = ["Capture", "bright_patch_images", "constant_images", "layer0_tokens", "max_diff", "own_rope_angles",
-           "probe_r2", "random_images", "tolerance", "watcher"]  # fmt: skip
+__all__ = ["PROBES", "Capture", "bright_patch_images", "constant_images", "layer0_tokens", "max_diff",
+           "own_rope_angles", "probe_r2", "random_images", "tolerance", "watcher"]  # fmt: skip
 
 
 def constant_images(count: int, size: tuple[int, int], seed: int = 0) -> Tensor:
@@ -67,6 +67,10 @@ def probe_r2(tokens: Tensor, grid: tuple[int, int]) -> float:
     acc.update(tokens[:, None], heldout)
     return float(acc.compute()[0].nanmean())
 
+
+#: Random images per probe pass. Every comparison is per image and per token (nothing pools over images), so one
+#: image is as sensitive as more; the checks' passes of the same image share the model's own forward.
+PROBES = 1
 
 #: The relative tolerance of a comparison made in float16 or bfloat16, whose rounding adds up over the layers.
 LOW_PRECISION = 5e-2

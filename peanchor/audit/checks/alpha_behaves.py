@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from peanchor.audit.checks.no_hidden_position import removal
-from peanchor.audit.probes import max_diff, random_images
+from peanchor.audit.probes import PROBES, max_diff, random_images
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
@@ -31,7 +31,7 @@ def check(subject: AuditSubject) -> CheckResult:
     if not subject.scalable:
         return CheckResult(NAME, "n/a", None, f"α means nothing for a {subject.claim.kind} PE")
     model = subject.model
-    images = random_images(2, subject.size())
+    images = random_images(PROBES, subject.size())
     with torch.no_grad():
         one = model.forward_intermediates(images, Intervention(pe_scale=1.0))
         if subject.observer is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from peanchor.audit.probes import max_diff, random_images, tolerance, watcher
+from peanchor.audit.probes import PROBES, max_diff, random_images, tolerance, watcher
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
@@ -26,7 +26,7 @@ def check(subject: AuditSubject) -> CheckResult:
     model = subject.model
     if not model.has_attention_weights:
         return CheckResult(NAME, "n/a", None, f"{subject.hooks.model} has one attention path only")
-    images = random_images(2, subject.size())
+    images = random_images(PROBES, subject.size())
     obs = watcher(subject)
     if obs is not None and obs.missing() is None:
         return _own(obs, images.to(obs.dtype))

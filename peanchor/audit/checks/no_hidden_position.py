@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from peanchor.audit.probes import constant_images, layer0_tokens, max_diff, probe_r2, random_images, tolerance, watcher
+from peanchor.audit.probes import (PROBES, constant_images, layer0_tokens, max_diff, probe_r2, random_images, tolerance,
+                                   watcher)
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
@@ -56,7 +57,7 @@ def check(subject: AuditSubject) -> CheckResult:
         return CheckResult(NAME, "n/a", None, f"no edit removes a {subject.claim.kind}")
     model, grid = subject.model, subject.grid
     n = grid[0] * grid[1]
-    images = random_images(2, subject.size())
+    images = random_images(PROBES, subject.size())
     perm = random_permutation(n, generator=torch.Generator().manual_seed(0))
     if watcher(subject) is not None:
         return _own(subject, images, perm)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from peanchor.audit.probes import captured, max_diff, own_rope_angles, random_images, tolerance, watcher
+from peanchor.audit.probes import PROBES, captured, max_diff, own_rope_angles, random_images, tolerance, watcher
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
@@ -134,7 +134,7 @@ def _general_rotation(subject: AuditSubject, images: torch.Tensor, said: str) ->
 def _own(subject: AuditSubject, said: str) -> CheckResult:
     """The check on the model's own forward (timm, transformers)."""
     obs, claim, grid = watcher(subject), subject.claim, subject.grid
-    images = random_images(2, subject.size()).to(obs.dtype)
+    images = random_images(PROBES, subject.size()).to(obs.dtype)
     seen = obs.plain(images)
     if seen.tokens and seen.tokens[0].dtype != obs.dtype:  # timm #2794 class: what it hands on upcast
         return CheckResult(NAME, "fail", None, f"the embedding the model's own forward hands block 0 is "

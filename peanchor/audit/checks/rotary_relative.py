@@ -93,7 +93,9 @@ def _observed(subject: AuditSubject) -> CheckResult:
             layer_spread = offset_spread(logits, grid, valid)
             spread = max(spread, layer_spread)
             excess = max(excess, layer_spread / (max(TOLERANCE, 6 * eps) + 2 * eps / size))
-    allowed = f"pass ≤ {TOLERANCE:g}" if not eps else f"pass ≤ 6 eps + 2 eps over each layer's logit size, {_name(obs.dtype)}"
+    allowed = f"pass ≤ {TOLERANCE:g}"
+    if eps:
+        allowed = f"pass ≤ 6 eps + 2 eps over each layer's logit size, {_name(obs.dtype)}"
     status = "pass" if excess <= 1.0 else "fail"
     return CheckResult(NAME, status, spread, f"the model's own q·k at equal offsets spreads by {spread:.2g} "
                        f"(relative; {allowed}) over {len(obs.attns)} layer(s), grids "
