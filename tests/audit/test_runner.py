@@ -78,3 +78,15 @@ def test_a_dropped_rotation_still_fails_rotary_relative_in_low_precision(monkeyp
     report = audit(timm_model(EVA), dtype=dtype, checks=["rotary_relative", "reference_parity"])
     print(f"\nDTYPE eva cos only in {dtype} | rotary_relative | {report['rotary_relative'].message}")
     assert report["rotary_relative"].status == "fail" and report["reference_parity"].status == "fail"
+
+
+def test_a_model_that_cannot_be_wrapped_is_one_line_naming_what_can(capsys: pytest.CaptureFixture) -> None:
+    """NaFlexViT is not wrapped by the timm adapter: the command says so in one line and names what it wraps."""
+    from peanchor.cli import main
+
+    if not timm.is_model("naflexvit_base_patch16_gap"):
+        pytest.skip(f"no NaFlexViT in timm {timm.__version__}")
+    args = ["--timm-arg", "depth=1", "--timm-arg", "embed_dim=64", "--timm-arg", "num_heads=4"]
+    assert main(["audit", "--timm", "naflexvit_base_patch16_gap", *args]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NaFlexVit" in err[0] and "VisionTransformer" in err[0] and "Eva" in err[0]
