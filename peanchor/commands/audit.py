@@ -45,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--hf", metavar="DIR", nargs="+", help="a local transformers save_pretrained folder (read "
                    "offline); several folders, config-only folders or family names (vit, deit, dinov2, "
                    "dinov2_with_registers, clip, siglip, dinov3): the zoo, with random weights")  # fmt: skip
-    p.add_argument("--dtype", default="fp32", metavar="{fp32,bf16,fp16}",
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"),
                    help="the dtype the audit runs the model's own forward in, with tolerances by dtype (default fp32)")
     p.add_argument("--out", metavar="FILE", help="the zoo: where its table goes (FILE.csv and FILE.md; a run "
                    "that stopped resumes from FILE.csv)")  # fmt: skip
@@ -88,8 +88,6 @@ def run(args: argparse.Namespace) -> int:
     unknown = [c for c in args.check if c not in CHECKS]
     if unknown:  # before a model is read
         raise ConfigError(f"--check {', '.join(unknown)}: unknown; the checks: {', '.join(CHECKS)}")
-    if args.dtype not in ("fp32", "bf16", "fp16"):  # before a model is read; one line, as every bad input
-        raise ConfigError(f"--dtype {args.dtype}: not supported; the audit runs in fp32, bf16, fp16")
     if is_zoo(args):
         return run_zoo_command(args)
     if args.out:
