@@ -159,3 +159,26 @@ def test_transformers_interpolation_to_width_by_height_fails_axes_in_order() -> 
 
     embeddings.interpolate_pos_encoding = swapped
     failed(model, "hf ViT interpolation W x H", "axes_in_order")
+
+
+NON_SQUARE = dict(image_size=(24, 40), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=64, patch_size=8)  # fmt: skip
+
+
+def test_transformers_dinov3_with_a_non_square_native_grid_passes_every_check() -> None:
+    report = audit(hf_model(lambda: T.DINOv3ViTModel(T.DINOv3ViTConfig(num_register_tokens=2, **NON_SQUARE))))
+    assert report.passed, report.table()
+
+
+def test_transformers_interpolation_of_a_non_square_table_is_a_finding_not_silenced() -> None:
+    """transformers 5's ``interpolate_pos_encoding`` (ViT, DINOv2) reshapes the table to a square side: a model with
+    a non-square native grid cannot run at another size (ViT) or at all (DINOv2 interpolates at every call).
+    The audit fails it with the model's own error (docs/audit.md, "Findings"); what runs at the native grid
+    passes."""
+    vit = audit(hf_model(lambda: T.ViTModel(T.ViTConfig(**NON_SQUARE))))
+    native = ("pe_identity", "position_reaches", "prefix_kept", "attention_paths", "no_hidden_position")
+    assert all(vit[name].status == "pass" for name in native), vit.table()
+    assert vit["reference_parity"].status == "fail" and "own forward raised RuntimeError" in vit["reference_parity"].message
+    dinov2 = audit(hf_model(lambda: T.Dinov2Model(T.Dinov2Config(**NON_SQUARE))))
+    print(f"\nFINDING transformers non-square tables | {vit['reference_parity'].message} | {dinov2['pe_identity'].message}")
+    assert not dinov2.passed and "shape" in dinov2["pe_identity"].message
