@@ -182,3 +182,16 @@ def test_transformers_interpolation_of_a_non_square_table_is_a_finding_not_silen
     dinov2 = audit(hf_model(lambda: T.Dinov2Model(T.Dinov2Config(**NON_SQUARE))))
     print(f"\nFINDING transformers non-square tables | {vit['reference_parity'].message} | {dinov2['pe_identity'].message}")
     assert not dinov2.passed and "shape" in dinov2["pe_identity"].message
+
+
+def test_the_shared_plain_pass_is_the_model_s_own_forward_of_those_very_images() -> None:
+    from peanchor.audit.subject import subject_for
+
+    model = timm_model(APE)
+    obs = subject_for(model).observer
+    a, b = torch.randn(1, 3, 24, 40), torch.randn(1, 3, 24, 40)
+    with torch.no_grad():
+        first = obs.plain(a)
+        assert obs.plain(a.clone()) is first  # the same images: the kept pass
+        torch.testing.assert_close(obs.plain(b).logits, model.model(b), rtol=0, atol=0)  # others: a new pass
+        torch.testing.assert_close(first.logits, model.model(a), rtol=0, atol=0)
