@@ -87,3 +87,19 @@ def test_a_model_that_cannot_be_wrapped_is_one_line_naming_what_can(capsys: pyte
     assert main(["audit", "--timm", "naflexvit_base_patch16_gap", *args]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "NaFlexVit" in err[0] and "VisionTransformer" in err[0] and "Eva" in err[0]
+
+
+def test_the_verdicts_do_not_move_with_the_thread_count() -> None:
+    before = torch.get_num_threads()
+    reports = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            reports.append(audit(timm_model(EVA)))
+    finally:
+        torch.set_num_threads(before)
+    one, two = ({c.name: c for c in r.checks} for r in reports)
+    for name, check in one.items():
+        assert check.status == two[name].status, (name, check.message, two[name].message)
+        if check.measured is not None:
+            assert abs(check.measured - two[name].measured) <= 1e-4, (name, check.measured, two[name].measured)
