@@ -14,6 +14,7 @@ Imports: torch (the wrapped timm and transformers models are handed in by :mod:`
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +26,87 @@ from torch import Tensor, nn
 from peanchor.audit.reference import RotaryReference, rotate
 
 __all__ = ["HFObserver", "Pass", "TimmObserver", "other_grids", "reference_probs"]
+
+
+class _Stop(Exception):
+    """Ends a pass once the tokens entering block 0 are recorded (``stop=True``): the checks that read the
+    embedding need no more of the forward."""
+
+
+@contextmanager
+def zeroed(tensors: list[Tensor]) -> Iterator[None]:
+    """The model's own table parameters set to zero for the pass and put back after: its PE removed in its own
+    forward (what ``pe_zero`` does on peanchor's path)."""
+    saved = [t.detach().clone() for t in tensors]
+    with torch.no_grad():
+        for t in tensors:
+            t.zero_()
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for t, s in zip(tensors, saved):
+                t.copy_(s)
+
+
+def permute_patches(out: Tensor, perm: Tensor | None, channels_first: bool = False) -> Tensor:
+    """A patch embedding's output with its token axis (row-major slots) permuted: ``(B, N, D)``, timm's NHWC
+    ``(B, h, w, D)`` or, ``channels_first``, a Conv2d's ``(B, D, h, w)``."""
+    if perm is None:
+        return out
+    if channels_first and out.dim() == 4:
+        b, d, h, w = out.shape
+        return out.flatten(2)[:, :, perm].reshape(b, d, h, w)
+    return out.reshape(out.shape[0], -1, out.shape[-1])[:, perm].reshape(out.shape)
+
+
+def identity_rope(table: Tensor) -> Tensor:
+    """timm's rotary table ``cat([sin, cos])`` (last axis) of no rotation: sin 0, cos 1."""
+    sin, cos = table.chunk(2, dim=-1)
+    return torch.cat([torch.zeros_like(sin), torch.ones_like(cos)], dim=-1)
+
+
+class OwnForward:
+    """What the observers share: the own forward's embedding, and passes kept for the checks that repeat them."""
+
+    patch: int
+    native_grid: tuple[int, int]
+    prefix: int
+
+    def run(self, images: Tensor, **kwargs: Any) -> Pass:  # pragma: no cover  (each observer's own)
+        raise NotImplementedError
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next((p.dtype for p in self.module.parameters() if p.is_floating_point()), torch.float32)
+
+    @property
+    def module(self) -> nn.Module:  # pragma: no cover  (each observer's own)
+        raise NotImplementedError
+
+    def size(self, grid: tuple[int, int] | None = None) -> tuple[int, int]:
+        rows, cols = grid or self.native_grid
+        return rows * self.patch, cols * self.patch
+
+    def entry(self, images: Tensor, *, remove: bool = False) -> Pass:
+        """The model's own forward up to block 0: ``tokens[0]`` ``(B, P + N, D)`` is what it hands block 0, and
+        ``tables["patches"]`` the patch embedding's output; ``remove``: its table zeroed and its rotation the
+        identity. What the model's code raised is raised."""
+        seen = self.run(images.to(self.dtype), eager=False, remove=remove, stop=True)
+        if seen.error is not None:
+            raise seen.error
+        return seen
+
+    def plain(self, images: Tensor) -> Pass:
+        """The model's own forward of ``images`` as it runs (fused attention), kept: ``reference_parity``,
+        ``attention_paths`` and ``alpha_behaves`` read the same pass of the same probe."""
+        cache = self.__dict__.setdefault("_plain", {})
+        raw = images.detach().contiguous().flatten().view(torch.uint8).numpy()  # the images' exact bytes
+        key = (tuple(images.shape), images.dtype, hashlib.sha1(raw).hexdigest())
+        if key not in cache:
+            cache.clear()
+            cache[key] = self.run(images, eager=False)
+        return cache[key]
 
 
 @dataclass
@@ -97,7 +179,7 @@ def same_token_hooks(attns: list[nn.Module], name: str) -> list[Any]:
     return [a.register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, a in enumerate(attns)]
 
 
-class TimmObserver:
+class TimmObserver(OwnForward):
     """Watches a timm ViT or Eva (``wrapped.model``) through hooks on its own modules."""
 
     backend = "timm"
@@ -159,18 +241,34 @@ class TimmObserver:
         x = torch.cat(to_cat + [x], dim=1) if to_cat else x
         return inner.norm_pre(x)
 
-    def run(self, images: Tensor, *, eager: bool, reference: Callable | None = None, same: bool = False) -> Pass:
+    @property
+    def module(self) -> nn.Module:
+        return self.inner
+
+    def tables(self) -> list[Tensor]:
+        """The learned table parameters (``pos_embed``), which removing the PE zeroes."""
+        table = getattr(self.inner, "pos_embed", None)
+        return [table] if isinstance(table, Tensor) else []
+
+    def run(self, images: Tensor, *, eager: bool, reference: Callable | None = None, same: bool = False,
+            perm: Tensor | None = None, remove: bool = False, stop: bool = False) -> Pass:  # fmt: skip
         """One forward of ``images``, recorded; ``reference``: ``(pass, layer) -> probs`` and the embedding are
-        peanchor's (the reference pass)."""
+        peanchor's (the reference pass). ``perm``: the patch tokens permuted right after the patch embedding (the
+        PE stays with the slots); ``remove``: the table zeroed and every block handed the rotary table of no
+        rotation; ``stop``: the pass ends once block 0's input is recorded."""
         seen = Pass()
         handles: list[Any] = []
         grid = (images.shape[-2] // self.patch, images.shape[-1] // self.patch)
 
-        def on_patches(_m: nn.Module, _a: Any, out: Tensor) -> None:
+        def on_patches(_m: nn.Module, _a: Any, out: Tensor) -> Tensor:
+            out = permute_patches(out, perm)
             seen.tables["patches"] = out.reshape(out.shape[0], -1, out.shape[-1])  # (B, N, D)
+            return out
 
         def enter(layer: int) -> Callable:
             def hook(_m: nn.Module, args: tuple, kwargs: dict) -> Any:
+                if isinstance(kwargs.get("rope"), Tensor) and remove:
+                    kwargs = {**kwargs, "rope": identity_rope(kwargs["rope"])}
                 if "rope" in kwargs:
                     seen.tables[layer] = kwargs["rope"]
                 if layer == 0:
@@ -180,8 +278,9 @@ class TimmObserver:
                         args = (x, *args[1:]) if args else args
                         kwargs = kwargs if args else {**kwargs, "x": x}
                     seen.tokens.append(x)
-                    return args, kwargs
-                return None
+                    if stop:
+                        raise _Stop
+                return args, kwargs
 
             return hook
 
@@ -201,26 +300,33 @@ class TimmObserver:
             return hook
 
         handles.append(self.inner.patch_embed.register_forward_hook(on_patches))
+        watched = self.missing() is None
         for layer, (block, attn) in enumerate(zip(self.blocks, self.attns)):
             handles.append(block.register_forward_pre_hook(enter(layer), with_kwargs=True))
             handles.append(block.register_forward_hook(lambda _m, _a, out: seen.tokens.append(as_tensor(out))))
+            if not watched:
+                continue
             handles.append(attn.q_norm.register_forward_hook(record(seen.q, layer)))
             handles.append(attn.k_norm.register_forward_hook(record(seen.k, layer)))
             handles.append(attn.attn_drop.register_forward_hook(weights(layer)))
         if same:
             handles += same_token_hooks(self.attns, "x")
-        saved = [a.fused_attn for a in self.attns]
+        saved = [getattr(a, "fused_attn", False) for a in self.attns]
         try:
-            with hooks(handles):
-                for a in self.attns:
-                    a.fused_attn = a.fused_attn and not (eager or reference is not None)
+            with hooks(handles), zeroed(self.tables() if remove else []):
+                for a, fused in zip(self.attns, saved):
+                    if hasattr(a, "fused_attn"):
+                        a.fused_attn = fused and not (eager or reference is not None)
                 try:
                     seen.logits = self.inner(images)
+                except _Stop:
+                    pass
                 except Exception as e:  # noqa: BLE001  (the model's code failed on the probe: a finding)
                     seen.error = e
         finally:
             for a, fused in zip(self.attns, saved):
-                a.fused_attn = fused
+                if hasattr(a, "fused_attn"):
+                    a.fused_attn = fused
         return seen
 
     @property
@@ -228,7 +334,7 @@ class TimmObserver:
         return int(self.inner.patch_embed.patch_size[0])
 
 
-class HFObserver:
+class HFObserver(OwnForward):
     """Watches a transformers vision model (``wrapped``: the hf adapter) through hooks on its own modules."""
 
     backend = "transformers"
@@ -298,15 +404,30 @@ class HFObserver:
         out = self.wrapped.model(pixel_values=images, **kwargs)
         return out.logits if self.wrapped.has_head else out.pooler_output
 
-    def run(self, images: Tensor, *, eager: bool, reference: Callable | None = None, same: bool = False) -> Pass:
+    @property
+    def module(self) -> nn.Module:
+        return self.wrapped.model
+
+    def tables(self) -> list[Tensor]:
+        """The learned table parameter, which removing the PE zeroes."""
+        if self.family.table is None:
+            return []
+        owner, key = self.family.table
+        return [getattr(self.backbone.get_submodule(owner), key)]
+
+    def run(self, images: Tensor, *, eager: bool, reference: Callable | None = None, same: bool = False,
+            perm: Tensor | None = None, remove: bool = False, stop: bool = False) -> Pass:  # fmt: skip
+        """As :meth:`TimmObserver.run`; ``remove`` hands every layer DINOv3's rotary table of no rotation."""
         seen = Pass()
         grid = (images.shape[-2] // self.patch, images.shape[-1] // self.patch)
         handles: list[Any] = []
         patch_module = self.backbone.get_submodule(self.family.patch)
 
-        def on_patches(_m: nn.Module, _a: Any, out: Any) -> None:
+        def on_patches(_m: nn.Module, _a: Any, out: Any) -> Any:
             out = as_tensor(out)
+            out = permute_patches(out, perm, channels_first=True)
             seen.tables["patches"] = out.flatten(2).transpose(1, 2) if out.dim() == 4 else out  # (B, N, D)
+            return out
 
         def on_embeddings(_m: nn.Module, _a: Any, out: Any) -> Any:
             x = as_tensor(out)
@@ -314,6 +435,8 @@ class HFObserver:
                 x = self.reference_embedding(seen.tables["patches"], grid).to(x.dtype)
                 out = x
             seen.tokens.append(x)
+            if stop:
+                raise _Stop
             return out
 
         def leave(_m: nn.Module, _a: Any, out: Any) -> None:
@@ -325,6 +448,9 @@ class HFObserver:
             handles.append(layer.register_forward_hook(leave))
         if self.family.rope is not None:
             rope = self.backbone.get_submodule(self.family.rope)
+            if remove:
+                handles.append(rope.register_forward_hook(
+                    lambda _m, _a, out: (torch.ones_like(out[0]), torch.zeros_like(out[1]))))  # (cos, sin): no turn
             handles.append(rope.register_forward_hook(lambda _m, _a, out: seen.tables.__setitem__("rope", out)))
             for i, attn in enumerate(self.attns):
                 handles += self._attention_hooks(attn, i, seen, reference)
@@ -334,9 +460,11 @@ class HFObserver:
         try:
             if eager or reference is not None:
                 self.wrapped.model.set_attn_implementation("eager")
-            with hooks(handles):
+            with hooks(handles), zeroed(self.tables() if remove else []):
                 try:
                     seen.logits = self._logits(images, grid)
+                except _Stop:
+                    pass
                 except Exception as e:  # noqa: BLE001  (the model's code failed on the probe: a finding)
                     seen.error = e
         finally:

@@ -17,8 +17,8 @@ from torch import Tensor
 from peanchor.interventions import Edit, HookPoints, Intervention, PETable, RopeTables
 from peanchor.metrics.position_probe import PositionProbeAccumulator
 
-__all__ = ["Capture", "bright_patch_images", "constant_images", "layer0_tokens", "max_diff", "probe_r2",
-           "random_images"]  # fmt: skip
+__all__ = ["PROBES", "Capture", "bright_patch_images", "constant_images", "layer0_tokens", "max_diff",
+           "own_rope_angles", "probe_r2", "random_images", "tolerance", "watcher"]  # fmt: skip
 
 
 def constant_images(count: int, size: tuple[int, int], seed: int = 0) -> Tensor:
@@ -66,6 +66,54 @@ def probe_r2(tokens: Tensor, grid: tuple[int, int]) -> float:
     heldout = torch.arange(b) >= b // 2
     acc.update(tokens[:, None], heldout)
     return float(acc.compute()[0].nanmean())
+
+
+#: Random images per probe pass. Every comparison is per image and per token (nothing pools over images), so one
+#: image is as sensitive as more; the checks' passes of the same image share the model's own forward.
+PROBES = 1
+
+#: The relative tolerance of a comparison made in float16 or bfloat16, whose rounding adds up over the layers.
+LOW_PRECISION = 5e-2
+
+
+def tolerance(fp32: float, dtype: torch.dtype) -> float:
+    """A check's float32 tolerance, or :data:`LOW_PRECISION` where the model runs in float16 or bfloat16."""
+    return fp32 if dtype in (torch.float32, torch.float64) else max(fp32, LOW_PRECISION)
+
+
+def watcher(subject: Any) -> Any:
+    """The observer of the model's own forward (:mod:`peanchor.audit.observe`) in the audit's dtype: the model as
+    the library runs it; None for peanchor's ViT, whose analysis pass is its own forward."""
+    return subject.parity_observer or subject.observer
+
+
+def own_rope_angles(obs: Any, seen: Any, grid: tuple[int, int]) -> tuple[Tensor, Tensor, str] | None:
+    """The rotary angles the model's own forward handed block 0 (head 0) and the declared ones, each
+    ``(rows, cols, hd/2)`` in the declared plane order, with the declared facts; None where no rotary table was
+    handed on or the reference does not model the model's rope. The channels of each plane are the declared
+    layout's (``half``: j and j + hd/2; ``interleaved``: 2j and 2j + 1), never read off the model's table.
+    timm hands its blocks ``cat([sin, cos])``; transformers' rotary module returns ``(cos, sin)``."""
+    declared = obs.declared_rope(grid)
+    if declared is None or isinstance(declared, str):
+        return None
+    if obs.backend == "timm":
+        emb = seen.tables.get(0)
+        if not isinstance(emb, Tensor):
+            return None
+        sin, cos = emb.double().chunk(2, dim=-1)
+    else:
+        got = seen.tables.get("rope")
+        if got is None:
+            return None
+        cos, sin = (t.double() for t in got)
+    n = grid[0] * grid[1]
+    cos, sin = cos.reshape(-1, n, cos.shape[-1])[0], sin.reshape(-1, n, sin.shape[-1])[0]  # (N, hd): head 0
+    half = cos.shape[-1] // 2
+    index = torch.arange(half) if declared.layout == "half" else torch.arange(half) * 2
+    own = torch.atan2(sin[:, index], cos[:, index])  # (N, hd/2)
+    ref = declared.angles.reshape(-1, n, declared.angles.shape[-1])[0]  # (N, hd/2)
+    wrap = lambda a: (torch.remainder(a + torch.pi, 2 * torch.pi) - torch.pi).reshape(*grid, -1)  # noqa: E731
+    return wrap(own), wrap(ref), declared.source
 
 
 def max_diff(a: Tensor, b: Tensor) -> float:

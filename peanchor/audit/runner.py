@@ -34,8 +34,10 @@ def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None =
           dtype: str | torch.dtype | None = None) -> AuditReport:
     """Audit ``model`` (a peanchor ViT, a timm ViT/Eva or a transformers vision model, wrapped or not): the
     checks named in ``checks`` (default: all of :data:`~peanchor.audit.registry.CHECKS`, in order).
-    ``dtype`` (``fp32``, ``bf16``, ``fp16``): the dtype ``reference_parity`` runs the model in, a copy where it
-    differs from the model's own (default: the dtype of the model's parameters); the other checks run in float32."""
+    ``dtype`` (``fp32``, ``bf16``, ``fp16``): the dtype the checks that read a timm or transformers model's own
+    forward run it in (a copy where it differs from the model's own; default: the dtype of its parameters), with
+    tolerances by dtype; the checks of peanchor's intervention path (``alpha_behaves``, ``resampling``'s
+    ``pe_resample``) and peanchor's own ViT run in float32."""
     run_dtype = _dtype(dtype) if dtype is not None else None
     chosen = list(CHECKS) if checks is None else list(checks)
     unknown = [c for c in chosen if c not in CHECKS]

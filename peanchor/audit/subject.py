@@ -73,7 +73,7 @@ class AuditSubject:
     own_resample: Callable[[], float] | None = None  # its own interpolation path's distance from pe_resample
     observer: Any = None  # hooks on a timm / transformers model's own modules (audit.observe); None: peanchor's ViT
     declares: PEDeclaration | None = None  # what the PE class declares (peanchor's ViT; None: nothing)
-    dtype: torch.dtype = torch.float32  # the dtype reference_parity runs the model in
+    dtype: torch.dtype = torch.float32  # the dtype the checks run the model's own forward in
     parity_observer: Any = None  # the observer of the model in that dtype (None: ``observer``, float32)
 
     @property

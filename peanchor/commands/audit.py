@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "offline); several folders, config-only folders or family names (vit, deit, dinov2, "
                    "dinov2_with_registers, clip, siglip, dinov3): the zoo, with random weights")  # fmt: skip
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"),
-                   help="the dtype reference_parity runs the model in (default fp32)")
+                   help="the dtype the audit runs the model's own forward in, with tolerances by dtype (default fp32)")
     p.add_argument("--out", metavar="FILE", help="the zoo: where its table goes (FILE.csv and FILE.md; a run "
                    "that stopped resumes from FILE.csv)")  # fmt: skip
     p.add_argument("--check", action="append", default=[], metavar="NAME",

@@ -8,6 +8,12 @@ the image's height.
   (the reference is ``F.interpolate`` here, bicubic as documented); a sin-cos code's column half varies along the
   columns only.
 
+On timm and transformers models all of it is read off the model's own forward (hooks on its own modules, in the
+audit's dtype) at the non-square grid where it takes other sizes (timm ``dynamic_img_size``, transformers'
+interpolation, DINOv3), else at its own grid: the bright patches with its table zeroed and its rotation the
+identity, the rotary table its forward hands block 0, and the tokens it hands block 0 against its declared table
+resampled to rows x cols (and to cols x rows, transposed, which must be farther).
+
 Imports: torch; :mod:`peanchor.interventions` (pe_resample to reach the grid).
 """
 
@@ -17,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from peanchor.audit.checks.pe_identity import measured_layout, plane_angles
-from peanchor.audit.probes import bright_patch_images, captured, layer0_tokens, random_images
+from peanchor.audit.probes import (bright_patch_images, captured, layer0_tokens, max_diff, own_rope_angles, random_images,
+                                   tolerance, watcher)
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
@@ -48,6 +55,8 @@ def _reach(subject: AuditSubject, grid: tuple[int, int]) -> list[str]:
 @register_check(NAME, "on a non-square grid, rows follow the height and columns the width")
 def check(subject: AuditSubject) -> CheckResult:
     hooks = subject.hooks
+    if watcher(subject) is not None:
+        return _own(subject)
     if "input.grid" not in hooks.points:
         return CheckResult(NAME, "n/a", None, f"{hooks.model} runs at its own grid only (no input.grid hook point)")
     grid = non_square(subject.grid)
@@ -91,3 +100,50 @@ def check(subject: AuditSubject) -> CheckResult:
         return CheckResult(NAME, status, err, f"the table {where} is {err:.2g} from the native one resampled to "
                            f"rows x cols ({err_t:.2g} from cols x rows, transposed); patch order row-major")  # fmt: skip
     return CheckResult(NAME, "pass", None, f"patch order row-major {where} (no table or rotation to read)")
+
+
+def _own(subject: AuditSubject) -> CheckResult:
+    """The check on the model's own forward, at the non-square grid it takes (else its own)."""
+    obs = watcher(subject)
+    native = tuple(obs.native_grid)
+    grid = non_square(native) if non_square(native) in obs.grids() else native
+    where, p = f"at grid {grid[0]}x{grid[1]} in the model's own forward", obs.prefix
+    slots = [1, grid[1] - 1, grid[1] + 2, grid[0] * grid[1] - 2]  # row 0, the end of row 0, row 1, the last row
+    images = bright_patch_images(grid, obs.patch, slots)
+    blank = obs.entry(images[:1] * 0, remove=True).tokens[0][:, p:].float()  # (1, N, D)
+    tokens = obs.entry(images, remove=True).tokens[0][:, p:].float()  # (B, N, D)
+    found = (tokens - blank).norm(dim=-1).argmax(dim=-1).tolist()  # the slot each bright patch changed most
+    if found != slots:
+        return CheckResult(NAME, "fail", None, f"bright patches at slots {slots} {where} changed slots {found} "
+                           "most: the tokens are not in row-major order")  # fmt: skip
+    seen = obs.run(random_images(1, obs.size(grid)).to(obs.dtype), eager=False)
+    if seen.error is not None:
+        raise seen.error
+    angles = own_rope_angles(obs, seen, grid)
+    if angles is not None:
+        _, axes, _ = measured_layout(angles[0])
+        _, labels, _ = measured_layout(angles[1])  # the axis each plane turns along in the declared table
+        wrong = sum(1 for a, b in zip(axes, labels) if b is not None and a != b)
+        if wrong:
+            return CheckResult(NAME, "fail", float(wrong), f"{wrong} of {len(labels)} rotary planes turn along "
+                               f"another axis than declared {where} ({angles[2]})")  # fmt: skip
+    if grid == native or not obs.tables():
+        return CheckResult(NAME, "pass", 0.0, f"patch order row-major {where}"
+                           + ("; every rotary plane turns along its declared axis" if angles is not None else ""))
+    err = max_diff(seen.tokens[0], obs.reference_embedding(seen.tables["patches"], grid))
+    flipped = _transposed_reference(obs, seen.tables["patches"], grid)
+    err_t = max_diff(seen.tokens[0], flipped)
+    status = "pass" if err <= tolerance(TOLERANCE, obs.dtype) and err_t > err else "fail"
+    return CheckResult(NAME, status, err, f"the tokens entering block 0 {where} are {err:.2g} from the declared "
+                       f"table resampled to rows x cols ({err_t:.2g} from cols x rows, transposed); patch order "
+                       "row-major")  # fmt: skip
+
+
+def _transposed_reference(obs: object, patches: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """The declared embedding with the table resampled to cols x rows and read transposed (H and W swapped)."""
+    b, n, d = patches.shape
+    turned = patches.reshape(b, *grid, d).transpose(1, 2).reshape(b, n, d)  # the patches on the swapped grid
+    x = obs.reference_embedding(turned, grid[::-1])  # type: ignore[attr-defined]  # (B, P + N, D)
+    p = x.shape[1] - n
+    back = x[:, p:].reshape(b, grid[1], grid[0], d).transpose(1, 2).reshape(b, n, d)
+    return torch.cat([x[:, :p], back], dim=1)

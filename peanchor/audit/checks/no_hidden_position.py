@@ -6,6 +6,12 @@ of position.
 - Its layer-0 tokens of constant images carry no slot: probe R² ≈ 0. A stem whose padding leaks position through
   the borders breaks this, which equivariance alone cannot see (the permutation acts after the stem).
 
+On timm and transformers models both read the model's own forward (hooks on its own modules,
+:mod:`peanchor.audit.observe`, in the audit's dtype): its table parameter zeroed and every block handed the rotary
+table of no rotation (what ``pe_zero`` and ``rope_planes`` remove), the content permuted by a hook on its patch
+embedding. Position the model's own code adds besides its declared table (an instance's ``_pos_embed``, an
+embeddings' ``forward``) is then what breaks equivariance. On peanchor's ViT the edits act on its own pass.
+
 Imports: torch; :mod:`peanchor.interventions` (the removal edits, random_permutation).
 """
 
@@ -13,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from peanchor.audit.probes import constant_images, layer0_tokens, max_diff, probe_r2, random_images
+from peanchor.audit.probes import (PROBES, constant_images, layer0_tokens, max_diff, probe_r2, random_images, tolerance,
+                                   watcher)
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
@@ -50,8 +57,10 @@ def check(subject: AuditSubject) -> CheckResult:
         return CheckResult(NAME, "n/a", None, f"no edit removes a {subject.claim.kind}")
     model, grid = subject.model, subject.grid
     n = grid[0] * grid[1]
-    images = random_images(2, subject.size())
+    images = random_images(PROBES, subject.size())
     perm = random_permutation(n, generator=torch.Generator().manual_seed(0))
+    if watcher(subject) is not None:
+        return _own(subject, images, perm)
     with torch.no_grad():
         plain = model.forward_intermediates(images, _without_pe(subject, edits))
         moved = model.forward_intermediates(images, _without_pe(subject, edits, perm))
@@ -66,3 +75,27 @@ def check(subject: AuditSubject) -> CheckResult:
     status = "pass" if r2 <= R2_MAX else "fail"
     return CheckResult(NAME, status, r2, f"under {removed}: equivariant to {gap:.2g}; constant images' layer-0 probe "
                        f"R² {r2:.3f} (pass ≤ {R2_MAX})")  # fmt: skip
+
+
+def _own(subject: AuditSubject, images: torch.Tensor, perm: torch.Tensor) -> CheckResult:
+    """The check on the model's own forward: table zeroed, rotation the identity, content permuted by a hook."""
+    obs = watcher(subject)
+    tol, p = tolerance(TOLERANCE, obs.dtype), obs.prefix
+    images = images.to(obs.dtype)
+    plain = obs.run(images, eager=False, remove=True)
+    moved = obs.run(images, eager=False, remove=True, perm=perm)
+    for seen in (plain, moved):
+        if seen.error is not None:
+            raise seen.error
+    gap = max_diff(moved.logits, plain.logits)
+    for a, b in zip(moved.tokens, plain.tokens):  # (B, P + N, D) each: the prefix stays, the patches move
+        gap = max(gap, max_diff(a[:, p:], b[:, p:][:, perm]), max_diff(a[:, :p], b[:, :p]) if p else 0.0)
+    removed = "its table zeroed and its rotation the identity in the model's own forward"
+    if gap > tol:
+        return CheckResult(NAME, "fail", gap, f"with {removed}, permuted content moves tokens/logits by {gap:.2g}: "
+                           "position is hidden somewhere")  # fmt: skip
+    tokens = obs.entry(constant_images(8, subject.size()), remove=True).tokens[0][:, p:].float()  # (B, N, D)
+    r2 = probe_r2(tokens, subject.grid)
+    status = "pass" if r2 <= R2_MAX else "fail"
+    return CheckResult(NAME, status, r2, f"with {removed}: equivariant to {gap:.2g} (pass ≤ {tol:g}); constant "
+                       f"images' probe R² {r2:.3f} on the tokens entering block 0 (pass ≤ {R2_MAX})")  # fmt: skip

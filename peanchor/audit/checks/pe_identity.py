@@ -3,6 +3,12 @@ measured from the values the model hands its hook points and stated beside what 
 fails: a table where the config says sin-cos, an axial table where it says mixed (or DINOv3), frequencies that
 are not the configured ones.
 
+On timm and transformers models what is measured is what the model's own forward does (hooks on its own modules,
+in the audit's dtype): the prefix tokens it hands block 0, the tokens it hands block 0 against its declared table
+and prefix tokens (:mod:`peanchor.audit.observe`'s reference embedding), and the rotary table its forward hands
+block 0 (its layout and axes measured as above). On peanchor's ViT they are the values its pass hands the hook
+points.
+
 Imports: torch; :mod:`peanchor.pe` (the sin-cos reference code).
 """
 
@@ -10,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from peanchor.audit.probes import captured, random_images
+from peanchor.audit.probes import PROBES, captured, max_diff, own_rope_angles, random_images, tolerance, watcher
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
@@ -53,6 +59,8 @@ def measured_layout(angles: torch.Tensor) -> tuple[str, list[str | None], list[f
 def check(subject: AuditSubject) -> CheckResult:
     claim, hooks = subject.claim, subject.hooks
     said = f"config ({claim.source}): {claim.describe()}"
+    if watcher(subject) is not None:
+        return _own(subject, said)
     if hooks.num_prefix != claim.num_prefix:
         return CheckResult(NAME, "fail", float(hooks.num_prefix), f"{hooks.num_prefix} prefix token(s); {said}")
     images = random_images(1, subject.size())
@@ -121,3 +129,38 @@ def _general_rotation(subject: AuditSubject, images: torch.Tensor, said: str) ->
     status = "pass" if err <= TOLERANCE else "fail"
     return CheckResult(NAME, status, err, f"per-slot rotations in blocks of {m.shape[-1]} channels, orthogonal to "
                        f"{err:.2g}; {said}")  # fmt: skip
+
+
+def _own(subject: AuditSubject, said: str) -> CheckResult:
+    """The check on the model's own forward (timm, transformers)."""
+    obs, claim, grid = watcher(subject), subject.claim, subject.grid
+    images = random_images(PROBES, subject.size()).to(obs.dtype)
+    seen = obs.plain(images)
+    if seen.tokens and seen.tokens[0].dtype != obs.dtype:  # timm #2794 class: what it hands on upcast
+        return CheckResult(NAME, "fail", None, f"the embedding the model's own forward hands block 0 is "
+                           f"{str(seen.tokens[0].dtype)[6:]} in a {str(obs.dtype)[6:]} run; {said}")  # fmt: skip
+    if seen.error is not None:
+        raise seen.error
+    have = seen.tokens[0].shape[1] - grid[0] * grid[1]
+    if have != claim.num_prefix:
+        return CheckResult(NAME, "fail", float(have), f"the model's own forward hands block 0 {have} prefix "
+                           f"token(s); {said}")  # fmt: skip
+    declared = obs.reference_embedding(seen.tables["patches"], grid)
+    gap, tol = max_diff(seen.tokens[0], declared), tolerance(TOLERANCE, obs.dtype)
+    text = f"the tokens its own forward hands block 0 are {gap:.2g} (relative) from its declared "
+    text += ("table and " if claim.prefix_rows is not None else "") + "prefix tokens"
+    if gap > tol:
+        return CheckResult(NAME, "fail", gap, f"{text}; {said}")
+    handed = (0 in seen.tables and seen.tables[0] is not None) or seen.tables.get("rope") is not None
+    if claim.kind != "rotary":
+        if handed:
+            return CheckResult(NAME, "fail", None, f"the model rotates q and k; {said}")
+        return CheckResult(NAME, "pass", gap, f"{claim.kind}: {text}; {said}")
+    angles = own_rope_angles(obs, seen, grid)
+    if angles is None:
+        why = "hands its blocks no rotary table" if not handed else "has a rope the reference does not model"
+        return CheckResult(NAME, "fail" if not handed else "pass", None, f"the model's own forward {why}; {said}")
+    layout, _, _ = measured_layout(angles[0])
+    status = "pass" if layout == claim.layout else "fail"
+    return CheckResult(NAME, status, gap, f"measured {layout} rotary table (the one its own forward hands block 0); "
+                       f"{text}; {said}")  # fmt: skip

@@ -3,12 +3,17 @@ what the PE added, so a linear probe decodes each token's (row, col) from them: 
 a sin-cos code. A rotary PE acts on q and k only and gives ≈ 0 here by construction, so for RoPE the attention
 logits are read instead (``rotary_relative``).
 
+On timm and transformers models the tokens are those the model's own forward hands block 0 (hooks on its own
+modules, :mod:`peanchor.audit.observe`, in the audit's dtype), so a fault in the code the model calls (an
+instance's ``_pos_embed``, an embeddings' ``forward``) is what the probe reads. On peanchor's ViT they are block
+0's first-norm output of its own pass.
+
 Imports: nothing else from peanchor (the audit's own modules).
 """
 
 from __future__ import annotations
 
-from peanchor.audit.probes import constant_images, layer0_tokens, probe_r2
+from peanchor.audit.probes import constant_images, layer0_tokens, probe_r2, watcher
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
@@ -28,7 +33,13 @@ def check(subject: AuditSubject) -> CheckResult:
                "conditional": "a conditional PE acts after block 0",
                "none": "the model has no PE (no_hidden_position checks the slots carry nothing)"}.get(kind, kind)
         return CheckResult(NAME, "n/a", None, why)
-    r2 = probe_r2(layer0_tokens(subject.model, constant_images(IMAGES, subject.size())), subject.grid)
+    images, obs = constant_images(IMAGES, subject.size()), watcher(subject)
+    if obs is None:
+        tokens, read = layer0_tokens(subject.model, images), "layer-0 tokens"
+    else:
+        tokens = obs.entry(images).tokens[0][:, obs.prefix :].float()  # (B, N, D)
+        read = "the tokens the model's own forward hands block 0"
+    r2 = probe_r2(tokens, subject.grid)
     status = "pass" if r2 >= PASS_AT else "warn" if r2 >= FAIL_BELOW else "fail"
-    return CheckResult(NAME, status, r2, f"probe R² {r2:.3f} on layer-0 tokens of {IMAGES} constant images "
+    return CheckResult(NAME, status, r2, f"probe R² {r2:.3f} on {read} of {IMAGES} constant images "
                        f"(pass ≥ {PASS_AT}, fail < {FAIL_BELOW})")  # fmt: skip

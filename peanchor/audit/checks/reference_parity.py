@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from peanchor.audit.observe import Pass, reference_probs
-from peanchor.audit.probes import max_diff, random_images
+from peanchor.audit.probes import PROBES, max_diff, random_images
 from peanchor.audit.reference import RotaryReference, layout_table, rotate
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
@@ -55,12 +55,12 @@ def check(subject: AuditSubject) -> CheckResult:
             rope = _declared(obs, grid)
         except LookupError as e:
             return CheckResult(NAME, "n/a", None, f"the reference does not model this rope: {e}")
-        images = random_images(2, (grid[0] * obs.patch, grid[1] * obs.patch)).to(dtype)
+        images = random_images(PROBES, (grid[0] * obs.patch, grid[1] * obs.patch)).to(dtype)
 
         def ours(seen: Pass, layer: int) -> torch.Tensor:
             return reference_probs(seen.q[layer], seen.k[layer], obs.scale(layer), rope, layer, obs.prefix)
 
-        native = obs.run(images, eager=False)
+        native = obs.plain(images)  # the model's own forward, shared with the checks that read it
         ref = obs.run(images, eager=False, reference=ours)
         where = f"grid {grid[0]}x{grid[1]}"
         wrong = _wrong_dtype(native, obs, dtype)

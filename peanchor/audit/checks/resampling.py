@@ -7,6 +7,11 @@
 - A backend with its own interpolation path (timm's ``dynamic_img_size``, transformers'
   ``interpolate_pos_encoding``) agrees with ``pe_resample`` at the documented mode (``own_resample``).
 
+The first two are by design about peanchor's intervention (``pe_resample``, which the analyses use); the third
+ties it to the model's own forward at two non-square grids, so a fault in the model's own interpolation (a patched
+``resample_abs_pos_embed`` or ``interpolate_pos_encoding``) fails here, and ``axes_in_order`` and
+``reference_parity`` read that path against the declared table themselves. These passes run in float32.
+
 Imports: torch; :mod:`peanchor.interventions` (pe_resample).
 """
 
@@ -15,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from peanchor.audit.checks.axes_in_order import reference_rows
-from peanchor.audit.probes import captured, max_diff, random_images
+from peanchor.audit.probes import PROBES, captured, max_diff, random_images
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
@@ -41,7 +46,7 @@ def check(subject: AuditSubject) -> CheckResult:
     if "input.grid" not in hooks.points:
         return CheckResult(NAME, "n/a", None, f"{hooks.model} runs at its own grid only (no input.grid hook point)")
     model, grid = subject.model, subject.grid
-    images = random_images(2, subject.size())
+    images = random_images(PROBES, subject.size())
     with torch.no_grad():
         plain = model.forward_intermediates(images).logits
         same = model.forward_intermediates(images, Intervention.parse(f"pe_resample:grid={grid[0]}x{grid[1]}")).logits
