@@ -71,9 +71,12 @@ BUILTIN = ("peanchor.adapters.peanchor_vit", "peanchor.adapters.timm_vit", "pean
 
 
 def _backends() -> list[Backend]:
+    """The registered backends, the built-in ones first in :data:`BUILTIN`'s order (whatever imported them first),
+    then the plug-ins' in the order they registered."""
     for module in BUILTIN:
         importlib.import_module(module)
-    return list(BACKENDS.values())
+    rank = {module: i for i, module in enumerate(BUILTIN)}
+    return sorted(BACKENDS.values(), key=lambda b: rank.get(type(b).__module__, len(rank)))
 
 
 def backend_of(wrapped: Any) -> Backend | None:

@@ -40,7 +40,7 @@ def test_healthy_timm_models_pass_every_check_on_non_square_grids(spec: tuple) -
 def test_the_checks_read_the_model_s_own_embedding() -> None:
     """The own forward's tokens entering block 0 equal timm's ``forward_features`` path up to block 0."""
     model = timm_model(APE)
-    from peanchor.audit.subject import subject_for
+    from peanchor.adapters.backend import audit_subject as subject_for
 
     obs = subject_for(model).observer
     images = torch.randn(2, 3, 24, 40)
@@ -185,7 +185,7 @@ def test_transformers_interpolation_of_a_non_square_table_is_a_finding_not_silen
 
 
 def test_the_shared_plain_pass_is_the_model_s_own_forward_of_those_very_images() -> None:
-    from peanchor.audit.subject import subject_for
+    from peanchor.adapters.backend import audit_subject as subject_for
 
     model = timm_model(APE)
     obs = subject_for(model).observer
