@@ -53,7 +53,7 @@ transformers ViT) is therefore evaluated unchanged. The result is an :class:`pea
 
 Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes, dose_sweep, intervals, environment),
 :mod:`peanchor.lenses`,
-:mod:`peanchor.metrics`, :mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits),
+:mod:`peanchor.metrics`, :mod:`peanchor.results`,
 :mod:`peanchor.bars`, :mod:`peanchor.devices`, :mod:`peanchor.models` (the interface).
 """
 
@@ -79,7 +79,6 @@ from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.intervals import Estimate, Resampler, alpha_trend, chance_reason
 from peanchor.analysis.passes import PassRunner, PassSpec
 from peanchor.errors import ConfigError, DataError
-from peanchor.interventions import Intervention
 from peanchor.lenses import LENSES, Lens, LensContext, LensFailure
 from peanchor.lenses.ssdc import SSDCLens
 from peanchor.metrics import fragility_score
@@ -220,7 +219,7 @@ def _run_passes(model: AnalysisInterface, evalset: EvalSet, info: Any, applied: 
         with progress_bar(total=total, desc="evaluate", unit="batch", show=progress, leave=False) as bar:
             runner = PassRunner(
                 model, evalset, info.mean, info.std, sets=sets, batch_size=applied.batch_size, device=device,
-                seed=applied.seed, lenses=lenses, bar=bar, edits=Intervention.parse(applied.interventions).edits,
+                seed=applied.seed, lenses=lenses, bar=bar, edits=applied.interventions,
                 rpi_mode=applied.rpi_mode, groups=_groups(lenses),
             )  # fmt: skip
             for spec in plan.passes:
@@ -488,7 +487,7 @@ def measure_lenses(
                           unit="batch", show=progress, leave=False) as bar:  # fmt: skip
             runner = PassRunner(model, evalset, info.mean, info.std, batch_size=applied.batch_size, device=dev,
                                 seed=applied.seed, lenses=lenses, bar=bar,
-                                edits=Intervention.parse(applied.interventions).edits, eager_attention=eager,
+                                edits=applied.interventions, eager_attention=eager,
                                 rpi_mode=applied.rpi_mode, groups=_groups(lenses))  # fmt: skip
             for spec in (clean, *rpi):
                 runner.run(spec)

@@ -142,20 +142,30 @@ class AnalysisPlan(PlanSettings):
         store("sweeps", self._sweeps(self.sweeps))
 
     @staticmethod
-    def _interventions(specs: Any) -> tuple[str, ...]:
-        """Each edit's spec written out in full (``pe_zero`` → ``pe_zero:prefix=zero``), so that equal edits make
-        equal plans; a bad spec is one line naming the plan key."""
-        from peanchor.interventions import Intervention
+    def _interventions(given: Any) -> tuple[Any, ...]:
+        """The edits as objects (:class:`~peanchor.interventions.Edit`, a ``Hook`` too), each spec text parsed once
+        here and each object kept as it is; a bad spec is one line naming the plan key."""
+        items = [given] if isinstance(given, str) or not isinstance(given, Iterable) else given
+        if isinstance(items, (bytes, Mapping)):
+            raise _fail("interventions", given, "expected a list of edits, e.g. [pe_zero, 'head_ablate:layers=3']")
+        items = list(items)
+        if not items:
+            return ()  # nothing to read: the edits' package (torch) stays unloaded
+        from peanchor.interventions import Edit, Intervention
 
-        texts = [specs] if isinstance(specs, str) else specs
-        if isinstance(texts, (bytes, Mapping)) or not isinstance(texts, Iterable):
-            raise _fail("interventions", specs, "expected a list of edit specs, e.g. [pe_zero, 'head_ablate:layers=3']")
-        if not all(isinstance(t, str) for t in texts):
-            raise _fail("interventions", specs, "expected edit specs as text (KIND:key=value,...)")
-        try:
-            return tuple(e.spec for e in Intervention.parse(list(texts)).edits)
-        except ConfigError as e:
-            raise ConfigError(f"{SET_PREFIX}interventions: {e}") from None
+        edits: list[Any] = []
+        for item in items:
+            if isinstance(item, Edit):
+                edits.append(item)
+            elif isinstance(item, str):
+                try:
+                    edits += Intervention.parse(item).edits
+                except ConfigError as e:
+                    raise ConfigError(f"{SET_PREFIX}interventions: {e}") from None
+            else:
+                raise _fail("interventions", given, "expected Edit objects (e.g. Hook(point, fn)) or edit specs as "
+                            "text (KIND:key=value,...)")  # fmt: skip
+        return tuple(edits)
 
     @staticmethod
     def _sweeps(specs: Any) -> tuple[str, ...]:
@@ -223,8 +233,7 @@ class AnalysisPlan(PlanSettings):
         return get_lens(lens).options_from(self.settings())
 
     def __hash__(self) -> int:
-        values = [json.dumps(v, sort_keys=True) if key == "lens_options" else v for key, v in self.settings().items()]
-        return hash((frozenset(self.shifts.items()), *values))
+        return hash((frozenset(self.shifts.items()), json.dumps(self.records(), sort_keys=True)))
 
     # ---- the plan for one model ------------------------------------------------------------------
     def for_model(self, scalable: bool) -> AnalysisPlan:
@@ -238,10 +247,17 @@ class AnalysisPlan(PlanSettings):
         return values
 
     # ---- records ---------------------------------------------------------------------------------
+    def records(self) -> dict[str, Any]:
+        """:meth:`settings` as the files write them: the edits as their spec text (a ``Hook`` names its function,
+        text that does not parse back), tuples as lists."""
+        values = self.settings()
+        values["interventions"] = tuple(edit.spec for edit in self.interventions)
+        return {key: list(v) if isinstance(v, tuple) else v for key, v in values.items()}
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``OUT/reproduce.json``'s ``"analysis"``): shifts as their descriptions, tuples as lists;
         :meth:`from_dict` reads it back exactly."""
-        values = {key: list(v) if isinstance(v, tuple) else v for key, v in self.settings().items()}
+        values = self.records()
         for key in ("lens_options", "sweeps"):  # as analysis.json: absent when no lens has options, without sweeps
             if not values[key]:
                 del values[key]
@@ -264,7 +280,7 @@ class AnalysisPlan(PlanSettings):
     def settings_record(self, evalset: str, device: str) -> AnalysisSettings:
         """What ``analysis.json`` records of the plan (its shifts go to the result's ``shifts`` and
         ``shift_sources``), with the evaluation set's fingerprint and the device it ran on."""
-        values = {key: list(v) if isinstance(v, tuple) else v for key, v in self.settings().items()}
+        values = self.records()
         values["lens_options"] = values["lens_options"] or None  # absent from the file when no lens has options
         values["sweeps"] = values["sweeps"] or None  # and without dose-response sweeps
         return AnalysisSettings(**values, evalset=evalset, device=device)
@@ -397,12 +413,54 @@ def parse_plan_items(items: Iterable[str]) -> dict[str, Any]:
     return values
 
 
+@dataclass(frozen=True)
+class GivenShift:
+    """A :class:`Shift` object given to the plan (``peanchor.analyze(shifts=[Shift(...)])``): it reaches the plan
+    as itself, resolved for the model's resolution, where a ``--shift`` text is parsed (it reads as a
+    :class:`ShiftSpec` does)."""
+
+    given: Shift
+
+    @property
+    def kind(self) -> str:
+        return self.given.kind
+
+    def shift(self, img_size: int) -> Shift:
+        return self.given.resolved(img_size)
+
+    def source(self, img_size: int) -> str:
+        return "given as a Shift"
+
+
+def _given_shifts(items: Sequence[ShiftSpec | Shift | str]) -> list[Any]:
+    """``--shift`` texts parsed (once), specs and :class:`Shift` objects kept, in the given order; one per kind."""
+    if isinstance(items, (str, Shift)):
+        items = [items]
+    texts = [item for item in items if isinstance(item, str)]
+    parsed = iter(parse_shift_specs(texts))
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, str):
+            out.append(next(parsed))
+        elif isinstance(item, Shift):
+            out.append(GivenShift(item))
+        elif isinstance(item, ShiftSpec):
+            out.append(item)
+        else:
+            raise ConfigError(f"shift {item!r}: expected a Shift or a string such as 'jpeg:quality=10'")
+    kinds = [spec.kind for spec in out]
+    twice = next((kind for kind in kinds if kinds.count(kind) > 1), None)
+    if twice is not None:
+        raise ConfigError(f"two shifts of kind {twice}: one shift per kind (severities=True sweeps its severities)")
+    return out
+
+
 def resolve_plan(
     img_size: int,
     *,
     defaults: Mapping[str, Any] | AnalysisPlan | None = None,
     preset_shifts: tuple[str, Mapping[str, Mapping[str, Any]]] | None = None,
-    shift_specs: Sequence[ShiftSpec | str] = (),
+    shift_specs: Sequence[ShiftSpec | Shift | str] = (),
     given: Mapping[str, Any] | None = None,
     set_items: Iterable[str] = (),
     only_given_shifts: bool = False,
@@ -411,7 +469,8 @@ def resolve_plan(
     or a whole plan, whose shifts are then the base too), then ``given`` (flags or keyword arguments; None means
     not given), then the ``--set analysis.*`` ``set_items``. The shifts: the base plan's, or ``preset_shifts``
     (:func:`peanchor.presets.preset_shifts`, looked up by the caller) or the resolution rule, with each
-    ``--shift`` spec replacing the shift of its kind or adding one (:func:`measured_shifts`); with
+    ``--shift`` spec (text, parsed here once, or a :class:`Shift` object, kept as it is) replacing the shift of its
+    kind or adding one (:func:`measured_shifts`); with
     ``only_given_shifts``, just the specs' shifts (the API's ``shifts=[...]``: the whole list).
 
     >>> plan = resolve_plan(32, defaults={"rpi_draws": 2, "batch_size": 100}, given={"rpi_draws": 3, "seed": None},
@@ -419,9 +478,7 @@ def resolve_plan(
     >>> plan.rpi_draws, plan.batch_size, plan.seed, plan.shift_sources["jpeg"], list(plan.shifts)
     (3, 50, 0, '--shift jpeg:quality=10', ['jpeg', 'blur'])
     """
-    specs = [s if isinstance(s, ShiftSpec) else None for s in shift_specs]
-    if None in specs:  # text to parse (once, here): the one-per-kind rule spans the whole list
-        specs = parse_shift_specs(s.text if isinstance(s, ShiftSpec) else s for s in shift_specs)
+    specs = _given_shifts(shift_specs)
     if only_given_shifts and not specs:
         raise ConfigError("shifts=[]: give at least one shift (accuracy under a shift is part of every analysis)")
     base = defaults if isinstance(defaults, AnalysisPlan) else None
