@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from peanchor.commands.names import check_flags
-from peanchor.commands.shared import check_set_items, lens_descriptions, lens_list, lens_names, lens_options_help, shift_help, with_data_items
+from peanchor.commands.shared import check_flags, check_set_items, lens_descriptions, lens_list, lens_names, lens_options_help, shift_help, with_data_items
 from peanchor.errors import ConfigError, PeanchorError
 from peanchor.plan_settings import default_text, setting_fields
 

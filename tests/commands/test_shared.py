@@ -1,5 +1,6 @@
-"""A misspelt name on the command line is one line that names the flag and the closest valid value, said before
-torch loads; the names read without importing their registries are the registries' own."""
+"""peanchor.commands.shared: a misspelt name on the command line is one line that names the flag and the closest
+valid value, said before torch loads (the registries list their names without importing torch); the help texts
+name every registered lens; a misspelt ``--set`` key is one line before torch loads."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from peanchor.cli import main
-from peanchor.commands.names import dataset_names, model_names, pe_names
 from peanchor.errors import did_you_mean
 
 from tests.helpers.paths import ROOT
@@ -23,19 +23,14 @@ ALL_PES = ("none, ape, sincos, alibi, comrope, peg, factorized, fourier, liere, 
 
 
 
-def test_the_names_are_the_registries() -> None:
+def test_did_you_mean_picks_the_closest_or_nothing() -> None:
     from peanchor.data import DATASETS
-    from peanchor.models import MODEL_SIZES
     from peanchor.pe import PE_NAMES
 
-    assert pe_names() == tuple(PE_NAMES) and model_names() == tuple(MODEL_SIZES) and dataset_names() == tuple(DATASETS)
-
-
-def test_did_you_mean_picks_the_closest_or_nothing() -> None:
-    assert did_you_mean("rop", pe_names()) == " (did you mean rope?)"
-    assert did_you_mean("rope_mix", pe_names()) == " (did you mean rope_mixed?)"
-    assert did_you_mean("cifar", dataset_names()) == " (did you mean cifar10?)"
-    assert did_you_mean("transformer", pe_names()) == ""
+    assert did_you_mean("rop", PE_NAMES) == " (did you mean rope?)"
+    assert did_you_mean("rope_mix", PE_NAMES) == " (did you mean rope_mixed?)"
+    assert did_you_mean("cifar", DATASETS.names()) == " (did you mean cifar10?)"
+    assert did_you_mean("transformer", PE_NAMES) == ""
 
 
 @pytest.mark.parametrize(
