@@ -24,7 +24,7 @@ test (:func:`peanchor.study.pipeline.reusable`). ``analysis.json`` records the p
 Imports: :mod:`peanchor.analysis` (shifts, shift_specs), :mod:`peanchor.lenses` (their names and options),
 :mod:`peanchor.plan_settings` (the settings' fields),
 :mod:`peanchor.interventions` (the edit and sweep specs, lazily),
-:mod:`peanchor.results` (the file record), :mod:`peanchor.training` (``--set`` item parsing, lazily); pydantic
+:mod:`peanchor.results` (the file record), :mod:`peanchor.set_items` (the ``--set`` items, read once); pydantic
 (checking a plug-in lens's options) when a plan has some.
 """
 
@@ -45,6 +45,7 @@ from peanchor.lenses import LENS_NAMES, get_lens, lens_names
 from peanchor.lenses.base import PLAN_KEY
 from peanchor.plan_settings import DEFAULT_ALPHAS, Metric, PlanSettings, RPIMode, SSDCMode
 from peanchor.results import AnalysisResult, AnalysisSettings
+from peanchor.set_items import PLAN_PREFIX, SetItem, parse_set_items, split_plan_items
 
 __all__ = [
     "DEFAULT_ALPHAS", "LENS_NAMES", "SETTINGS_KEYS", "AnalysisPlan", "Metric", "SSDCMode", "parse_plan_items", "resolve_plan",
@@ -55,7 +56,7 @@ __all__ = [
 # and SSDC always (ΔSSDC and the α sweep are made of it).
 #: The lenses of an analysis.json written before the plan recorded its lenses: the three there were then.
 LEGACY_LENSES: tuple[str, ...] = ("ssdc", "position_probe", "attention_distance")
-SET_PREFIX = "analysis."
+SET_PREFIX = PLAN_PREFIX
 
 
 def _fail(key: str, value: Any, expected: str) -> ConfigError:
@@ -366,31 +367,16 @@ def _checked_options(lens: str, options_type: type, values: dict[str, Any], name
     return {name: getattr(checked, name) for name in names}
 
 
-def split_plan_items(items: Iterable[str]) -> tuple[list[str], list[str]]:
-    """``--set`` items → (the others, the ``analysis.*`` ones), each in the given order.
-
-    >>> split_plan_items(["data.val_size=50", "analysis.rpi_draws=2"])
-    (['data.val_size=50'], ['analysis.rpi_draws=2'])
-    """
-    others: list[str] = []
-    plan: list[str] = []
-    for item in items:
-        (plan if item.partition("=")[0].strip().startswith(SET_PREFIX) else others).append(item)
-    return others, plan
-
-
-def parse_plan_items(items: Iterable[str]) -> dict[str, Any]:
-    """``--set analysis.KEY=VALUE`` items → plan key → value (read as YAML, like ``train --set``; the checks are
-    :class:`AnalysisPlan`'s). The shifts are ``--shift``'s.
+def parse_plan_items(items: Iterable[str | SetItem]) -> dict[str, Any]:
+    """``--set analysis.KEY=VALUE`` items (read already by the command, :mod:`peanchor.set_items`, or text) → plan
+    key → value (the checks are :class:`AnalysisPlan`'s). The shifts are ``--shift``'s.
 
     >>> parse_plan_items(["analysis.rpi_draws=2", "analysis.alphas=[1, 0.5]", "analysis.max_images=null"])
     {'rpi_draws': 2, 'alphas': [1, 0.5], 'max_images': None}
     """
-    from peanchor.training.config import parse_set_item
-
     values: dict[str, Any] = {}
-    for item in items:
-        key, value, _ = parse_set_item(item)
+    for item in parse_set_items(items):
+        key, value = item.key, item.value
         name = key.removeprefix(SET_PREFIX)
         lens, _, option = name.removeprefix("lenses.").partition(".")
         if name.startswith("lenses.") and lens and option and "." not in option:
@@ -398,16 +384,16 @@ def parse_plan_items(items: Iterable[str]) -> dict[str, Any]:
             try:
                 own, aliased = split_lens_options({lens: {option: value}})
             except ConfigError as e:
-                raise ConfigError(f"--set {item!r}: {e}") from None
+                raise ConfigError(f"--set {item.text!r}: {e}") from None
             values.update(aliased)
             for lens_name, options in own.items():
                 values.setdefault("lens_options", {}).setdefault(lens_name, {}).update(options)
             continue
         if key == name or name not in SETTINGS_KEYS or name == "lens_options":
             if name in ("shifts", "shift_sources"):
-                raise ConfigError(f"--set {item!r}: the shifts are chosen with --shift KIND:key=value, not --set")
+                raise ConfigError(f"--set {item.text!r}: the shifts are chosen with --shift KIND:key=value, not --set")
             valid = [SET_PREFIX + k for k in SETTINGS_KEYS if k != "lens_options"]
-            raise ConfigError(f"--set {item!r}: unknown analysis key {key!r}; valid keys: {', '.join(valid)}, and "
+            raise ConfigError(f"--set {item.text!r}: unknown analysis key {key!r}; valid keys: {', '.join(valid)}, and "
                               f"{SET_PREFIX}lenses.<lens>.<option>{_closest(name, SETTINGS_KEYS, SET_PREFIX)}")  # fmt: skip
         values[name] = value
     return values
@@ -462,7 +448,7 @@ def resolve_plan(
     preset_shifts: tuple[str, Mapping[str, Mapping[str, Any]]] | None = None,
     shift_specs: Sequence[ShiftSpec | Shift | str] = (),
     given: Mapping[str, Any] | None = None,
-    set_items: Iterable[str] = (),
+    set_items: Iterable[str | SetItem] = (),
     only_given_shifts: bool = False,
 ) -> AnalysisPlan:
     """The plan for a model at ``img_size`` px: ``defaults`` (plan key → value, e.g. a preset's analysis defaults;

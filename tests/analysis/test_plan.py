@@ -182,7 +182,8 @@ def test_the_shifts_come_from_the_preset_or_the_rule_then_shift():
 
 
 def test_set_items():
-    assert split_plan_items(["a.b=1", "analysis.seed=2", " analysis.metric=euclidean"]) == (
+    others, plan = split_plan_items(["a.b=1", "analysis.seed=2", " analysis.metric=euclidean"])
+    assert ([str(i) for i in others], [str(i) for i in plan]) == (
         ["a.b=1"], ["analysis.seed=2", " analysis.metric=euclidean"])  # fmt: skip
     assert parse_plan_items(["analysis.severities=true", "analysis.probe_ridge=1e-2"]) == {
         "severities": True, "probe_ridge": 0.01}  # fmt: skip

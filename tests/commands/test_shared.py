@@ -123,7 +123,8 @@ def test_a_misspelt_set_key_is_one_line_before_torch_loads(argv, line, tmp_path)
     said = [x for x in out.stderr.splitlines() if not x.startswith("import time:")]
     imported = {x.split("|")[-1].strip() for x in out.stderr.splitlines() if x.startswith("import time:")}
     assert out.returncode == 2 and len(said) == 1 and said[0].startswith(f"peanchor: error: {line}"), said
-    assert {"peanchor.training.config", "peanchor.analysis.plan"} <= imported  # the real schemas said it
+    assert "peanchor.analysis.plan" in imported  # the real schemas said it (an analysis key: the plan's alone)
+    assert "peanchor.training.config" in imported or argv[-1].startswith("analysis.")
     assert not {"torch", "numpy"} & imported and not (tmp_path / "o").exists()
 
 
