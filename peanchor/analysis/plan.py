@@ -139,7 +139,7 @@ class AnalysisPlan(PlanSettings):
         store("probe_holdout", float(self.probe_holdout))
         store("lenses", self._lenses(self.lenses))
         store("interventions", self._interventions(self.interventions))
-        store("lens_options", self._lens_options(own_options, self.lenses))
+        store("lens_options", self._lens_options(own_options, self.lenses))  # and the typed ones, for options()
         store("sweeps", self._sweeps(self.sweeps))
 
     @staticmethod
@@ -212,26 +212,41 @@ class AnalysisPlan(PlanSettings):
                         "it); list it too")  # fmt: skip
         return tuple(name for name in registered if name in chosen)
 
-    @staticmethod
-    def _lens_options(given: Mapping[str, Mapping[str, Any]], measured: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    def _lens_options(self, given: Mapping[str, Mapping[str, Any]], measured: tuple[str, ...]) -> dict[str, dict[str, Any]]:
         """Every option of every measured lens that has options of its own, checked against its dataclass (the
-        given value or its default); the plan fields' options are not repeated here."""
+        given value or its default), as the files record them; the typed options pydantic made are kept
+        (:meth:`options` hands them to the lenses as they are). The plan fields' options are not repeated here."""
         for name in given:
             if name not in measured:
                 raise _fail(f"lenses.{name}", dict(given[name]), f"lens {name!r} is not measured; measured: "
                             f"{', '.join(measured)}")  # fmt: skip
         out: dict[str, dict[str, Any]] = {}
+        typed: dict[str, Any] = {}
         for name in measured:
             options_type = get_lens(name).options_type
             own = [f for f in dataclasses.fields(options_type) if PLAN_KEY not in f.metadata]
             if own:
-                values = dict(given.get(name, {}))
-                out[name] = _checked_options(name, options_type, values, [f.name for f in own])
+                typed[name] = _checked_options(name, options_type, dict(given.get(name, {})))
+                out[name] = {f.name: getattr(typed[name], f.name) for f in own}
+        object.__setattr__(self, "_typed_options", typed)  # not a field: derived from lens_options, never compared
         return out
 
     def options(self, lens: str) -> Any:
-        """The typed options of ``lens`` (an instance of its ``options_type``), as this plan sets them."""
-        return get_lens(lens).options_from(self.settings())
+        """The typed options of ``lens`` (an instance of its ``options_type``), as this plan sets them: the instance
+        checked when the plan was made, with the options that are plan fields (``ssdc.mode``: ``ssdc_mode``) read
+        from those fields."""
+        options_type = get_lens(lens).options_type
+        keyed = {f.name: getattr(self, f.metadata[PLAN_KEY]) for f in dataclasses.fields(options_type)
+                 if PLAN_KEY in f.metadata}  # fmt: skip
+        typed = self._typed_options.get(lens)  # type: ignore[attr-defined]
+        if typed is None:
+            return options_type(**keyed)
+        return dataclasses.replace(typed, **keyed) if keyed else typed
+
+    def lens_options_typed(self) -> dict[str, Any]:
+        """Every registered lens's typed options under this plan (what :func:`~peanchor.analysis.evaluate.evaluate_model`
+        hands each lens)."""
+        return {name: self.options(name) for name in lens_names()}
 
     def __hash__(self) -> int:
         return hash((frozenset(self.shifts.items()), json.dumps(self.records(), sort_keys=True)))
@@ -347,16 +362,15 @@ def split_lens_options(lens_options: Any) -> tuple[dict[str, dict[str, Any]], di
     return own, aliased
 
 
-def _checked_options(lens: str, options_type: type, values: dict[str, Any], names: list[str]) -> dict[str, Any]:
-    """``values`` (option → value, some of ``names``) checked by pydantic against ``options_type`` in strict JSON
-    mode (as ``train --set`` is), with the defaults filled in; the first error is one line."""
+def _checked_options(lens: str, options_type: type, values: dict[str, Any]) -> Any:
+    """``values`` (option → value) checked by pydantic against ``options_type`` in strict JSON mode (as ``train
+    --set`` is), with the defaults filled in: the typed options; the first error is one line."""
     if not values:
-        defaults = options_type()
-        return {name: getattr(defaults, name) for name in names}
+        return options_type()
     from pydantic import TypeAdapter, ValidationError
 
     try:
-        checked = TypeAdapter(options_type).validate_json(json.dumps(values), strict=True)
+        return TypeAdapter(options_type).validate_json(json.dumps(values), strict=True)
     except (ValidationError, TypeError) as e:
         if isinstance(e, TypeError):  # a value JSON cannot hold
             raise _fail(f"lenses.{lens}", values, "expected JSON values (numbers, strings, lists)") from None
@@ -364,7 +378,6 @@ def _checked_options(lens: str, options_type: type, values: dict[str, Any], name
         option = ".".join(str(part) for part in first["loc"]) or "?"
         raise _fail(f"lenses.{lens}.{option}", values.get(option, first.get("input")),
                     first["msg"][0].lower() + first["msg"][1:]) from None  # fmt: skip
-    return {name: getattr(checked, name) for name in names}
 
 
 def parse_plan_items(items: Iterable[str | SetItem]) -> dict[str, Any]:
