@@ -104,9 +104,8 @@ def _interface(model: Any) -> AnalysisInterface:
 def measured_lenses(model: AnalysisInterface, num_images: int, settings: Mapping[str, Any],
                     chosen: Sequence[str] | None = None, options: Mapping[str, Any] | None = None) -> dict[str, Lens]:  # fmt: skip
     """The lenses an analysis measures: the ``chosen`` ones (None: every registered lens) and the required ones, of
-    those that apply to ``model`` on ``num_images`` images, built on one :class:`LensContext`, each given its typed
-    ``options`` (the plan's :meth:`~peanchor.analysis.plan.AnalysisPlan.lens_options_typed`; a lens not in them
-    reads its options from the settings)."""
+    those that apply to ``model`` on ``num_images`` images, built on one :class:`LensContext`, each with its typed
+    ``options`` (:meth:`AnalysisPlan.lens_options_typed`; a lens not in them reads them from the settings)."""
     context = LensContext(
         grid=tuple(int(g) for g in model.grid), num_prefix=int(model.num_prefix),  # type: ignore[arg-type]
         depth=int(model.depth), num_images=num_images, has_attention_weights=bool(model.has_attention_weights),

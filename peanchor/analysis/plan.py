@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
-from peanchor.analysis.shift_specs import ShiftSpec, measured_shifts, parse_shift_specs, with_shift_specs
+from peanchor.analysis.shift_specs import ShiftSpec, given_shift_specs, measured_shifts, with_shift_specs
 from peanchor.analysis.shifts import Shift
 from peanchor.errors import ConfigError, did_you_mean
 from peanchor.lenses import LENS_NAMES, get_lens, lens_names
@@ -412,48 +412,6 @@ def parse_plan_items(items: Iterable[str | SetItem]) -> dict[str, Any]:
     return values
 
 
-@dataclass(frozen=True)
-class GivenShift:
-    """A :class:`Shift` object given to the plan (``peanchor.analyze(shifts=[Shift(...)])``): it reaches the plan
-    as itself, resolved for the model's resolution, where a ``--shift`` text is parsed (it reads as a
-    :class:`ShiftSpec` does)."""
-
-    given: Shift
-
-    @property
-    def kind(self) -> str:
-        return self.given.kind
-
-    def shift(self, img_size: int) -> Shift:
-        return self.given.resolved(img_size)
-
-    def source(self, img_size: int) -> str:
-        return "given as a Shift"
-
-
-def _given_shifts(items: Sequence[ShiftSpec | Shift | str]) -> list[Any]:
-    """``--shift`` texts parsed (once), specs and :class:`Shift` objects kept, in the given order; one per kind."""
-    if isinstance(items, (str, Shift)):
-        items = [items]
-    texts = [item for item in items if isinstance(item, str)]
-    parsed = iter(parse_shift_specs(texts))
-    out: list[Any] = []
-    for item in items:
-        if isinstance(item, str):
-            out.append(next(parsed))
-        elif isinstance(item, Shift):
-            out.append(GivenShift(item))
-        elif isinstance(item, ShiftSpec):
-            out.append(item)
-        else:
-            raise ConfigError(f"shift {item!r}: expected a Shift or a string such as 'jpeg:quality=10'")
-    kinds = [spec.kind for spec in out]
-    twice = next((kind for kind in kinds if kinds.count(kind) > 1), None)
-    if twice is not None:
-        raise ConfigError(f"two shifts of kind {twice}: one shift per kind (severities=True sweeps its severities)")
-    return out
-
-
 def resolve_plan(
     img_size: int,
     *,
@@ -477,7 +435,7 @@ def resolve_plan(
     >>> plan.rpi_draws, plan.batch_size, plan.seed, plan.shift_sources["jpeg"], list(plan.shifts)
     (3, 50, 0, '--shift jpeg:quality=10', ['jpeg', 'blur'])
     """
-    specs = _given_shifts(shift_specs)
+    specs = given_shift_specs(shift_specs)
     if only_given_shifts and not specs:
         raise ConfigError("shifts=[]: give at least one shift (accuracy under a shift is part of every analysis)")
     base = defaults if isinstance(defaults, AnalysisPlan) else None
