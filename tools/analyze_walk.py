@@ -31,7 +31,7 @@ class Walk:
         self.files: set[str] = set()
         self.counts = {"reentries": 0, "item_reads": 0, "splits": 0, "plan_to_training": 0}
 
-    def __call__(self, frame, event, arg) -> None:  # noqa: ANN001 - sys.setprofile's signature
+    def __call__(self, frame, event, arg) -> None:
         code = frame.f_code
         if self.done or event != "call" or not code.co_filename.startswith(PACKAGE):
             return
@@ -46,7 +46,7 @@ class Walk:
             return  # a class body, a comprehension, a lambda, or a call made while a module is imported
         self._count(frame)
 
-    def _count(self, frame) -> None:  # noqa: ANN001
+    def _count(self, frame) -> None:
         code, back = frame.f_code, frame.f_back
         if back is not None and back.f_code.co_filename != code.co_filename and code.co_filename in self.files:
             self.counts["reentries"] += 1
@@ -62,7 +62,7 @@ class Walk:
             self.files.add(code.co_filename)
 
 
-def _under_import(frame) -> bool:  # noqa: ANN001
+def _under_import(frame) -> bool:
     f = frame.f_back
     while f is not None:
         if f.f_code.co_name == "<module>" and f.f_code.co_filename != __file__:
