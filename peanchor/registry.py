@@ -1,5 +1,5 @@
-"""One registry type behind every plug-in family (positional encodings, shift kinds, lenses, presets, and the
-interventions), and the loading of plug-ins from outside the package.
+"""One registry type behind every plug-in family (positional encodings, shift kinds, lenses, presets, interventions,
+datasets, model sizes, audit checks, backends), and the loading of plug-ins from outside the package.
 
 A :class:`Registry` maps a name to what was registered under it. Every family registers the same way, with one
 verb: decorate the class (or pass the object) to :meth:`Registry.register`, and the name is the object's ``name``
