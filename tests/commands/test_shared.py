@@ -128,8 +128,11 @@ def test_a_misspelt_set_key_is_one_line_before_torch_loads(argv, line, tmp_path)
     assert not {"torch", "numpy"} & imported and not (tmp_path / "o").exists()
 
 
-def test_the_plan_and_the_config_schema_load_without_torch() -> None:
+def test_the_plan_the_config_schema_and_the_registries_names_load_without_torch() -> None:
     script = ("import sys\nimport peanchor.analysis.plan, peanchor.training.config, peanchor.data, peanchor.models\n"
+              "from peanchor.data import DATASETS\nfrom peanchor.models import MODEL_SIZES\n"
+              "from peanchor.pe import PE_NAMES\nassert 'rope' in PE_NAMES and 'scenes' in DATASETS.names()\n"
+              "assert 'vit_tiny' in MODEL_SIZES\n"
               "print(sorted(m for m in ('torch', 'numpy', 'pydantic') if m in sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})  # fmt: skip
