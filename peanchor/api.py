@@ -68,15 +68,6 @@ def model_img_size(model: AnalysisInterface) -> int:
     return int(model.img_size[0])
 
 
-def _shift_text(shift: Shift | str) -> str:
-    if isinstance(shift, str):
-        return shift
-    if isinstance(shift, Shift):
-        params = ",".join(f"{k}={v}" for k, v in shift.describe().items() if k != "kind" and v is not None)
-        return f"{shift.kind}:{params}"
-    raise ConfigError(f"shift {shift!r}: expected a Shift or a string such as 'jpeg:quality=10'")
-
-
 def _without_accuracy(result: AnalysisResult) -> None:
     """NaN for every accuracy and FS of a model without a classification head (its 'logits' are features)."""
     nan = math.nan
@@ -248,8 +239,8 @@ def analyze(
             is NaN and ``source["accuracy"]`` says why; the geometry (SSDC, ΔSSDC, the lenses) is the same.
         plan: a whole :class:`~peanchor.analysis.plan.AnalysisPlan` (e.g. ``AnalysisPlan.from_result`` of an
             earlier analysis), its shifts set for these images' size; not with ``preset``.
-        shifts: ``Shift`` objects or strings such as ``"jpeg:quality=10"`` (the CLI's ``--shift`` syntax),
-            the whole list; None: ``plan``'s shifts, else the ``preset``'s (its name: its shifts at its own
+        shifts: ``Shift`` objects (they reach the plan as themselves) or strings such as ``"jpeg:quality=10"``
+            (the CLI's ``--shift`` syntax, parsed once), one per kind, the whole list; None: ``plan``'s shifts, else the ``preset``'s (its name: its shifts at its own
             resolution), else the resolution rule.
         preset: a preset's name, whose shifts the model is measured under.
         device, progress: where to run (None: a GPU when there is one) and progress bars (None: only on a terminal).
@@ -260,9 +251,10 @@ def analyze(
             defaults, flags and help in docs/python.md's table (the fields of
             :class:`~peanchor.plan_settings.PlanSettings`): ``alphas``, ``rpi_draws``, ``rpi_mode``, ``seed``,
             ``batch_size``, ``max_images``, ``severities``, ``ssdc_mode``, ``metric``, ``bootstrap``,
-            ``bootstrap_groups``, ``probe_ridge``, ``probe_holdout``, ``lenses``, ``interventions``,
-            ``lens_options``, ``sweeps``, ``resolutions``. An unknown name is one ``ConfigError`` line with the
-            closest one. ``lenses`` leaves the lenses not asked for out of the
+            ``bootstrap_groups``, ``probe_ridge``,
+            ``probe_holdout``, ``lenses``, ``interventions`` (edit objects, e.g.
+            ``[Hook("blocks.0.residual", fn)]``, or their spec text), ``lens_options``, ``sweeps``, ``resolutions``. An unknown name is
+            one ``ConfigError`` line with the closest one. ``lenses`` leaves the lenses not asked for out of the
             result; ``lens_options`` (``{"ssdc": {"bootstrap": 200}}``) merges with ``plan``'s option by option.
 
     Example::
@@ -271,25 +263,49 @@ def analyze(
         result.ssdc.rpi, result.delta_ssdc, result.fragility["jpeg"]
         result.save("runs/my-analysis")  # analysis.json + analysis.csv
     """
-    from peanchor.data import DataSpec
-
     check_setting_names(settings)
     if plan is not None and preset is not None:
         raise ConfigError("give plan= or preset=, not both: a plan carries its shifts")
     max_images = settings.get("max_images")
     subset = max_images if max_images is not None or plan is None else plan.max_images
+    probed, evalset = _wrapped_with_data(model, data, labels, subset, progress)
+    info = _checked_info(probed, evalset, mean, std)
+    given = {key: list(value) if isinstance(value, Iterator) else value for key, value in settings.items()}
+    size = evalset.img_size
+    resolved = resolve_plan(
+        size, defaults=plan, preset_shifts=preset_shifts(preset, size), given=given,
+        shift_specs=list(shifts) if shifts is not None else (), only_given_shifts=shifts is not None,
+    )  # fmt: skip
+    source = {"kind": "python", "model": type(model).__name__, "model_args": probed.model_args,
+              "data": evalset.source}  # fmt: skip
+    return run_analysis(probed, evalset, info, resolved, source=source, progress=progress, device=device)
+
+
+def _wrapped_with_data(
+    model: Any, data: Any, labels: Any, subset: int | None, progress: bool | None
+) -> tuple[AnalysisInterface, EvalSet]:
+    """``model`` behind the analysis interface and its evaluation set: a named dataset read at the model's
+    resolution, tensors at theirs (a transformers model is wrapped for them); images of another size than the
+    model takes are one line."""
+    from peanchor.data import DataSpec
+
     if isinstance(data, (str, DataSpec)):  # read at the model's resolution
         probed = wrap_model(model)
-        expected = model_img_size(probed)
-        evalset = _evalset(data, labels, expected, subset, progress)
+        evalset = _evalset(data, labels, model_img_size(probed), subset, progress)
     else:  # a transformers model is wrapped at the images' resolution
         evalset = _evalset(data, labels, None, subset, progress)
         probed = wrap_model(model, img_size=evalset.img_size)
-        expected = model_img_size(probed)
+    expected = model_img_size(probed)
     if evalset.img_size != expected:
         grid = "x".join(str(g) for g in probed.grid)
         raise DataError(f"images are {evalset.img_size} px but the model takes {expected} px (its {grid} patch grid); "
                         "resize the images or build the model for their size")  # fmt: skip
+    return probed, evalset
+
+
+def _checked_info(probed: AnalysisInterface, evalset: EvalSet, mean: Any, std: Any) -> Any:
+    """The evaluation set's :class:`~peanchor.data.DataInfo` with the normalisation the model takes (given, else
+    the model's own, else the dataset's), after the classes and labels are checked against the model's outputs."""
     if mean is None and std is None and probed.mean is not None and probed.std is not None:
         mean, std = probed.mean, probed.std
     info = evalset.info
@@ -304,12 +320,4 @@ def analyze(
     labelled = evalset.source.get("labels") is not False
     if labelled and probed.has_head and int(evalset.labels.max()) >= outputs:
         raise DataError(f"labels go up to {int(evalset.labels.max())} but the model has {outputs} outputs")
-    given = {key: list(value) if isinstance(value, Iterator) else value for key, value in settings.items()}
-    size = evalset.img_size
-    resolved = resolve_plan(
-        size, defaults=plan, preset_shifts=preset_shifts(preset, size), given=given,
-        shift_specs=[_shift_text(s) for s in shifts] if shifts is not None else (), only_given_shifts=shifts is not None,
-    )  # fmt: skip
-    source = {"kind": "python", "model": type(model).__name__, "model_args": probed.model_args,
-              "data": evalset.source}  # fmt: skip
-    return run_analysis(probed, evalset, info, resolved, source=source, progress=progress, device=device)
+    return info

@@ -40,7 +40,7 @@ DEFAULT_ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range
 SSDCMode = Literal["mean_similarity", "per_image"]
 Metric = Literal["manhattan", "euclidean"]
 RPIMode = Literal["per_image", "per_call"]
-HELP, FLAGS, RECORDED, SET_FORM = "help", "flags", "recorded", "set_form"  # the field metadata's keys
+HELP, FLAGS, RECORDED, SET_FORM, RECORD_TYPE = "help", "flags", "recorded", "set_form", "record_type"  # metadata keys
 
 
 def parse_alphas(text: str) -> list[float]:
@@ -88,11 +88,13 @@ class Flag:
 
 
 def setting(default: Any, help: str, *, flags: tuple[Flag, ...] = (), recorded: str = "always",
-            set_form: str | None = None) -> Any:  # fmt: skip
+            set_form: str | None = None, record_type: Any = None) -> Any:  # fmt: skip
     """A field of :class:`PlanSettings`: its default, one line of help (for the docs' table and the flags), its
-    flags, ``recorded="optional"`` for a setting that older files lack, and for the docs' table how ``--set``
-    spells it when no flag does (default ``analysis.<name>=...``)."""
-    return field(default=default, metadata={HELP: help, FLAGS: flags, RECORDED: recorded, SET_FORM: set_form})
+    flags, ``recorded="optional"`` for a setting that older files lack, for the docs' table how ``--set``
+    spells it when no flag does (default ``analysis.<name>=...``), and ``record_type``, its type in the files when
+    the plan holds objects that the files write as text (the edits: their specs)."""
+    return field(default=default, metadata={HELP: help, FLAGS: flags, RECORDED: recorded, SET_FORM: set_form,
+                                            RECORD_TYPE: record_type})  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,8 +144,11 @@ class PlanSettings:
                                    flags=(Flag("--probe-holdout", "F"),))  # fmt: skip
     lenses: tuple[str, ...] | None = setting(None, "which lenses are measured (ssdc always); None: every registered "
                                              "one", recorded="optional", set_form="analysis.lenses=[...]")  # fmt: skip
-    interventions: tuple[str, ...] = setting(
-        (), "edit specs every pass runs under, in order (docs/interventions.md)",
+    # The edits as objects (peanchor.interventions.Edit, Hook included), given as objects or as spec text; the files
+    # record their specs.
+    interventions: tuple[Any, ...] = setting(
+        (), "the edits every pass runs under, in order: Edit objects (a Hook too) or their spec text "
+        "(docs/interventions.md)", record_type=tuple[str, ...],
         flags=(Flag("--intervention", "KIND:K=V[,K=V]", repeat=True, help="an edit every pass runs under (repeatable, "
                     "or several joined with +): pe_zero, pe_shuffle, pe_resample, rope_planes, head_ablate, patch; "
                     "docs/interventions.md"),
@@ -181,12 +186,13 @@ class SettingField:
     flags: tuple[Flag, ...]
     optional_in_files: bool  # older analysis.json files lack it
     set_form: str  # how --set spells it: analysis.rpi_draws=...
+    recorded_as: Any = None  # its type in the files, when not its own (the edits: their spec text)
 
     @property
     def record_type(self) -> Any:
         """Its type in ``analysis.json``: tuples are lists and mappings dicts, Literals text; None allowed when
         older files lack it."""
-        recorded = _json_type(self.type)
+        recorded = _json_type(self.type if self.recorded_as is None else self.recorded_as)
         return recorded | None if self.optional_in_files and not _allows_none(recorded) else recorded
 
     def flag_type(self) -> Callable[[str], Any]:
@@ -220,7 +226,8 @@ def setting_fields() -> Iterator[SettingField]:
     hints = typing.get_type_hints(PlanSettings)
     for f in dataclasses.fields(PlanSettings):
         yield SettingField(f.name, hints[f.name], f.default, f.metadata[HELP], f.metadata[FLAGS],
-                           f.metadata[RECORDED] == "optional", f.metadata[SET_FORM] or f"analysis.{f.name}=...")
+                           f.metadata[RECORDED] == "optional", f.metadata[SET_FORM] or f"analysis.{f.name}=...",
+                           f.metadata[RECORD_TYPE])  # fmt: skip
 
 
 def check_setting_names(names: Iterable[str], where: str = "peanchor.analyze()") -> None:

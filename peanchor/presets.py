@@ -1,6 +1,6 @@
 """Every preset in one place: the training config it starts from, its analysis defaults, and the shifts its
 models are measured under. The CLI's ``--preset`` choices and help come from :data:`PRESETS`, a
-:class:`peanchor.registry.Registry` (plug-ins add presets with :func:`register_preset`).
+:class:`peanchor.registry.Registry` (plug-ins add presets with ``PRESETS.register(Preset(...))``).
 
 A run's config is resolved in layers, the later one winning::
 
@@ -206,7 +206,7 @@ PRESET_NAMES = NamesView(PRESETS)
 
 
 def register_preset(preset: Preset) -> Preset:
-    """Add a preset of one's own (a plug-in module calls this; the name must be new)."""
+    """The older spelling of ``PRESETS.register(preset)``: a preset of one's own (the name must be new)."""
     if not isinstance(preset, Preset):
         raise TypeError(f"register_preset takes a Preset, got {preset!r}")
     return PRESETS.register(preset)

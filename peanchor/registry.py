@@ -1,13 +1,21 @@
-"""One registry type behind every plug-in family (positional encodings, shift kinds, lenses, presets, and the
-interventions), and the loading of plug-ins from outside the package.
+"""One registry type behind every plug-in family (positional encodings, shift kinds, lenses, presets, interventions,
+datasets, model sizes, audit checks, backends), and the loading of plug-ins from outside the package.
 
-A :class:`Registry` maps a name to what was registered under it. Every family registers the same way: decorate the
-class (or pass the object) to :meth:`Registry.register`, and the name is the object's ``name`` attribute, as timm's
-``@register_model`` reads the function's name::
+A :class:`Registry` maps a name to what was registered under it. Every family registers the same way, with one
+verb: decorate the class (or pass the object) to :meth:`Registry.register`, and the name is the object's ``name``
+attribute (an intervention's ``kind``: its registry reads that), as timm's ``@register_model`` reads the function's
+name::
 
     @LENSES.register
     class Entropy(Lens):
         name = "attention_entropy"
+
+An object that cannot carry a name (a model size's dict) is registered with it: ``MODEL_SIZES.register(size,
+name="vit_huge")``. A registry may also hold a name whose object is not imported yet
+(:meth:`Registry.register_lazy`, as transformers' lazy modules do): ``PE_REGISTRY.register_lazy("rope",
+"peanchor.pe.rotary")`` lists ``rope`` without importing the module (and torch), and the first lookup of ``rope``
+imports it, where the class registers itself. So the command line checks a ``--pe`` against the registry itself,
+before torch loads.
 
 A name must be an identifier, not taken and not reserved (a lens may not be called ``settings``: the result files
 keep their own keys beside the lens records); a refusal is one :class:`RegistryError` line. Lookups
@@ -48,7 +56,8 @@ O = TypeVar("O")
 
 #: The entry-point groups peanchor reads, one per plug-in family.
 GROUPS: tuple[str, ...] = ("peanchor.pes", "peanchor.shifts", "peanchor.lenses", "peanchor.presets",
-                           "peanchor.interventions")  # fmt: skip
+                           "peanchor.interventions", "peanchor.datasets", "peanchor.model_sizes",
+                           "peanchor.audit_checks", "peanchor.backends")  # fmt: skip
 #: Comma-separated modules every peanchor process imports before it first reads a registry.
 PLUGINS_ENV = "PEANCHOR_PLUGINS"
 
@@ -151,8 +160,14 @@ def _label(obj: Any) -> str:
     return f"{obj.__module__}.{qualname}" if isinstance(qualname, str) else repr(obj)
 
 
-def _name_of(obj: Any) -> Any:
-    return getattr(obj, "name", None)
+class _Lazy:
+    """A registered name whose object is not imported yet: the module (and the attribute) that holds it."""
+
+    def __init__(self, module: str, attribute: str | None) -> None:
+        self.module, self.attribute = module, attribute
+
+    def __repr__(self) -> str:
+        return f"<not imported yet: {self.module}{':' + self.attribute if self.attribute else ''}>"
 
 
 class Registry(MutableMapping[str, T], Generic[T]):
@@ -183,6 +198,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
         make: Callable[[Any], T] | None = None,
         check: Callable[[Any], None] | None = None,
         order: Callable[[T], Any] | None = None,
+        name_attribute: str = "name",
     ) -> None:
         self.what = what
         self.group = group
@@ -190,44 +206,80 @@ class Registry(MutableMapping[str, T], Generic[T]):
         self._make = make
         self._check = check
         self._order = order
-        self._items: dict[str, T] = {}
+        self._name_attribute = name_attribute  # where a registered object says its name
+        self._items: dict[str, Any] = {}  # name → the object, or a _Lazy not imported yet
         self._registered: dict[str, Any] = {}  # name → what was decorated (before ``make``)
         self._discovered = False
 
     # ---- registering -------------------------------------------------------------------------------------------
     @overload
-    def register(self, obj: O) -> O: ...
+    def register(self, obj: O, *, name: str | None = None) -> O: ...
     @overload
     def register(self, obj: None = None, *, name: str) -> Callable[[O], O]: ...
 
     def register(self, obj: Any = None, *, name: str | None = None) -> Any:
-        """Register ``obj`` under its ``name`` attribute and return it unchanged (a class decorator). With
-        ``name=``, a decorator that first sets the object's ``name`` (for objects that do not carry one)."""
+        """Register ``obj`` under its ``name`` attribute (the registry's ``name_attribute``) and return it unchanged
+        (a class decorator). With ``name=``, under that name: for an object that cannot carry one (a dict), or, as
+        a decorator (``@register(name="x")``), setting the object's ``name`` first."""
         if obj is None:
             if name is None:
                 raise TypeError("register() needs an object, or name=")
 
             def decorate(target: Any) -> Any:
-                target.name = name
+                setattr(target, self._name_attribute, name)
                 return self.register(target)
 
             return decorate
-        key = _name_of(obj)
+        own = getattr(obj, self._name_attribute, None)
+        if name is not None and own is not None and own != name:
+            raise RegistryError(f"{_label(obj)} says its name is {own!r}, not {name!r}")
+        key = own if name is None else name
         if not isinstance(key, str) or not key.isidentifier():
             raise RegistryError(f"{key!r} cannot name a {self.what} ({_label(obj)}): the name is not an identifier")
         if key in self.reserved:
             raise RegistryError(f"{key!r} cannot name a {self.what}: the result files use it "
                                 f"(reserved: {', '.join(sorted(self.reserved))})")  # fmt: skip
-        taken = self._registered.get(key, self._items.get(key))
-        if key in self._items and taken is not obj:
-            raise RegistryError(f"a {self.what} named {key!r} is already registered ({_label(taken)}); "
-                                "registered twice")  # fmt: skip
+        self._refuse_taken(key, obj)
         if self._check is not None:
             self._check(obj)
         self[key] = self._make(obj) if self._make is not None else obj
         self._registered[key] = obj
         _REGISTERED[0] += 1
         return obj
+
+    def _refuse_taken(self, key: str, obj: Any) -> None:
+        """One line when ``key`` is taken by another object; a lazy name is taken by its own module only."""
+        taken = self._registered.get(key, self._items.get(key))
+        if isinstance(taken, _Lazy):
+            if getattr(obj, "__module__", taken.module) != taken.module:
+                raise RegistryError(f"a {self.what} named {key!r} is already registered (from {taken.module}); "
+                                    "registered twice")  # fmt: skip
+        elif key in self._items and taken is not obj:
+            raise RegistryError(f"a {self.what} named {key!r} is already registered ({_label(taken)}); "
+                                "registered twice")  # fmt: skip
+
+    def register_lazy(self, name: str, target: str) -> None:
+        """List ``name`` now and import it on its first lookup: ``target`` is ``"module"`` (importing it registers
+        ``name``, e.g. a decorated class) or ``"module:attribute"`` (the object, registered then if importing did
+        not). The object must say the same name, or its lookup is one :class:`RegistryError` line."""
+        if self._order is not None:
+            raise TypeError(f"the {self.what} registry orders its objects: it cannot hold names not imported yet")
+        module, _, attribute = target.partition(":")
+        if not name.isidentifier() or name in self._items:
+            raise RegistryError(f"{name!r} cannot name a {self.what} lazily: not an identifier, or taken")
+        self._items[name] = _Lazy(module, attribute or None)
+
+    def _resolve(self, key: str) -> Any:
+        """The object of a lazy name: its module imported (a failure is one line naming it)."""
+        lazy = self._items[key]
+        module = _import_plugin(lazy.module, f"the {self.what} {key!r}")
+        if isinstance(self._items.get(key), _Lazy) and lazy.attribute is not None:
+            obj = getattr(module, lazy.attribute, None)
+            if obj is not None and getattr(obj, self._name_attribute, key) == key:
+                self.register(obj, name=key)
+        if isinstance(self._items.get(key), _Lazy):
+            raise RegistryError(f"importing {lazy.module} did not register the {self.what} {key!r}")
+        return self._items[key]
 
     def __setitem__(self, key: str, value: T) -> None:
         self._items[key] = value
@@ -265,12 +317,13 @@ class Registry(MutableMapping[str, T], Generic[T]):
                 where = f"{point.dist.name} " if point.dist is not None else ""
                 raise RegistryError(f"plug-in {where}entry point {point.name} = {point.value} ({self.group}) failed "
                                     f"to load: {type(e).__name__}: {e}") from e  # fmt: skip
-            if not isinstance(obj, ModuleType) and _name_of(obj) not in self._items:
+            if not isinstance(obj, ModuleType) and getattr(obj, self._name_attribute, None) not in self._items:
                 self.register(obj)  # an object named by the entry point, not registered by its module
 
     def __getitem__(self, key: str) -> T:
         self.discover()
-        return self._items[key]
+        value = self._items[key]
+        return self._resolve(key) if isinstance(value, _Lazy) else value
 
     def __iter__(self) -> Iterator[str]:
         self.discover()
@@ -291,10 +344,15 @@ class Registry(MutableMapping[str, T], Generic[T]):
         """Every registered name, now (built-ins and plug-ins alike)."""
         return tuple(self)
 
+    def declared_names(self) -> tuple[str, ...]:
+        """The names registered so far (lazy ones too) and those installed plug-ins declare in the registry's
+        entry-point group, importing nothing (for help texts, which must not load a plug-in's torch)."""
+        return tuple(dict.fromkeys((*self._items, *entry_point_names(self.group))))
+
     def lookup(self, name: str) -> T:
         """The object registered as ``name``, or one :class:`RegistryError` line with the valid names."""
         if name in self:
-            return self._items[name]
+            return self[name]
         raise RegistryError(self.unknown(name))
 
     def unknown(self, name: Any, valid_word: str = "valid:") -> str:

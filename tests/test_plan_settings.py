@@ -76,7 +76,7 @@ def test_every_declared_flag_is_an_option_of_analyze_and_sets_its_setting():
         "rpi_mode": "per_call", "bootstrap_groups": None, "resolutions": None}  # fmt: skip
     plan = resolve_plan(16, given=given_settings(args))
     assert (plan.alphas, plan.ssdc_mode, plan.max_images) == ((1.0, 0.5), "per_image", 5)
-    assert plan.interventions == ("pe_zero:prefix=zero", "head_ablate:layers=1,heads=all,value=zero")
+    assert tuple(e.spec for e in plan.interventions) == ("pe_zero:prefix=zero", "head_ablate:layers=1,heads=all,value=zero")
     nothing = given_settings(_analyze_parser().parse_args(["RUN"]))
     assert set(nothing) == set(SETTINGS_KEYS) and set(nothing.values()) == {None}
     both = given_settings(_analyze_parser().parse_args(["RUN", "--no-alpha", "--alphas", "1,0"]))

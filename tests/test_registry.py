@@ -60,6 +60,44 @@ def test_one_decorator_live_names_and_one_line_refusals():
     assert names == ("square", "circle")
 
 
+def test_a_lazy_name_is_listed_at_once_and_imported_at_its_first_lookup(tmp_path, monkeypatch):
+    (tmp_path / "lazy_shapes.py").write_text("from tests.test_registry import LAZY\n\n\n@LAZY.register\nclass Hexagon:\n"
+                                             "    name = 'hexagon'\n\n\nclass Star:\n    name = 'star'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lazy_shapes", raising=False)
+    LAZY.register_lazy("hexagon", "lazy_shapes")
+    LAZY.register_lazy("star", "lazy_shapes:Star")  # a class its module does not register: registered at lookup
+    LAZY.register_lazy("ghost", "lazy_shapes")  # importing the module does not register it
+    assert LAZY.names() == ("hexagon", "star", "ghost") and "lazy_shapes" not in sys.modules
+    assert LAZY.lookup("hexagon").__module__ == "lazy_shapes" and LAZY["star"].name == "star"
+    with pytest.raises(ConfigError, match="^importing lazy_shapes did not register the shape 'ghost'$"):
+        LAZY.lookup("ghost")
+    with pytest.raises(ConfigError, match="'star' is already registered"):
+        LAZY.register(Shape("star"))  # another object may not take a lazy name either
+    LAZY.register_lazy("broken", "no_such_module_here")
+    with pytest.raises(ConfigError, match="plug-in 'no_such_module_here' .* failed to load: ModuleNotFoundError"):
+        LAZY.lookup("broken")
+
+
+#: The registry of the lazy test's module (it imports this one).
+LAZY: R.Registry[object] = R.Registry("shape", "peanchor.test-lazy-shapes")
+
+
+def test_an_object_without_a_name_is_registered_with_one_and_a_family_may_read_another_attribute():
+    sizes: R.Registry[dict] = R.Registry("size", "peanchor.test-sizes")
+    size = {"depth": 2}
+    assert sizes.register(size, name="tiny") is size and sizes["tiny"] is size
+    with pytest.raises(ConfigError, match="says its name is 'square', not 'round'"):
+        sizes.register(Shape("square"), name="round")
+    kinds: R.Registry[type] = R.Registry("kind", "peanchor.test-kinds", name_attribute="kind")
+
+    @kinds.register
+    class Zero:
+        kind = "zero"
+
+    assert kinds.names() == ("zero",) and kinds.declared_names() == ("zero",)
+
+
 def test_the_order_a_registry_keeps():
     ordered: R.Registry[Shape] = R.Registry("shape", "peanchor.test-shapes", order=lambda s: s.name)
     for name in ("b", "c", "a"):
@@ -68,9 +106,13 @@ def test_the_order_a_registry_keeps():
 
 
 def test_every_family_is_a_registry_and_its_names_are_live(monkeypatch):
-    for family in (PE_REGISTRY, KINDS, LENSES, PRESETS):
+    from peanchor.audit import CHECKS
+    from peanchor.data import DATASETS
+    from peanchor.interventions import INTERVENTIONS
+    from peanchor.models import MODEL_SIZES
+
+    for family in (PE_REGISTRY, KINDS, LENSES, PRESETS, INTERVENTIONS, DATASETS, MODEL_SIZES, CHECKS):
         assert isinstance(family, R.Registry) and family.group in R.GROUPS
-    assert "peanchor.interventions" in R.GROUPS  # the interventions' registry is one of these too
 
     @register_pe
     class Shuffled(PositionalEncoding):

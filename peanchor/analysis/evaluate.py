@@ -79,7 +79,6 @@ from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.intervals import Estimate, Resampler, alpha_trend, chance_reason
 from peanchor.analysis.passes import PassRunner, PassSpec
 from peanchor.errors import ConfigError, DataError
-from peanchor.interventions import Intervention
 from peanchor.lenses import LENSES, Lens, LensContext, LensFailure
 from peanchor.lenses.ssdc import SSDCLens
 from peanchor.metrics import fragility_score
@@ -103,15 +102,16 @@ def _interface(model: Any) -> AnalysisInterface:
 
 
 def measured_lenses(model: AnalysisInterface, num_images: int, settings: Mapping[str, Any],
-                    chosen: Sequence[str] | None = None) -> dict[str, Lens]:  # fmt: skip
+                    chosen: Sequence[str] | None = None, options: Mapping[str, Any] | None = None) -> dict[str, Lens]:  # fmt: skip
     """The lenses an analysis measures: the ``chosen`` ones (None: every registered lens) and the required ones, of
-    those that apply to ``model`` on ``num_images`` images, built on one :class:`LensContext`."""
+    those that apply to ``model`` on ``num_images`` images, built on one :class:`LensContext`, each with its typed
+    ``options`` (:meth:`AnalysisPlan.lens_options_typed`; a lens not in them reads them from the settings)."""
     context = LensContext(
         grid=tuple(int(g) for g in model.grid), num_prefix=int(model.num_prefix),  # type: ignore[arg-type]
         depth=int(model.depth), num_images=num_images, has_attention_weights=bool(model.has_attention_weights),
         settings=dict(settings),
     )  # fmt: skip
-    return {name: lens(context) for name, lens in LENSES.items()
+    return {name: lens(context, (options or {}).get(name)) for name, lens in LENSES.items()
             if (lens.required or chosen is None or name in chosen) and lens.applies(context)}  # fmt: skip
 
 
@@ -220,7 +220,7 @@ def _run_passes(model: AnalysisInterface, evalset: EvalSet, info: Any, applied: 
         with progress_bar(total=total, desc="evaluate", unit="batch", show=progress, leave=False) as bar:
             runner = PassRunner(
                 model, evalset, info.mean, info.std, sets=sets, batch_size=applied.batch_size, device=device,
-                seed=applied.seed, lenses=lenses, bar=bar, edits=Intervention.parse(applied.interventions).edits,
+                seed=applied.seed, lenses=lenses, bar=bar, edits=applied.interventions,
                 rpi_mode=applied.rpi_mode, groups=_groups(lenses),
             )  # fmt: skip
             for spec in plan.passes:
@@ -447,7 +447,8 @@ def evaluate_model(
     t_corrupt = time.perf_counter()
     sets = _corrupted_sets(evalset, passes.shifts, cache)
     t_corrupt = time.perf_counter() - t_corrupt
-    lenses = measured_lenses(model, len(evalset), applied.settings(), chosen=applied.lenses)
+    lenses = measured_lenses(model, len(evalset), applied.settings(), chosen=applied.lenses,
+                             options=applied.lens_options_typed())
     t_passes = time.perf_counter()
     runner = _run_passes(model, evalset, info, applied, passes, lenses, sets, dev, progress)
     # the dose-response sweeps (--sweep): their own passes, on the same images, lenses and fitted edits
@@ -475,7 +476,8 @@ def measure_lenses(
     model = _interface(model)
     info = info if info is not None else evalset.info
     applied = plan.for_model(model.pe_scalable)
-    every = measured_lenses(model, len(evalset), applied.settings(), chosen=applied.lenses)
+    every = measured_lenses(model, len(evalset), applied.settings(), chosen=applied.lenses,
+                            options=applied.lens_options_typed())
     lenses = {n: lens for n, lens in every.items() if n in names}
     eager = any(lens.reads_attention for lens in every.values())  # the full analysis's passes read attention
     clean = PassSpec(None, 1.0, "all", None)
@@ -489,7 +491,7 @@ def measure_lenses(
                           unit="batch", show=progress, leave=False) as bar:  # fmt: skip
             runner = PassRunner(model, evalset, info.mean, info.std, batch_size=applied.batch_size, device=dev,
                                 seed=applied.seed, lenses=lenses, bar=bar,
-                                edits=Intervention.parse(applied.interventions).edits, eager_attention=eager,
+                                edits=applied.interventions, eager_attention=eager,
                                 rpi_mode=applied.rpi_mode, groups=_groups(lenses))  # fmt: skip
             for spec in (clean, *rpi):
                 runner.run(spec)

@@ -24,7 +24,7 @@ test (:func:`peanchor.study.pipeline.reusable`). ``analysis.json`` records the p
 Imports: :mod:`peanchor.analysis` (shifts, shift_specs), :mod:`peanchor.lenses` (their names and options),
 :mod:`peanchor.plan_settings` (the settings' fields),
 :mod:`peanchor.interventions` (the edit and sweep specs, lazily),
-:mod:`peanchor.results` (the file record), :mod:`peanchor.training` (``--set`` item parsing, lazily); pydantic
+:mod:`peanchor.results` (the file record), :mod:`peanchor.set_items` (the ``--set`` items, read once); pydantic
 (checking a plug-in lens's options) when a plan has some.
 """
 
@@ -38,13 +38,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
-from peanchor.analysis.shift_specs import ShiftSpec, measured_shifts, parse_shift_specs, with_shift_specs
+from peanchor.analysis.shift_specs import ShiftSpec, given_shift_specs, measured_shifts, with_shift_specs
 from peanchor.analysis.shifts import Shift
 from peanchor.errors import ConfigError, did_you_mean
 from peanchor.lenses import LENS_NAMES, get_lens, lens_names
 from peanchor.lenses.base import PLAN_KEY
 from peanchor.plan_settings import DEFAULT_ALPHAS, Metric, PlanSettings, RPIMode, SSDCMode
 from peanchor.results import AnalysisResult, AnalysisSettings
+from peanchor.set_items import PLAN_PREFIX, SetItem, parse_set_items, split_plan_items
 
 __all__ = [
     "DEFAULT_ALPHAS", "LENS_NAMES", "SETTINGS_KEYS", "AnalysisPlan", "Metric", "SSDCMode", "parse_plan_items", "resolve_plan",
@@ -55,7 +56,7 @@ __all__ = [
 # and SSDC always (ΔSSDC and the α sweep are made of it).
 #: The lenses of an analysis.json written before the plan recorded its lenses: the three there were then.
 LEGACY_LENSES: tuple[str, ...] = ("ssdc", "position_probe", "attention_distance")
-SET_PREFIX = "analysis."
+SET_PREFIX = PLAN_PREFIX
 
 
 def _fail(key: str, value: Any, expected: str) -> ConfigError:
@@ -138,25 +139,35 @@ class AnalysisPlan(PlanSettings):
         store("probe_holdout", float(self.probe_holdout))
         store("lenses", self._lenses(self.lenses))
         store("interventions", self._interventions(self.interventions))
-        store("lens_options", self._lens_options(own_options, self.lenses))
+        store("lens_options", self._lens_options(own_options, self.lenses))  # and the typed ones, for options()
         store("sweeps", self._sweeps(self.sweeps))
         store("resolutions", self._resolutions(self.resolutions))
 
     @staticmethod
-    def _interventions(specs: Any) -> tuple[str, ...]:
-        """Each edit's spec written out in full (``pe_zero`` → ``pe_zero:prefix=zero``), so that equal edits make
-        equal plans; a bad spec is one line naming the plan key."""
-        from peanchor.interventions import Intervention
+    def _interventions(given: Any) -> tuple[Any, ...]:
+        """The edits as objects (:class:`~peanchor.interventions.Edit`, a ``Hook`` too), each spec text parsed once
+        here and each object kept as it is; a bad spec is one line naming the plan key."""
+        items = [given] if isinstance(given, str) or not isinstance(given, Iterable) else given
+        if isinstance(items, (bytes, Mapping)):
+            raise _fail("interventions", given, "expected a list of edits, e.g. [pe_zero, 'head_ablate:layers=3']")
+        items = list(items)
+        if not items:
+            return ()  # nothing to read: the edits' package (torch) stays unloaded
+        from peanchor.interventions import Edit, Intervention
 
-        texts = [specs] if isinstance(specs, str) else specs
-        if isinstance(texts, (bytes, Mapping)) or not isinstance(texts, Iterable):
-            raise _fail("interventions", specs, "expected a list of edit specs, e.g. [pe_zero, 'head_ablate:layers=3']")
-        if not all(isinstance(t, str) for t in texts):
-            raise _fail("interventions", specs, "expected edit specs as text (KIND:key=value,...)")
-        try:
-            return tuple(e.spec for e in Intervention.parse(list(texts)).edits)
-        except ConfigError as e:
-            raise ConfigError(f"{SET_PREFIX}interventions: {e}") from None
+        edits: list[Any] = []
+        for item in items:
+            if isinstance(item, Edit):
+                edits.append(item)
+            elif isinstance(item, str):
+                try:
+                    edits += Intervention.parse(item).edits
+                except ConfigError as e:
+                    raise ConfigError(f"{SET_PREFIX}interventions: {e}") from None
+            else:
+                raise _fail("interventions", given, "expected Edit objects (e.g. Hook(point, fn)) or edit specs as "
+                            "text (KIND:key=value,...)")  # fmt: skip
+        return tuple(edits)
 
     @staticmethod
     def _sweeps(specs: Any) -> tuple[str, ...]:
@@ -214,30 +225,44 @@ class AnalysisPlan(PlanSettings):
                         "it); list it too")  # fmt: skip
         return tuple(name for name in registered if name in chosen)
 
-    @staticmethod
-    def _lens_options(given: Mapping[str, Mapping[str, Any]], measured: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    def _lens_options(self, given: Mapping[str, Mapping[str, Any]], measured: tuple[str, ...]) -> dict[str, dict[str, Any]]:
         """Every option of every measured lens that has options of its own, checked against its dataclass (the
-        given value or its default); the plan fields' options are not repeated here."""
+        given value or its default), as the files record them; the typed options pydantic made are kept
+        (:meth:`options` hands them to the lenses as they are). The plan fields' options are not repeated here."""
         for name in given:
             if name not in measured:
                 raise _fail(f"lenses.{name}", dict(given[name]), f"lens {name!r} is not measured; measured: "
                             f"{', '.join(measured)}")  # fmt: skip
         out: dict[str, dict[str, Any]] = {}
+        typed: dict[str, Any] = {}
         for name in measured:
             options_type = get_lens(name).options_type
             own = [f for f in dataclasses.fields(options_type) if PLAN_KEY not in f.metadata]
             if own:
-                values = dict(given.get(name, {}))
-                out[name] = _checked_options(name, options_type, values, [f.name for f in own])
+                typed[name] = _checked_options(name, options_type, dict(given.get(name, {})))
+                out[name] = {f.name: getattr(typed[name], f.name) for f in own}
+        object.__setattr__(self, "_typed_options", typed)  # not a field: derived from lens_options, never compared
         return out
 
     def options(self, lens: str) -> Any:
-        """The typed options of ``lens`` (an instance of its ``options_type``), as this plan sets them."""
-        return get_lens(lens).options_from(self.settings())
+        """The typed options of ``lens`` (an instance of its ``options_type``), as this plan sets them: the instance
+        checked when the plan was made, with the options that are plan fields (``ssdc.mode``: ``ssdc_mode``) read
+        from those fields."""
+        options_type = get_lens(lens).options_type
+        keyed = {f.name: getattr(self, f.metadata[PLAN_KEY]) for f in dataclasses.fields(options_type)
+                 if PLAN_KEY in f.metadata}  # fmt: skip
+        typed = self._typed_options.get(lens)  # type: ignore[attr-defined]
+        if typed is None:
+            return options_type(**keyed)
+        return dataclasses.replace(typed, **keyed) if keyed else typed
+
+    def lens_options_typed(self) -> dict[str, Any]:
+        """Every registered lens's typed options under this plan (what :func:`~peanchor.analysis.evaluate.evaluate_model`
+        hands each lens)."""
+        return {name: self.options(name) for name in lens_names()}
 
     def __hash__(self) -> int:
-        values = [json.dumps(v, sort_keys=True) if key == "lens_options" else v for key, v in self.settings().items()]
-        return hash((frozenset(self.shifts.items()), *values))
+        return hash((frozenset(self.shifts.items()), json.dumps(self.records(), sort_keys=True)))
 
     # ---- the plan for one model ------------------------------------------------------------------
     def for_model(self, scalable: bool) -> AnalysisPlan:
@@ -251,11 +276,18 @@ class AnalysisPlan(PlanSettings):
         return values
 
     # ---- records ---------------------------------------------------------------------------------
+    def records(self) -> dict[str, Any]:
+        """:meth:`settings` as the files write them: the edits as their spec text (a ``Hook`` names its function,
+        text that does not parse back), tuples as lists."""
+        values = self.settings()
+        values["interventions"] = tuple(edit.spec for edit in self.interventions)
+        return {key: list(v) if isinstance(v, tuple) else v for key, v in values.items()}
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``OUT/reproduce.json``'s ``"analysis"``): shifts as their descriptions, tuples as lists;
         :meth:`from_dict` reads it back exactly."""
-        values = {key: list(v) if isinstance(v, tuple) else v for key, v in self.settings().items()}
-        for key in ("lens_options", "sweeps", "resolutions"):  # as analysis.json: absent when not used
+        values = self.records()
+        for key in ("lens_options", "sweeps", "resolutions"):  # as analysis.json: absent when no lens has options, without sweeps or other resolutions
             if not values[key]:
                 del values[key]
         return {"shifts": {name: shift.describe() for name, shift in self.shifts.items()},
@@ -277,7 +309,7 @@ class AnalysisPlan(PlanSettings):
     def settings_record(self, evalset: str, device: str) -> AnalysisSettings:
         """What ``analysis.json`` records of the plan (its shifts go to the result's ``shifts`` and
         ``shift_sources``), with the evaluation set's fingerprint and the device it ran on."""
-        values = {key: list(v) if isinstance(v, tuple) else v for key, v in self.settings().items()}
+        values = self.records()
         values["lens_options"] = values["lens_options"] or None  # absent from the file when no lens has options
         values["sweeps"] = values["sweeps"] or None  # and without dose-response sweeps
         values["resolutions"] = values["resolutions"] or None  # and without other resolutions
@@ -346,16 +378,15 @@ def split_lens_options(lens_options: Any) -> tuple[dict[str, dict[str, Any]], di
     return own, aliased
 
 
-def _checked_options(lens: str, options_type: type, values: dict[str, Any], names: list[str]) -> dict[str, Any]:
-    """``values`` (option → value, some of ``names``) checked by pydantic against ``options_type`` in strict JSON
-    mode (as ``train --set`` is), with the defaults filled in; the first error is one line."""
+def _checked_options(lens: str, options_type: type, values: dict[str, Any]) -> Any:
+    """``values`` (option → value) checked by pydantic against ``options_type`` in strict JSON mode (as ``train
+    --set`` is), with the defaults filled in: the typed options; the first error is one line."""
     if not values:
-        defaults = options_type()
-        return {name: getattr(defaults, name) for name in names}
+        return options_type()
     from pydantic import TypeAdapter, ValidationError
 
     try:
-        checked = TypeAdapter(options_type).validate_json(json.dumps(values), strict=True)
+        return TypeAdapter(options_type).validate_json(json.dumps(values), strict=True)
     except (ValidationError, TypeError) as e:
         if isinstance(e, TypeError):  # a value JSON cannot hold
             raise _fail(f"lenses.{lens}", values, "expected JSON values (numbers, strings, lists)") from None
@@ -363,34 +394,18 @@ def _checked_options(lens: str, options_type: type, values: dict[str, Any], name
         option = ".".join(str(part) for part in first["loc"]) or "?"
         raise _fail(f"lenses.{lens}.{option}", values.get(option, first.get("input")),
                     first["msg"][0].lower() + first["msg"][1:]) from None  # fmt: skip
-    return {name: getattr(checked, name) for name in names}
 
 
-def split_plan_items(items: Iterable[str]) -> tuple[list[str], list[str]]:
-    """``--set`` items → (the others, the ``analysis.*`` ones), each in the given order.
-
-    >>> split_plan_items(["data.val_size=50", "analysis.rpi_draws=2"])
-    (['data.val_size=50'], ['analysis.rpi_draws=2'])
-    """
-    others: list[str] = []
-    plan: list[str] = []
-    for item in items:
-        (plan if item.partition("=")[0].strip().startswith(SET_PREFIX) else others).append(item)
-    return others, plan
-
-
-def parse_plan_items(items: Iterable[str]) -> dict[str, Any]:
-    """``--set analysis.KEY=VALUE`` items → plan key → value (read as YAML, like ``train --set``; the checks are
-    :class:`AnalysisPlan`'s). The shifts are ``--shift``'s.
+def parse_plan_items(items: Iterable[str | SetItem]) -> dict[str, Any]:
+    """``--set analysis.KEY=VALUE`` items (read already by the command, :mod:`peanchor.set_items`, or text) → plan
+    key → value (the checks are :class:`AnalysisPlan`'s). The shifts are ``--shift``'s.
 
     >>> parse_plan_items(["analysis.rpi_draws=2", "analysis.alphas=[1, 0.5]", "analysis.max_images=null"])
     {'rpi_draws': 2, 'alphas': [1, 0.5], 'max_images': None}
     """
-    from peanchor.training.config import parse_set_item
-
     values: dict[str, Any] = {}
-    for item in items:
-        key, value, _ = parse_set_item(item)
+    for item in parse_set_items(items):
+        key, value = item.key, item.value
         name = key.removeprefix(SET_PREFIX)
         lens, _, option = name.removeprefix("lenses.").partition(".")
         if name.startswith("lenses.") and lens and option and "." not in option:
@@ -398,16 +413,16 @@ def parse_plan_items(items: Iterable[str]) -> dict[str, Any]:
             try:
                 own, aliased = split_lens_options({lens: {option: value}})
             except ConfigError as e:
-                raise ConfigError(f"--set {item!r}: {e}") from None
+                raise ConfigError(f"--set {item.text!r}: {e}") from None
             values.update(aliased)
             for lens_name, options in own.items():
                 values.setdefault("lens_options", {}).setdefault(lens_name, {}).update(options)
             continue
         if key == name or name not in SETTINGS_KEYS or name == "lens_options":
             if name in ("shifts", "shift_sources"):
-                raise ConfigError(f"--set {item!r}: the shifts are chosen with --shift KIND:key=value, not --set")
+                raise ConfigError(f"--set {item.text!r}: the shifts are chosen with --shift KIND:key=value, not --set")
             valid = [SET_PREFIX + k for k in SETTINGS_KEYS if k != "lens_options"]
-            raise ConfigError(f"--set {item!r}: unknown analysis key {key!r}; valid keys: {', '.join(valid)}, and "
+            raise ConfigError(f"--set {item.text!r}: unknown analysis key {key!r}; valid keys: {', '.join(valid)}, and "
                               f"{SET_PREFIX}lenses.<lens>.<option>{_closest(name, SETTINGS_KEYS, SET_PREFIX)}")  # fmt: skip
         values[name] = value
     return values
@@ -418,16 +433,17 @@ def resolve_plan(
     *,
     defaults: Mapping[str, Any] | AnalysisPlan | None = None,
     preset_shifts: tuple[str, Mapping[str, Mapping[str, Any]]] | None = None,
-    shift_specs: Sequence[ShiftSpec | str] = (),
+    shift_specs: Sequence[ShiftSpec | Shift | str] = (),
     given: Mapping[str, Any] | None = None,
-    set_items: Iterable[str] = (),
+    set_items: Iterable[str | SetItem] = (),
     only_given_shifts: bool = False,
 ) -> AnalysisPlan:
     """The plan for a model at ``img_size`` px: ``defaults`` (plan key → value, e.g. a preset's analysis defaults;
     or a whole plan, whose shifts are then the base too), then ``given`` (flags or keyword arguments; None means
     not given), then the ``--set analysis.*`` ``set_items``. The shifts: the base plan's, or ``preset_shifts``
     (:func:`peanchor.presets.preset_shifts`, looked up by the caller) or the resolution rule, with each
-    ``--shift`` spec replacing the shift of its kind or adding one (:func:`measured_shifts`); with
+    ``--shift`` spec (text, parsed here once, or a :class:`Shift` object, kept as it is) replacing the shift of its
+    kind or adding one (:func:`measured_shifts`); with
     ``only_given_shifts``, just the specs' shifts (the API's ``shifts=[...]``: the whole list).
 
     >>> plan = resolve_plan(32, defaults={"rpi_draws": 2, "batch_size": 100}, given={"rpi_draws": 3, "seed": None},
@@ -435,9 +451,7 @@ def resolve_plan(
     >>> plan.rpi_draws, plan.batch_size, plan.seed, plan.shift_sources["jpeg"], list(plan.shifts)
     (3, 50, 0, '--shift jpeg:quality=10', ['jpeg', 'blur'])
     """
-    specs = [s if isinstance(s, ShiftSpec) else None for s in shift_specs]
-    if None in specs:  # text to parse (once, here): the one-per-kind rule spans the whole list
-        specs = parse_shift_specs(s.text if isinstance(s, ShiftSpec) else s for s in shift_specs)
+    specs = given_shift_specs(shift_specs)
     if only_given_shifts and not specs:
         raise ConfigError("shifts=[]: give at least one shift (accuracy under a shift is part of every analysis)")
     base = defaults if isinstance(defaults, AnalysisPlan) else None

@@ -40,7 +40,7 @@ from peanchor.analysis.shifts import (
 from peanchor.analysis.shifts.registry import KINDS, kinds_line
 from peanchor.errors import ConfigError
 
-__all__ = ["ShiftSpec", "measured_shifts", "parse_shift_spec", "parse_shift_specs", "with_shift_specs"]
+__all__ = ["GivenShift", "ShiftSpec", "given_shift_specs", "measured_shifts", "parse_shift_spec", "parse_shift_specs", "with_shift_specs"]
 
 SEVERITIES = range(1, 6)
 
@@ -197,3 +197,45 @@ def with_shift_specs(
         measured = rebuilt if own[0] is not None else {**measured, spec.kind: entry}
     return ({name: shift for name, (shift, _) in measured.items()},
             {name: src for name, (_, src) in measured.items() if src is not None})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GivenShift:
+    """A :class:`Shift` object given to the plan (``peanchor.analyze(shifts=[Shift(...)])``): it reaches the plan
+    as itself, resolved for the model's resolution, where a ``--shift`` text is parsed (it reads as a
+    :class:`ShiftSpec` does)."""
+
+    given: Shift
+
+    @property
+    def kind(self) -> str:
+        return self.given.kind
+
+    def shift(self, img_size: int) -> Shift:
+        return self.given.resolved(img_size)
+
+    def source(self, img_size: int) -> str:
+        return "given as a Shift"
+
+
+def given_shift_specs(items: Sequence[ShiftSpec | Shift | str]) -> list[Any]:
+    """``--shift`` texts parsed (once), specs and :class:`Shift` objects kept, in the given order; one per kind."""
+    if isinstance(items, (str, Shift)):
+        items = [items]
+    texts = [item for item in items if isinstance(item, str)]
+    parsed = iter(parse_shift_specs(texts))
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, str):
+            out.append(next(parsed))
+        elif isinstance(item, Shift):
+            out.append(GivenShift(item))
+        elif isinstance(item, ShiftSpec):
+            out.append(item)
+        else:
+            raise ConfigError(f"shift {item!r}: expected a Shift or a string such as 'jpeg:quality=10'")
+    kinds = [spec.kind for spec in out]
+    twice = next((kind for kind in kinds if kinds.count(kind) > 1), None)
+    if twice is not None:
+        raise ConfigError(f"two shifts of kind {twice}: one shift per kind (severities=True sweeps its severities)")
+    return out

@@ -1,8 +1,11 @@
-"""The checks, by name, in the order an audit runs and prints them: :func:`register_check` adds one.
+"""The checks, by name, in the order an audit runs and prints them: :data:`CHECKS`, a
+:class:`peanchor.registry.Registry` of :class:`Check` (plug-ins from the entry-point group
+``peanchor.audit_checks``). A check says its name: ``CHECKS.register(Check("my_check", "what it proves", fn))``;
+:func:`register_check` is the decorator form.
 
-A check is a function ``(subject) -> CheckResult``; ``checks/`` holds one module per check.
+A check's function is ``(subject) -> CheckResult``; ``checks/`` holds one module per check.
 
-Imports: nothing else from peanchor (its own package's result type only).
+Imports: :mod:`peanchor.registry` (its own package's result type too).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from peanchor.audit.result import CheckResult
+from peanchor.registry import Registry
 
 __all__ = ["CHECKS", "Check", "register_check"]
 
@@ -23,14 +27,14 @@ class Check:
 
 
 #: name → check, in registration order (the order of ``checks/__init__.py``).
-CHECKS: dict[str, Check] = {}
+CHECKS: Registry[Check] = Registry("audit check", "peanchor.audit_checks")
 
 
 def register_check(name: str, title: str) -> Callable[[Callable[..., CheckResult]], Callable[..., CheckResult]]:
+    """Decorator: ``fn`` registered as the check ``name`` (``CHECKS.register(Check(name, title, fn))``)."""
+
     def wrap(fn: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
-        if name in CHECKS:
-            raise ValueError(f"audit check {name!r} is registered twice")
-        CHECKS[name] = Check(name, title, fn)
+        CHECKS.register(Check(name, title, fn))
         return fn
 
     return wrap

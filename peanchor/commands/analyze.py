@@ -15,7 +15,8 @@ registries, which load no torch) and :mod:`peanchor.plan_settings` (the settings
 shifts), :mod:`peanchor.training` (a run's config), :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`,
 :mod:`peanchor.data`, :mod:`peanchor.lenses` (the summary), :mod:`peanchor.tracking` (``--tensorboard``),
 :mod:`peanchor.devices` (``--device``, checked first), :mod:`peanchor.results` (an analysis already at
-``--out``: :func:`out_beside`), :mod:`peanchor.tables` (the header's data and interventions).
+``--out``: :func:`out_beside`), :mod:`peanchor.tables` (the header's data and interventions),
+:mod:`peanchor.set_items` (the ``--set`` items, read once by :func:`~peanchor.commands.shared.check_set_items`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from peanchor.commands.names import check_flags
-from peanchor.commands.shared import check_set_items, lens_descriptions, lens_list, lens_names, lens_options_help, shift_help, with_data_items
+from peanchor.commands.shared import check_flags, check_set_items, lens_descriptions, lens_list, lens_names, lens_options_help, shift_help, with_data_items
 from peanchor.errors import ConfigError, PeanchorError
 from peanchor.plan_settings import default_text, setting_fields
 
@@ -228,45 +228,50 @@ def resolve_subject(args: argparse.Namespace) -> Subject:
     raise ConfigError("analyze needs a RUN_DIR (from peanchor train or peanchor import), --timm NAME or --hf DIR")
 
 
-def data_spec_for(subject: Subject, args: argparse.Namespace) -> Any:
+def data_spec_for(subject: Subject, args: argparse.Namespace, data_items: list[Any] | None = None) -> Any:
     """The subject's DataSpec with --data/--data-root/--class-list/--set applied, at the model's resolution.
 
     Another dataset (``--data``) is used whole: the run's split sizes are dropped with the rest of its data
     section (:meth:`~peanchor.data.spec.DataSpec.for_dataset`, as ``train`` and ``reproduce`` do), and only
-    ``--set data.val_size=N`` subsamples it.
+    ``--set data.val_size=N`` subsamples it. ``data_items``: the ``--set`` items that are not the plan's, read
+    (:func:`~peanchor.commands.shared.check_set_items`); None: ``args.set``'s.
     """
-    from peanchor.analysis.plan import split_plan_items
     from peanchor.data import DataSpec
+    from peanchor.set_items import split_plan_items
 
-    data_items, _ = split_plan_items(args.set)  # the analysis.* items are the plan's
+    if data_items is None:
+        data_items = split_plan_items(args.set)[0]  # the analysis.* items are the plan's
     spec = subject.spec if subject.spec is not None else DataSpec(name=args.data or DataSpec().name)
     if args.data:
         spec = spec.for_dataset(args.data)
     img_size = int(subject.model.img_size[0])  # (rows, cols) in pixels: the analysis interface declares it
     for item in data_items:
-        if item.partition("=")[0].strip().removeprefix("data.") == "img_size":
-            raise ConfigError(f"--set {item!r}: analyze evaluates at the model's resolution ({img_size} px)")
+        if item.key.removeprefix("data.") == "img_size":
+            raise ConfigError(f"--set {item.text!r}: analyze evaluates at the model's resolution ({img_size} px)")
     flags = {"root": args.data_root, "class_list": args.class_list, "img_size": img_size}
     return with_data_items(spec, flags, data_items)
 
 
-def plan_for(subject: Subject, args: argparse.Namespace, img_size: int, shift_specs: list[Any]) -> Any:
+def plan_for(subject: Subject, args: argparse.Namespace, img_size: int, shift_specs: list[Any],
+             plan_items: list[Any] | None = None) -> Any:  # fmt: skip
     """The :class:`~peanchor.analysis.plan.AnalysisPlan`: the plan's defaults (the paper's α grid, one RPI draw, ...)
     with the run's eval batch size and its preset's shifts, then the evaluation flags (``shift_specs``: the parsed
-    ``--shift``), then ``--set analysis.KEY=VALUE``."""
-    from peanchor.analysis.plan import resolve_plan, split_plan_items
+    ``--shift``), then ``--set analysis.KEY=VALUE`` (``plan_items``, read; None: ``args.set``'s)."""
+    from peanchor.analysis.plan import resolve_plan
     from peanchor.presets import preset_shifts
+    from peanchor.set_items import split_plan_items
 
     given = given_settings(args)
     return resolve_plan(
         img_size, defaults={"batch_size": subject.eval_batch_size}, preset_shifts=preset_shifts(subject.preset, img_size),
-        shift_specs=shift_specs, given=given, set_items=split_plan_items(args.set)[1],
+        shift_specs=shift_specs, given=given,
+        set_items=plan_items if plan_items is not None else split_plan_items(args.set)[1],
     )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     check_flags(args)  # a misspelt name fails here, before torch loads
-    check_set_items(args.set, "data")  # and a misspelt --set key
+    data_items, plan_items = check_set_items(args.set, "data")  # read once; a misspelt --set key fails here too
     from peanchor.analysis.evalset import EvalSet
     from peanchor.analysis.shift_specs import parse_shift_specs
     from peanchor.api import match_classes, run_analysis
@@ -282,8 +287,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else subject.default_out
     if out is None:
         raise ConfigError("say where to write the analysis with --out DIR")
-    spec = data_spec_for(subject, args)
-    plan = plan_for(subject, args, spec.img_size, shift_specs)
+    spec = data_spec_for(subject, args, data_items)
+    plan = plan_for(subject, args, spec.img_size, shift_specs, plan_items)
     progress = None if not args.no_progress else False
     evalset = EvalSet.from_spec(spec, plan.max_images, progress=progress)
     info = evalset.info

@@ -13,8 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from peanchor.commands.names import check_flags
-from peanchor.commands.shared import check_set_items, lens_list, lens_options_help, shift_help
+from peanchor.commands.shared import check_flags, check_set_items, lens_list, lens_options_help, shift_help
 from peanchor.conditions import DEFAULT_CONDITIONS
 from peanchor.presets import PRESET_NAMES, PRESETS, preset_help
 

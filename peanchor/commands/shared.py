@@ -1,9 +1,15 @@
 """What more than one sub-command uses: the ``--shift`` help text (:func:`shift_help`), the lenses' names and
-options for the help texts (:func:`lens_list`, :func:`lens_options_help`), and dataset keys set from flags and
-``--set``.
+options for the help texts (:func:`lens_list`, :func:`lens_options_help`), the check of the names a command is
+given (:func:`check_flags`), and dataset keys set from flags and ``--set``.
+
+:func:`check_flags` reads the registries themselves (the PEs', the model sizes', the datasets'), which list their
+names without importing torch (a name's module is imported on its first lookup: :meth:`Registry.register_lazy
+<peanchor.registry.Registry.register_lazy>`), so that a misspelt ``--pe``, ``--model``, ``--data`` or
+``--conditions`` is one line naming the flag and the closest valid value before torch loads.
 
 Imports: :mod:`peanchor.analysis` (the shift registry, light: no torch), :mod:`peanchor.lenses` (the lens registry,
-light too); :mod:`peanchor.training` (the typed ``--set``), :mod:`peanchor.data` (the dataset keys) and the analysis
+light too), :mod:`peanchor.pe`, :mod:`peanchor.models` and :mod:`peanchor.data` (their registries' names, no torch),
+:mod:`peanchor.set_items` (the ``--set`` items, read once); :mod:`peanchor.training` (the typed ``--set``), :mod:`peanchor.data` (the dataset keys) and the analysis
 plan (``--set analysis.*``), :mod:`peanchor.conditions` and :mod:`peanchor.study` (reproduce's per-condition items)
 when a command runs, all without torch.
 """
@@ -11,14 +17,17 @@ when a command runs, all without torch.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from peanchor.analysis.shifts.registry import shift_help
+from peanchor.errors import ConfigError, did_you_mean
 from peanchor.lenses import LENSES
+from peanchor.set_items import SetItem, parse_set_items, split_plan_items
 
 # shift_help(): the --shift help, from the registry (no torch), called when a parser is built, so that the kinds of
 # the plug-ins loaded by then are in it.
-__all__ = ["check_set_items", "lens_descriptions", "lens_list", "lens_names", "lens_options_help", "shift_help",
+__all__ = ["check_flags", "check_set_items", "lens_descriptions", "lens_list", "lens_names", "lens_options_help", "shift_help",
            "with_data_items"]  # fmt: skip
 
 
@@ -49,13 +58,39 @@ def lens_descriptions() -> str:
     return ", ".join(f"{lens.title} ({name})" for name, lens in LENSES.items())
 
 
-def check_set_items(items: list[str], rest: str, conditions: str | None = None) -> None:
-    """The ``--set`` items checked by key (and value type) before the command imports anything heavy (torch): the
-    ``analysis.*`` ones against the analysis plan's keys and the lenses' options, the ``rest`` against the
-    training config (``"config"``; with the grid's ``conditions``, reproduce's, a ``<condition>:`` prefix is one
-    of them) or the dataset's keys (``"data"``, analyze's). Each fault is the line the full check gives later."""
-    from peanchor.analysis.plan import parse_plan_items, split_plan_items
+def _check_name(flag: str, value: Any, what: str, valid: Sequence[str]) -> None:
+    if value is not None and value not in valid:
+        raise ConfigError(f"{flag} {value}: unknown {what}; valid: {', '.join(valid)}{did_you_mean(value, valid)}")
 
+
+def check_flags(args: Any) -> None:
+    """The command's ``--pe``, ``--model``, ``--data`` and ``--conditions``, those it has, checked against their
+    registries by name (plug-ins included), without importing torch."""
+    from peanchor.conditions import parse_conditions
+    from peanchor.data import DATASETS
+    from peanchor.models import MODEL_SIZES
+    from peanchor.pe import PE_NAMES
+
+    _check_name("--pe", getattr(args, "pe", None), "positional encoding", PE_NAMES)
+    _check_name("--model", getattr(args, "model", None), "model", MODEL_SIZES.names())
+    _check_name("--data", getattr(args, "data", None), "dataset", DATASETS.names())
+    conditions = getattr(args, "conditions", None)
+    if conditions is not None:
+        try:
+            parse_conditions(conditions, tuple(PE_NAMES))
+        except ConfigError as e:
+            raise ConfigError(f"--conditions: {e}") from None
+
+
+def check_set_items(items: Iterable[str | SetItem], rest: str, conditions: str | None = None) -> tuple[list[SetItem], list[SetItem]]:
+    """The ``--set`` items read once (:mod:`peanchor.set_items`), split once, and checked by key (and value type)
+    before the command imports anything heavy (torch): the ``analysis.*`` ones against the analysis plan's keys and
+    the lenses' options, the ``rest`` against the training config (``"config"``; with the grid's ``conditions``,
+    reproduce's, a ``<condition>:`` prefix is one of them) or the dataset's keys (``"data"``, analyze's). Each fault
+    is the line the full check gives later. Returns (the others, the plan's), read, for the command to hand on."""
+    from peanchor.analysis.plan import parse_plan_items
+
+    items = parse_set_items(items)
     others, plan_items = split_plan_items(items)
     parse_plan_items(plan_items)
     if rest == "data":
@@ -65,33 +100,37 @@ def check_set_items(items: list[str], rest: str, conditions: str | None = None) 
     else:
         from peanchor.training.config import check_set_items as check_config_items
 
+        checked: list[Any] = others
         if conditions is not None:
-            from peanchor.commands.names import pe_names
             from peanchor.conditions import parse_conditions
+            from peanchor.pe import PE_NAMES
             from peanchor.study.options import split_set_items
 
-            common, per = split_set_items(items, parse_conditions(conditions, pe_names() or None))
-            others = split_plan_items(common)[0] + [item for part in per.values() for item in part]
-        check_config_items(others)
+            texts = [item.text for item in items]
+            common, per = split_set_items(texts, parse_conditions(conditions, tuple(PE_NAMES)))
+            checked = [item for item in common if not SetItem.parse(item).for_plan] + [
+                item for part in per.values() for item in part]  # fmt: skip
+        check_config_items(checked)
+    return others, plan_items
 
 
-def with_data_items(spec: Any, flags: dict[str, Any], set_items: list[str], check_only: bool = False) -> Any:
+def with_data_items(
+    spec: Any, flags: dict[str, Any], set_items: Iterable[str | SetItem], check_only: bool = False
+) -> Any:
     """``spec`` with dataset keys set, type-checked like ``train --set``: ``flags`` (key → value from the
     command's own options; None is skipped), then the user's ``--set`` items, which may say ``data.key`` or
     ``key``; with ``check_only``, without the cross-field checks (the keys and types of the items alone)."""
-    from peanchor.errors import ConfigError
-    from peanchor.training.config import TrainConfig, parse_set_item, set_value
+    from peanchor.training.config import TrainConfig, set_value
 
     config = TrainConfig(data=spec)
     for key, value in flags.items():
         if value is not None:
             set_value(config, f"data.{key}", value)
-    for item in set_items:
-        key, value, raw = parse_set_item(item)
-        key = key.removeprefix("data.")
+    for item in parse_set_items(set_items):
+        key = item.key.removeprefix("data.")
         if not key or "." in key:
-            raise ConfigError(f"--set {item!r}: expected a dataset key such as val_size or hf_name")
-        set_value(config, f"data.{key}", value, raw)
+            raise ConfigError(f"--set {item.text!r}: expected a dataset key such as val_size or hf_name")
+        set_value(config, f"data.{key}", item.value, item.raw)
     if not check_only:
         config.data.validate()
     return config.data

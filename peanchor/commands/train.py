@@ -1,8 +1,8 @@
 """``peanchor train``: train one ViT condition into a resumable run directory.
 
-Imports: :mod:`peanchor.presets` (choices), :mod:`peanchor.conditions` and :mod:`peanchor.registry` (the PE names in
-the help, without torch), :mod:`peanchor.commands` (names, shared: the flags and ``--set`` keys checked before
-torch loads), :mod:`peanchor.train_preset` (the flags' config keys, the default run directory); when run,
+Imports: :mod:`peanchor.presets` (choices), :mod:`peanchor.pe` (the PE registry's names in the help, without
+torch), :mod:`peanchor.commands` (shared: the names, the flags and ``--set`` keys checked before torch loads),
+:mod:`peanchor.set_items` (the ``--set`` items, read once), :mod:`peanchor.train_preset` (the flags' config keys, the default run directory); when run,
 :mod:`peanchor.training` and, with ``--tensorboard``, :mod:`peanchor.tracking`.
 """
 
@@ -10,24 +10,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
-from peanchor.commands.names import check_flags
-from peanchor.commands.shared import check_set_items
-from peanchor.conditions import CONDITIONS
+from peanchor.commands.shared import check_flags, check_set_items
 from peanchor.presets import PRESET_NAMES, preset_help
-from peanchor.registry import entry_point_names
+from peanchor.set_items import parse_set_items
 from peanchor.train_preset import FLAG_KEYS, default_out, overrides_of
 
 
 def pe_choices() -> list[str]:
-    """The PE names for ``--pe``'s help, without importing torch: the registry's when a plug-in has loaded it
-    already, else the built-ins and the names installed plug-ins declare (``peanchor.pes`` entry points)."""
-    registry = sys.modules.get("peanchor.pe.registry")
-    builtin = dict.fromkeys(c.pe for c in CONDITIONS.values())  # the study's PEs, each in a condition
-    names = list(registry.pe_names()) if registry is not None else [*builtin, "..."]
-    return names + [n for n in entry_point_names("peanchor.pes") if n not in names]
+    """The PE names for ``--pe``'s help, without importing torch: the registry's (built-ins and loaded plug-ins) and
+    the names installed plug-ins declare (``peanchor.pes`` entry points)."""
+    from peanchor.pe import PE_REGISTRY
+
+    return list(PE_REGISTRY.declared_names())
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -74,11 +70,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     check_flags(args)  # a misspelt name fails here, before torch loads
-    check_set_items(args.set, "config")  # and a misspelt --set key
+    items = parse_set_items(args.set)  # each --set item read once, here
+    check_set_items(items, "config")  # a misspelt --set key fails before torch loads
     from peanchor.presets import resolve_config
 
     flags = {key: getattr(args, key) for key in FLAG_KEYS}
-    config = resolve_config(args.preset, overrides_of(flags), args.set)
+    config = resolve_config(args.preset, overrides_of(flags), items)
     out = (
         Path(args.out) if args.out else default_out(config.preset, config.model.pe, config.train.rpt, config.train.seed)
     )

@@ -9,8 +9,9 @@ device, in one batched step, with :func:`normalize`. Nothing here ever downloads
 (torch.Size([3, 32, 32]), torch.uint8)
 
 The specs (:mod:`peanchor.data.spec`: the training config's schema reads them) load without torch; everything else
-(:mod:`peanchor.data.datasets`, which holds ``DATASETS`` and the builders, and the modules of the datasets and the
-transforms) is imported on first use.
+(:mod:`peanchor.data.datasets`, which holds the builders, and the modules of the datasets and the transforms) is
+imported on first use. The registry of the datasets' names, :data:`DATASETS` (:mod:`peanchor.data.registry`),
+loads without torch too: a builder's module is imported on its name's first lookup.
 
 Imports: its own modules.
 """
@@ -20,11 +21,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from peanchor.data.registry import DATASETS
 from peanchor.data.spec import AUGMENT_POLICIES, DataInfo, DataSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from peanchor.data.arrays import ArrayDataset, defer_augmentation
-    from peanchor.data.datasets import DATASETS, build_datasets, build_eval_dataset, normalization, normalize
+    from peanchor.data.datasets import build_datasets, build_eval_dataset, normalization, normalize
     from peanchor.data.imagenet100 import materialize_imagenet100, read_class_list
     from peanchor.data.prepared import decode_throughput, prepare_dataset
     from peanchor.data.scenes import SCENES_CLASSES, generate_scenes, save_sample_grid
@@ -39,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # module → its public names, imported on first use (torch)
 _MODULES = {
-    "datasets": ("DATASETS", "build_datasets", "build_eval_dataset", "normalization", "normalize"),
+    "datasets": ("build_datasets", "build_eval_dataset", "normalization", "normalize"),
     "arrays": ("ArrayDataset", "defer_augmentation"),
     "imagenet100": ("materialize_imagenet100", "read_class_list"),
     "prepared": ("decode_throughput", "prepare_dataset"),
@@ -48,7 +50,7 @@ _MODULES = {
                    "train_transform"),
 }  # fmt: skip
 _HOME = {name: f"peanchor.data.{module}" for module, names in _MODULES.items() for name in names}
-__all__ = ["AUGMENT_POLICIES", "DataInfo", "DataSpec", *_HOME]
+__all__ = ["AUGMENT_POLICIES", "DATASETS", "DataInfo", "DataSpec", *_HOME]
 
 
 def __getattr__(name: str) -> Any:  # the rest of the public names, from their modules on first use (torch)

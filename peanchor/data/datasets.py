@@ -1,4 +1,5 @@
-"""The datasets by name (``DATASETS``: the embedded ``scenes`` default and loaders for real data on local disk),
+"""The datasets' builders (registered in :data:`~peanchor.data.registry.DATASETS`: the embedded ``scenes`` default
+and loaders for real data on local disk),
 building them from a :class:`DataSpec` (:func:`build_datasets`, :func:`build_eval_dataset`), and the batched
 normalisation on the device (:func:`normalize`); :mod:`peanchor.data` hands these out (its docstring says what a
 dataset yields).
@@ -16,7 +17,8 @@ from torch.utils.data import Dataset, Subset
 
 from peanchor.data import cifar, folder, hf, imagenet100, scenes
 from peanchor.data.arrays import ArrayDataset
-from peanchor.data.prepared import build_prepared, read_meta
+from peanchor.data.prepared import read_meta
+from peanchor.data.registry import DATASETS
 from peanchor.data.scenes import SCENES_CLASSES
 from peanchor.data.spec import DataInfo, DataSpec
 from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD, eval_transform, resolve_augment, train_transform
@@ -126,15 +128,10 @@ def _build_hf(spec: DataSpec, train: bool) -> tuple[Dataset | None, Dataset, Dat
     return train_ds, val, _info("hf", classes, size)
 
 
-DATASETS: dict[str, Builder] = {
-    "scenes": _build_scenes,
-    "imagefolder": _build_imagefolder,
-    "cifar10": _cifar_builder("cifar10"),
-    "cifar100": _cifar_builder("cifar100"),
-    "imagenet100": _build_imagenet100,
-    "hf": _build_hf,
-    "prepared": build_prepared,
-}
+for _name, _build in (("scenes", _build_scenes), ("imagefolder", _build_imagefolder),
+                      ("cifar10", _cifar_builder("cifar10")), ("cifar100", _cifar_builder("cifar100")),
+                      ("imagenet100", _build_imagenet100), ("hf", _build_hf)):  # fmt: skip
+    DATASETS.register(_build, name=_name)  # "prepared": peanchor.data.prepared's build_prepared (data/registry.py)
 
 
 def _builder(spec: DataSpec) -> Builder:

@@ -3,7 +3,7 @@ named hook points every model implements (docs/interventions.md).
 
 :class:`Intervention` carries all three (``model.forward_intermediates(images, intervention)`` takes it on every
 backend); ``Intervention.parse("pe_zero+head_ablate:layers=3")`` builds one from the CLI's spec text. The edit kinds
-are plug-ins, one module each in ``kinds/``, registered by :func:`register_intervention`. A dose-response sweep
+are plug-ins, one module each in ``kinds/``, registered by ``@INTERVENTIONS.register``. A dose-response sweep
 (:class:`SweepSpec`) varies one parameter of one kind; :func:`forward_doses` runs a batch under each dose.
 
 Imports: its own modules.

@@ -1,7 +1,8 @@
-"""Edit kind name → class: :func:`register_intervention` and the reading of a spec into an edit.
+"""Edit kind name → class: :data:`INTERVENTIONS` and the reading of a spec into an edit.
 
-The kinds live in a :class:`peanchor.registry.Registry`, with a live :func:`names` (a kind registered later, by a
-researcher's own module or an installed plug-in, is listed at once). ``peanchor/interventions/kinds/`` holds one module per kind; importing
+The kinds live in a :class:`peanchor.registry.Registry` that reads a kind's name from its ``kind`` (its spec name):
+``@INTERVENTIONS.register`` on the class (:func:`register_intervention` is the older spelling), with a live
+:func:`names` (a kind registered later, by a researcher's own module or an installed plug-in, is listed at once). ``peanchor/interventions/kinds/`` holds one module per kind; importing
 :mod:`peanchor.interventions` imports them all.
 
 Imports: :mod:`peanchor.interventions` (edit, spec), :mod:`peanchor.registry`.
@@ -22,14 +23,15 @@ __all__ = ["INTERVENTIONS", "edit_from_spec", "names", "register_intervention"]
 #: kind → its class (a frozen dataclass subclassing :class:`~peanchor.interventions.edit.Edit`): the common plug-in
 #: registry (:mod:`peanchor.registry`), so a kind from a researcher's package is found through the entry-point group
 #: ``peanchor.interventions``, ``--plugin`` or ``PEANCHOR_PLUGINS`` like every other plug-in.
-INTERVENTIONS: Registry[type[Edit]] = Registry("intervention", "peanchor.interventions")
+INTERVENTIONS: Registry[type[Edit]] = Registry("intervention", "peanchor.interventions", name_attribute="kind")
 
 K = TypeVar("K", bound=type[Edit])
 
 
 def register_intervention(cls: K) -> K:
-    """Register an edit kind under ``cls.kind`` (its spec name); a name registered twice is one line."""
-    return INTERVENTIONS.register(name=cls.kind)(cls)
+    """The older spelling of ``@INTERVENTIONS.register``: an edit kind under ``cls.kind`` (its spec name); a name
+    registered twice is one line."""
+    return INTERVENTIONS.register(cls)
 
 
 def names() -> tuple[str, ...]:

@@ -25,7 +25,7 @@ from peanchor.lenses.base import (
     Row,
     mean_over_draws,
 )
-from peanchor.lenses.registry import register_lens
+from peanchor.lenses.registry import LENSES
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
@@ -47,7 +47,7 @@ class AttentionDistanceLayers:
     uniform: dict[str, Number]  # metric → the distance of attention spread evenly over the patches
 
 
-@register_lens
+@LENSES.register
 class AttentionDistanceLens(Lens):
     name = "attention_distance"
     title = "attention distance"

@@ -2,7 +2,7 @@
 order and under RPI, and everything the result files, TensorBoard, ``analyze``'s summary and the report need of it.
 
 A lens is one :class:`Lens` subclass in one file of this folder, registered with
-:func:`~peanchor.lenses.registry.register_lens` (docs/ARCHITECTURE.md, "How to add a lens"). The analysis
+``@LENSES.register`` (:data:`~peanchor.lenses.registry.LENSES`) (docs/ARCHITECTURE.md, "How to add a lens"). The analysis
 (:mod:`peanchor.analysis.passes`) drives it:
 
 * once per analysis it builds the lens on a :class:`LensContext` (the model's patch grid, prefix tokens and depth,

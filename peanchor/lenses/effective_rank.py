@@ -21,7 +21,7 @@ from typing import Any
 
 from peanchor.fileio import Number
 from peanchor.lenses.base import Lens, LensBatch, mean_over_draws
-from peanchor.lenses.registry import register_lens
+from peanchor.lenses.registry import LENSES
 
 __all__ = ["EffectiveRankLayers", "EffectiveRankLens", "effective_rank"]
 
@@ -42,7 +42,7 @@ class EffectiveRankLayers:
     max_rank: int  # min(N, D): the most it can be
 
 
-@register_lens
+@LENSES.register
 class EffectiveRankLens(Lens):
     name = "effective_rank"
     title = "effective rank"

@@ -36,7 +36,7 @@ from peanchor.lenses.base import (
     mean_over_draws,
     plan_option,
 )
-from peanchor.lenses.registry import register_lens
+from peanchor.lenses.registry import LENSES
 
 __all__ = ["PositionProbeLayers", "PositionProbeLens", "PositionProbeOptions"]
 
@@ -69,7 +69,7 @@ class PositionProbeLayers:
     ci_level: float | None = field(default=None, metadata=_OMIT)
 
 
-@register_lens
+@LENSES.register
 class PositionProbeLens(Lens):
     name = "position_probe"
     title = "probe R²"

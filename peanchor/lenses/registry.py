@@ -1,6 +1,6 @@
 """The registry of lenses: :data:`LENSES`, a :class:`peanchor.registry.Registry` of :class:`~peanchor.lenses.base.Lens`
 classes by ``name`` in their report order (``order``, then name), with plug-ins from the entry-point group
-``peanchor.lenses``; :func:`register_lens` is its decorator.
+``peanchor.lenses``; ``@LENSES.register`` registers one (:func:`register_lens` is its older spelling).
 
 A lens's record sits beside the result files' own keys (``analysis.json``'s ``settings``, a model's ``seed`` in
 ``results.json``), so those names are reserved (:data:`RESERVED`; a test keeps it in step with
@@ -47,7 +47,8 @@ LENS_NAMES = NamesView(LENSES)
 
 
 def register_lens(cls: type[Lens]) -> type[Lens]:
-    """Class decorator: register ``cls`` under ``cls.name`` (a taken or reserved name is one line's refusal)."""
+    """The older spelling of ``@LENSES.register``: ``cls`` under ``cls.name`` (a taken or reserved name is one line's
+    refusal)."""
     return LENSES.register(cls)
 
 

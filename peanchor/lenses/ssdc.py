@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from peanchor.fileio import Number
 from peanchor.lenses.base import MODE_LABELS, MODES, Lens, LensBatch, Row, layer_value, mean_and_std, plan_option
-from peanchor.lenses.registry import register_lens
+from peanchor.lenses.registry import LENSES
 
 __all__ = ["CI_LEVEL", "SSDCLayers", "SSDCLens", "SSDCOptions", "mean_and_std"]
 
@@ -67,7 +67,7 @@ class SSDCOptions:
     # it equal to peanchor.metrics.bootstrap.DEFAULT_REPLICATES
 
 
-@register_lens
+@LENSES.register
 class SSDCLens(Lens):
     name = "ssdc"
     title = "SSDC"

@@ -10,7 +10,10 @@ One dataclass serves three readers, so that a field added here is known to all o
 - a checkpoint's ``model_args`` metadata is :meth:`ViTArgs.to_dict` (JSON), and ``create_model(**model_args)``
   rebuilds the same model even if the size table changes later.
 
-Imports: nothing from peanchor (standard library only).
+The sizes are a :class:`peanchor.registry.Registry` (``MODEL_SIZES.register(size, name="vit_huge")``; plug-ins
+from the entry-point group ``peanchor.model_sizes``).
+
+Imports: :mod:`peanchor.registry`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from typing import Any
+
+from peanchor.registry import Registry
 
 __all__ = ["ARCH_FIELDS", "Architecture", "MODEL_SIZES", "ViTArgs", "resolve_args"]
 
@@ -68,7 +73,8 @@ class ViTArgs(Architecture):
 
 # Every field a size sets can be overridden through create_model(**overrides) (ARCH_FIELDS, plus the image and
 # patch sizes as create_model's own arguments).
-MODEL_SIZES: dict[str, dict[str, Any]] = {
+MODEL_SIZES: Registry[dict[str, Any]] = Registry("model size", "peanchor.model_sizes")
+for _name, _size in {
     # For unit tests: a few thousand parameters.
     "vit_micro": dict(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0),
     # The CPU size: 32 px, patch 4 (an 8×8 grid).
@@ -81,7 +87,8 @@ MODEL_SIZES: dict[str, dict[str, Any]] = {
         img_size=224, patch_size=16, embed_dim=384, depth=12, num_heads=8, mlp_ratio=4.0,
         drop_rate=0.15, attn_drop_rate=0.15, head_drop_rate=0.0, drop_path_rate=0.2, final_norm=False,
     ),
-}  # fmt: skip
+}.items():  # fmt: skip
+    MODEL_SIZES.register(_size, name=_name)
 
 
 def resolve_args(

@@ -12,10 +12,10 @@ from torch import Tensor, nn
 
 from peanchor.pe.base import PEContext, PositionalEncoding
 from peanchor.pe.declaration import PEDeclaration
-from peanchor.pe.registry import register_pe
+from peanchor.pe.registry import PE_REGISTRY
 
 
-@register_pe
+@PE_REGISTRY.register
 class LearnedAbsolutePE(PositionalEncoding):
     """A learned table with one row per slot, CLS included, added after the CLS concat.
 
@@ -71,7 +71,7 @@ def sincos_2d(grid: tuple[int, int], dim: int, temperature: float = 10000.0) -> 
     return torch.cat((ax.sin(), ax.cos(), ay.sin(), ay.cos()), dim=1).float()  # (N, dim)
 
 
-@register_pe
+@PE_REGISTRY.register
 class SinCos2DPE(PositionalEncoding):
     """Fixed 2D sin-cos code on the patch tokens (the paper's SPE).
 

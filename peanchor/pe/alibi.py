@@ -19,7 +19,7 @@ from torch import Tensor
 
 from peanchor.pe.base import PEContext, PositionalEncoding
 from peanchor.pe.declaration import PEDeclaration
-from peanchor.pe.registry import register_pe
+from peanchor.pe.registry import PE_REGISTRY
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
@@ -38,7 +38,7 @@ def distances(rows: Tensor, cols: Tensor) -> Tensor:
     return torch.cdist(pos, pos).float()  # (N, N)
 
 
-@register_pe
+@PE_REGISTRY.register
 class ALiBi2D(PositionalEncoding):
     """A fixed bias ``−slope_h · ‖p_i − p_j‖`` on the patch-to-patch logits of head ``h``, the same in every block;
     0 on every logit that involves a prefix token."""

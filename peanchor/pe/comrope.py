@@ -21,10 +21,10 @@ from torch import Tensor, nn
 from peanchor.pe.base import BlockRotation, PEContext, PositionalEncoding
 from peanchor.pe.declaration import PEDeclaration
 from peanchor.pe.lie import skew
-from peanchor.pe.registry import register_pe
+from peanchor.pe.registry import PE_REGISTRY
 
 
-@register_pe
+@PE_REGISTRY.register
 class ComRoPE(PositionalEncoding):
     """ComRoPE-AP: trainable angle blocks ``(L, H, nb, b, b)``, block ``j`` turned by the row (even ``j``) or the
     column (odd ``j``) coordinate."""

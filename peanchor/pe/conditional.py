@@ -37,10 +37,10 @@ from torch import Tensor, nn
 
 from peanchor.pe.base import PEContext, PositionalEncoding
 from peanchor.pe.declaration import PEDeclaration
-from peanchor.pe.registry import register_pe
+from peanchor.pe.registry import PE_REGISTRY
 
 
-@register_pe
+@PE_REGISTRY.register
 class PositionalEncodingGenerator(PositionalEncoding):
     """CPVT's PEG: ``x_patch + alpha * dwconv3x3(x_patch)`` after block ``block`` (default 0, the first).
 

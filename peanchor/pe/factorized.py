@@ -15,10 +15,10 @@ from torch import Tensor, nn
 
 from peanchor.pe.base import PEContext, PositionalEncoding
 from peanchor.pe.declaration import PEDeclaration
-from peanchor.pe.registry import register_pe
+from peanchor.pe.registry import PE_REGISTRY
 
 
-@register_pe
+@PE_REGISTRY.register
 class FactorizedPE(PositionalEncoding):
     """Learned ``row (1, H, D)`` and ``col (1, W, D)`` tables; slot ``(r, c)`` gets ``row[r] + col[c]``."""
 

@@ -21,10 +21,10 @@ from torch import Tensor, nn
 
 from peanchor.pe.base import PEContext, PositionalEncoding
 from peanchor.pe.declaration import PEDeclaration
-from peanchor.pe.registry import register_pe
+from peanchor.pe.registry import PE_REGISTRY
 
 
-@register_pe
+@PE_REGISTRY.register
 class LearnableFourierPE(PositionalEncoding):
     """``features`` Fourier features (``features/2`` learned 2D frequencies, cos and sin), an MLP of ``hidden``
     GELU units to ``embed_dim``; ``gamma`` sets the frequencies' init ``N(0, γ⁻²)``."""

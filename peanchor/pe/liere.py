@@ -24,10 +24,10 @@ from torch import Tensor, nn
 from peanchor.pe.base import BlockRotation, PEContext, PositionalEncoding
 from peanchor.pe.declaration import PEDeclaration
 from peanchor.pe.lie import exp_rotations, skew
-from peanchor.pe.registry import register_pe
+from peanchor.pe.registry import PE_REGISTRY
 
 
-@register_pe
+@PE_REGISTRY.register
 class LieRE(PositionalEncoding):
     """Learned generators ``(L, H, 2, head_dim/block, block, block)``; rotation ``exp(row·A_row + col·A_col)``."""
 

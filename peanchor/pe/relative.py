@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from peanchor.pe.base import PEContext, PositionalEncoding
 from peanchor.pe.declaration import PEDeclaration
-from peanchor.pe.registry import register_pe
+from peanchor.pe.registry import PE_REGISTRY
 
 
 def relative_offset_index(grid: tuple[int, int]) -> Tensor:
@@ -44,7 +44,7 @@ def relative_offset_index(grid: tuple[int, int]) -> Tensor:
     return dy * (2 * cols - 1) + dx  # (N, N)
 
 
-@register_pe
+@PE_REGISTRY.register
 class RelativePositionBias(PositionalEncoding):
     """A learned 2D relative position bias per head, one table per block (``shared=True``: one for all).
 

@@ -15,10 +15,10 @@ from torch import Tensor, nn
 
 from peanchor.pe.base import PEContext, PositionalEncoding, RotaryTables
 from peanchor.pe.declaration import PEDeclaration
-from peanchor.pe.registry import register_pe
+from peanchor.pe.registry import PE_REGISTRY
 
 
-@register_pe
+@PE_REGISTRY.register
 class AxialRoPE(PositionalEncoding):
     """Axial 2D RoPE as in the paper: the head is split into quarters of ``hd/4`` channels.
 
@@ -65,7 +65,7 @@ class AxialRoPE(PositionalEncoding):
         return f"grid={self.ctx.grid}, theta={self.theta:g}"
 
 
-@register_pe
+@PE_REGISTRY.register
 class MixedRoPE(PositionalEncoding):
     """RoPE-Mixed: learnable 2D frequencies per layer and head, angle ``x·fx + y·fy``.
 

@@ -20,13 +20,13 @@ from torch import Tensor, nn
 
 from peanchor.pe.base import PEContext, PositionalEncoding, RotaryTables
 from peanchor.pe.declaration import PEDeclaration
-from peanchor.pe.registry import register_pe
+from peanchor.pe.registry import PE_REGISTRY
 from peanchor.pe.rotary import AxialRoPE, MixedRoPE
 
 ROTATIONS = {"mixed": MixedRoPE, "axial": AxialRoPE}
 
 
-@register_pe
+@PE_REGISTRY.register
 class RoPEWithAPE(PositionalEncoding):
     """A learned table (``(1, P + N, D)``, CLS row included) plus RoPE-Mixed or axial RoPE on q and k."""
 

@@ -23,10 +23,10 @@ from torch import Tensor
 
 from peanchor.pe.base import PEContext, PositionalEncoding, RotaryTables
 from peanchor.pe.declaration import PEDeclaration
-from peanchor.pe.registry import register_pe
+from peanchor.pe.registry import PE_REGISTRY
 
 
-@register_pe
+@PE_REGISTRY.register
 class DinoV3RoPE(PositionalEncoding):
     """Axial RoPE over coordinates normalised to ``[-1, 1]``; shift, jitter and rescale of them in training."""
 

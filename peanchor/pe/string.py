@@ -20,11 +20,11 @@ from torch import Tensor, nn
 from peanchor.pe.base import BlockRotation, PEContext, PositionalEncoding, RotaryTables
 from peanchor.pe.declaration import PEDeclaration
 from peanchor.pe.lie import cayley, skew
-from peanchor.pe.registry import register_pe
+from peanchor.pe.registry import PE_REGISTRY
 from peanchor.pe.rotary import MixedRoPE
 
 
-@register_pe
+@PE_REGISTRY.register
 class CayleySTRING(PositionalEncoding):
     """RoPE-Mixed after ``P = Cayley(S)``, ``S`` ``(L, H, hd, hd)`` skew-symmetric and learned."""
 

@@ -5,14 +5,16 @@ A run's config is a :class:`TrainConfig`: a preset's (:mod:`peanchor.presets`), 
 rerunning into the same directory must resolve to the same config (apart from :data:`RUNTIME_KEYS`, which do
 not change the result).
 
-``--set`` values are read as YAML (``3e-4`` and ``1e9`` are floats, ``null`` is None, ``[0.9, 0.95]`` a list) and
+``--set`` values are read as YAML once, by :mod:`peanchor.set_items` (``3e-4`` and ``1e9`` are floats, ``null`` is
+None, ``[0.9, 0.95]`` a list; the functions here take the items read or their text) and
 the whole config is then validated by a pydantic ``TypeAdapter`` over these dataclasses in strict mode, so that a
 wrong type or an unknown key is one line naming the dotted key, what was given and what was expected::
 
     peanchor train --preset cpu --set optim.lr=3e-4 --set model.overrides.depth=6
 
-Imports: :mod:`peanchor.data.spec`, :mod:`peanchor.conditions`, :mod:`peanchor.models.args`, :mod:`peanchor.pe` (lazily,
-to check a PE name); pydantic lazily (on the first override).
+Imports: :mod:`peanchor.data.spec`, :mod:`peanchor.conditions`, :mod:`peanchor.models.args`, :mod:`peanchor.set_items`
+(reading ``--set`` items and YAML), :mod:`peanchor.pe` (lazily, to check a PE name); pydantic lazily (on the first
+override).
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import re
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
@@ -34,6 +36,7 @@ from peanchor.conditions import condition_name
 from peanchor.data.spec import PATH_FIELDS, DataSpec, resolved_path
 from peanchor.errors import ConfigError, did_you_mean
 from peanchor.models.args import Architecture, field_types
+from peanchor.set_items import SetItem, parse_set_item, parse_set_items, read_yaml
 
 # Keys that change how a run executes but not what it computes: a rerun may change them.
 # ``train.device`` may change (cuda:0 → cuda:1, auto → cuda) as long as the device *type* stays: a resume that
@@ -128,20 +131,6 @@ class TrainConfig:
 
 # ----------------------------------------------------------------------------------------------
 # Typed access by dotted key: pydantic validates the whole config after each change
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML 1.1 as PyYAML reads it, plus exponent floats without a dot (``3e-4``, ``1e9``), as YAML 1.2 reads them."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)?\.?[0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789.")
-)
-
-
-def read_yaml(text: str) -> Any:
-    """``text`` as YAML, with the float rule of :class:`_Loader`."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
 
 
 @functools.cache
@@ -255,23 +244,7 @@ def set_value(config: TrainConfig, key: str, value: Any, raw: str | None = None)
     raise _config_error(first_error, key, raw.strip() if raw is not None else repr(value))
 
 
-def parse_set_item(item: str) -> tuple[str, Any, str]:
-    """``"optim.lr=3e-4"`` → ``("optim.lr", 0.0003, "3e-4")``, the value read as YAML (``(a, b)`` as a list)."""
-    key, sep, raw = item.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"--set {item!r}: expected key=value, e.g. optim.lr=3e-4")
-    text = raw.strip()
-    if text.startswith("(") and text.endswith(")"):
-        text = f"[{text[1:-1]}]"
-    try:
-        value = read_yaml(text) if text else ""
-    except yaml.YAMLError:
-        value = raw  # let the type check report it against the field's type
-    return key, value, raw
-
-
-def check_set_items(items: list[str]) -> None:
+def check_set_items(items: Iterable[str | SetItem]) -> None:
     """Each ``--set`` item's key and the type of its value checked on a default config, in the words of
     :func:`set_value`: a command calls this first, so that a misspelt key (``model.pee``) is one line before torch
     loads; the cross-field checks (:func:`validate`, a PE's name) wait for the command's own config.
@@ -282,9 +255,8 @@ def check_set_items(items: list[str]) -> None:
     peanchor.errors.ConfigError: unknown config key 'optim.lrr'; valid keys here: optim.lr, ... (did you mean optim.lr?)
     """
     config = TrainConfig()
-    for item in items:
-        key, value, raw = parse_set_item(item)
-        set_value(config, key, value, raw)
+    for item in parse_set_items(items):
+        set_value(config, item.key, item.value, item.raw)
 
 
 def validate(config: TrainConfig) -> None:
@@ -332,7 +304,8 @@ def _check_names(model: ModelConfig) -> None:
 
 
 def apply_overrides(
-    config: TrainConfig, cli_overrides: dict[str, Any] | None = None, set_items: list[str] | None = None
+    config: TrainConfig, cli_overrides: dict[str, Any] | None = None,
+    set_items: Iterable[str | SetItem] | None = None,
 ) -> TrainConfig:
     """``config`` with ``cli_overrides`` (dotted key → value; None values are skipped), then ``--set`` items,
     applied in place and validated (the preset layer is :func:`peanchor.presets.resolve_config`).
@@ -343,9 +316,8 @@ def apply_overrides(
     for key, value in (cli_overrides or {}).items():
         if value is not None:
             set_value(config, key, value)
-    for item in set_items or []:
-        key, value, raw = parse_set_item(item)
-        set_value(config, key, value, raw)
+    for item in parse_set_items(set_items or ()):  # read already where a command took them (peanchor.set_items)
+        set_value(config, item.key, item.value, item.raw)
     validate(config)
     return config
 

@@ -58,7 +58,7 @@ def test_the_edits_are_recorded_and_read_back_into_the_same_plan(data, tmp_path)
     assert stored.settings.interventions == ["rope_planes:layers=all,heads=all,axis=x,freqs=all",
                                              "head_ablate:layers=1,heads=0,value=zero"]  # fmt: skip
     plan = AnalysisPlan.from_result(stored)
-    assert plan.interventions == tuple(stored.settings.interventions)
+    assert tuple(e.spec for e in plan.interventions) == tuple(stored.settings.interventions)  # edits, as objects
     assert plan == resolve_plan(16, defaults=plan, given={"interventions": ["rope_planes:axis=x",
                                                                              "head_ablate:layers=1,heads=0"]})
     older = json.loads((tmp_path / "analysis.json").read_text())

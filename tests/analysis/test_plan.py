@@ -182,7 +182,8 @@ def test_the_shifts_come_from_the_preset_or_the_rule_then_shift():
 
 
 def test_set_items():
-    assert split_plan_items(["a.b=1", "analysis.seed=2", " analysis.metric=euclidean"]) == (
+    others, plan = split_plan_items(["a.b=1", "analysis.seed=2", " analysis.metric=euclidean"])
+    assert ([str(i) for i in others], [str(i) for i in plan]) == (
         ["a.b=1"], ["analysis.seed=2", " analysis.metric=euclidean"])  # fmt: skip
     assert parse_plan_items(["analysis.severities=true", "analysis.probe_ridge=1e-2"]) == {
         "severities": True, "probe_ridge": 0.01}  # fmt: skip
@@ -254,3 +255,19 @@ def test_assemble_takes_the_planned_shifts_from_the_manifests_plan(tmp_path):
     fileio.write_json(tmp_path / "old" / MANIFEST, {**grid, "analysis": {"alphas": [1.0], "rpi_draws": 2}})
     results = assemble_results(tmp_path / "old")
     assert list(results.shifts) == ["jpeg", "blur", "contrast"] and results.shift_sources["blur"] == "preset cpu"
+
+
+def test_edits_are_objects_in_the_plan_and_their_specs_in_the_records():
+    from peanchor.interventions import Hook
+    from peanchor.interventions.kinds.pe_zero import PEZero
+
+    shifts = {"jpeg": Shift("jpeg", quality=10)}
+    by_object = AnalysisPlan(shifts, interventions=[PEZero(), "head_ablate:layers=1"])
+    by_text = AnalysisPlan(shifts, interventions=["pe_zero", "head_ablate:layers=1"])
+    assert by_object == by_text and hash(by_object) == hash(by_text) and isinstance(by_object.interventions[0], PEZero)
+    assert by_object.to_dict()["interventions"] == ["pe_zero:prefix=zero", "head_ablate:layers=1,heads=all,value=zero"]
+    assert AnalysisPlan.from_dict(by_object.to_dict()) == by_object
+    hook = Hook("blocks.0.residual", abs)
+    assert AnalysisPlan(shifts, interventions=[hook]).interventions == (hook,)  # kept as itself, not turned to text
+    with pytest.raises(ConfigError, match="^analysis.interventions=.*: expected Edit objects"):
+        AnalysisPlan(shifts, interventions=[3])

@@ -131,3 +131,23 @@ def test_a_lens_options_type_must_be_a_dataclass():
     with pytest.raises(TypeError, match="options_type must be a dataclass"):
         LENSES.register(Untyped)
     assert issubclass(Untyped, Lens) and "untyped_norm" not in LENSES
+
+
+def test_each_lens_receives_the_typed_options_the_plan_checked(optioned):
+    """typed → typed: the instance pydantic made when the plan was checked is the one the lens is built with (no
+    dict in between), and the options that are plan fields come from those fields."""
+    import torch
+
+    import peanchor
+    from peanchor.analysis.evaluate import measured_lenses
+
+    plan = AnalysisPlan(SHIFTS, lens_options={"optioned_norm": {"scale": 3}, "ssdc": {"mode": "per_image"}})
+    typed = plan.options("optioned_norm")
+    assert typed == NormOptions(order=2, scale=3.0) and plan.options("optioned_norm") is typed
+    model = peanchor.create_model("vit_micro", pe="ape", num_classes=2)
+    with torch.no_grad():
+        lenses = measured_lenses(model, 4, plan.settings(), options=plan.lens_options_typed())
+    assert lenses["optioned_norm"].options is typed
+    assert lenses["ssdc"].options == SSDCOptions("per_image", "manhattan", DEFAULT_REPLICATES)
+    replaced = dataclasses.replace(plan, ssdc_mode="mean_similarity")  # a plan field changed: its option follows
+    assert replaced.options("ssdc").mode == "mean_similarity" and replaced.options("optioned_norm") == typed

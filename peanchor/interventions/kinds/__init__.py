@@ -1,5 +1,5 @@
 """The edit kinds, one module each; every module of this folder is imported here, in name order, so that a kind
-decorated with ``@register_intervention`` in a new file is registered without editing anything else.
+decorated with ``@INTERVENTIONS.register`` in a new file is registered without editing anything else.
 
 Imports: its own modules.
 """

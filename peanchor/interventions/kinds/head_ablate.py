@@ -23,11 +23,11 @@ from torch import Tensor
 from peanchor.errors import ConfigError
 from peanchor.interventions.edit import EditPass, HookPoints, LayersAndHeads
 from peanchor.interventions.record import Record
-from peanchor.interventions.registry import register_intervention
+from peanchor.interventions.registry import INTERVENTIONS
 from peanchor.interventions.spec import choice, param
 
 
-@register_intervention
+@INTERVENTIONS.register
 @dataclass(frozen=True)
 class HeadAblate(LayersAndHeads):
     """Heads ``heads`` of blocks ``layers`` replaced by zero or by their mean (see the module docstring)."""

@@ -21,11 +21,11 @@ from torch import Tensor
 from peanchor.errors import ConfigError
 from peanchor.interventions.edit import Edit, EditPass, HookPoints
 from peanchor.interventions.permutation import random_permutation
-from peanchor.interventions.registry import register_intervention
+from peanchor.interventions.registry import INTERVENTIONS
 from peanchor.interventions.spec import choice, integer, param
 
 
-@register_intervention
+@INTERVENTIONS.register
 @dataclass(frozen=True)
 class Patch(Edit):
     """Block ``layer``'s ``site`` replaced by the donor pass's, tensor for tensor."""

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from peanchor.errors import ConfigError
 from peanchor.interventions.edit import Edit, HookPoints, PETable
-from peanchor.interventions.registry import register_intervention
+from peanchor.interventions.registry import INTERVENTIONS
 from peanchor.interventions.spec import choice, flag, grid_size, param
 
 
@@ -55,7 +55,7 @@ def grid_positions(grid: tuple[int, int], trained: tuple[int, int], how: str) ->
     return y, x
 
 
-@register_intervention
+@INTERVENTIONS.register
 @dataclass(frozen=True)
 class PEResample(Edit):
     """The table (and the RoPE positions) moved to ``grid``; the pass then needs images of that patch grid."""

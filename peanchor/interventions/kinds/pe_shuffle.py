@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from peanchor.interventions.edit import Edit, HookPoints, PETable
-from peanchor.interventions.registry import register_intervention
+from peanchor.interventions.registry import INTERVENTIONS
 from peanchor.interventions.spec import integer, param
 
 
@@ -22,7 +22,7 @@ def table_permutation(n: int, seed: int) -> torch.Tensor:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
 
 
-@register_intervention
+@INTERVENTIONS.register
 @dataclass(frozen=True)
 class PEShuffle(Edit):
     """Slot ``i`` of ``pe.table`` gets patch row ``perm[i]``, ``perm = torch.randperm(N)`` seeded by ``seed``."""

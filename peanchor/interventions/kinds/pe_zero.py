@@ -19,14 +19,14 @@ from torch import Tensor
 
 from peanchor.errors import ConfigError
 from peanchor.interventions.edit import Edit, HookPoints, PETable, RopeTables
-from peanchor.interventions.registry import register_intervention
+from peanchor.interventions.registry import INTERVENTIONS
 from peanchor.interventions.spec import choice, param
 
 #: The hook points that carry a positional code, in the order the message names them.
 CODE_POINTS = ("pe.table", "rope.tables", "pe.bias", "pe.rotation")
 
 
-@register_intervention
+@INTERVENTIONS.register
 @dataclass(frozen=True)
 class PEZero(Edit):
     """Every row of ``pe.table`` zeroed (with ``prefix=keep`` the CLS and register rows stay as trained), the rotary

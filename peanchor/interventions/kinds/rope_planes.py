@@ -16,11 +16,11 @@ import torch
 
 from peanchor.errors import ConfigError
 from peanchor.interventions.edit import HookPoints, LayersAndHeads, RopeTables, check_indices
-from peanchor.interventions.registry import register_intervention
+from peanchor.interventions.registry import INTERVENTIONS
 from peanchor.interventions.spec import INDEX_RULE, IndexSet, choice, index_set, param
 
 
-@register_intervention
+@INTERVENTIONS.register
 @dataclass(frozen=True)
 class RopePlanes(LayersAndHeads):
     """Sine 0 and cosine 1 on the chosen planes' channels, in the chosen layers and heads, at every slot."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from peanchor.fileio import Number
-from peanchor.lenses import Lens, LensBatch, LensContext, register_lens
+from peanchor.lenses import LENSES, Lens, LensBatch, LensContext
 from peanchor.lenses.base import mean_over_draws
 
 __all__ = ["AttentionEntropyLayers", "AttentionEntropyLens", "AttentionEntropyOptions", "EntropyAccumulator"]
@@ -72,7 +72,7 @@ class EntropyAccumulator:
                             dtype=torch.float64)  # fmt: skip
 
 
-@register_lens
+@LENSES.register
 class AttentionEntropyLens(Lens):
     name = "attention_entropy"
     title = "attention entropy"

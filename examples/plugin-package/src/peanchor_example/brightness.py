@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from peanchor.analysis.shifts.base import Param, ShiftKind, register, to_uint8
+from peanchor.analysis.shifts.base import KINDS, Param, ShiftKind, to_uint8
 
 if TYPE_CHECKING:
     import torch
 
 
-@register
+@KINDS.register
 class Brightness(ShiftKind):
     name = "brightness"
     summary = "c added to each pixel's HSV value, hue and saturation kept (ImageNet-C)"

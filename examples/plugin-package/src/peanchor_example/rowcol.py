@@ -7,11 +7,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from peanchor.pe import PEContext, PositionalEncoding, register_pe
+from peanchor.pe import PE_REGISTRY, PEContext, PositionalEncoding
 from peanchor.pe.declaration import PEDeclaration
 
 
-@register_pe
+@PE_REGISTRY.register
 class RowColumnPE(PositionalEncoding):
     """``x[patch (r, c)] += α (row[r] + col[c])``; both tables start at ``N(0, init_std²)``."""
 
