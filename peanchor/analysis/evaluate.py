@@ -52,8 +52,7 @@ transformers ViT) is therefore evaluated unchanged. The result is an :class:`pea
 (written as analysis.json by :func:`peanchor.results.write_analysis`).
 
 Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes, dose_sweep, resolution, intervals, environment),
-:mod:`peanchor.lenses`, :mod:`peanchor.metrics`, :mod:`peanchor.results`, :mod:`peanchor.interventions` (the plan's edits),
-:mod:`peanchor.bars`, :mod:`peanchor.devices`, :mod:`peanchor.models` (the interface).
+:mod:`peanchor.lenses`, :mod:`peanchor.metrics`, :mod:`peanchor.results`, :mod:`peanchor.bars`, :mod:`peanchor.devices`, :mod:`peanchor.models` (the interface).
 """
 
 from __future__ import annotations

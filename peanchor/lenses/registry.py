@@ -29,6 +29,7 @@ RESERVED: tuple[str, ...] = (
     # issue 35: the intervals, the record of an analysis's settings and environment, the α trends
     "acc_ci", "alpha_trends", "analysis_settings", "chance", "ci_level", "clean_acc_ci", "delta_ssdc_ci", "environment",
     "fragility_ci", "fragility_undefined", "rpi_acc_ci",
+    "resolution",  # top-1 at other image sizes
 )  # fmt: skip
 
 

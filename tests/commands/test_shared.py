@@ -101,7 +101,7 @@ def test_the_help_texts_name_every_registered_lens(monkeypatch, capsys) -> None:
         (["reproduce", "--set", "analysis.rpi_draw=2"], "--set 'analysis.rpi_draw=2': unknown analysis key "
          "'analysis.rpi_draw'; valid keys: analysis.alphas, analysis.rpi_draws, analysis.rpi_mode, analysis.seed, "
          "analysis.batch_size, analysis.max_images, analysis.severities, analysis.ssdc_mode, analysis.metric, "
-         "analysis.bootstrap, analysis.bootstrap_groups, analysis.probe_ridge, analysis.probe_holdout, analysis.lenses, analysis.interventions, analysis.sweeps, "
+         "analysis.bootstrap, analysis.bootstrap_groups, analysis.probe_ridge, analysis.probe_holdout, analysis.lenses, analysis.interventions, analysis.sweeps, analysis.resolutions, "
          "and "
          "analysis.lenses.<lens>.<option> (did you mean analysis.rpi_draws?)"),
         (["analyze", "RUN", "--set", "data.val_sise=5"], "unknown config key 'data.val_sise'; valid keys here: "),
