@@ -4,7 +4,7 @@ Every benchmark compares things *side by side in one process*: repetition ``r`` 
 candidate once, in an order that rotates with ``r``, so a burst of load from another process hits
 all candidates alike. Results are medians over repetitions; the ratios between medians are what the
 benchmarks report. Each script writes ``benchmarks/results/<name>.json`` atomically through
-:mod:`peanchor.fileio`.
+:mod:`peanchor.core.fileio`.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def apply_threads(threads: int | None) -> None:
 
 def write_record(name: str, record: dict[str, Any], out: Path | None = None) -> Path:
     """Write ``record`` atomically to ``out`` or ``benchmarks/results/<name>.json``."""
-    from peanchor import fileio
+    from peanchor.core import fileio
 
     path = out if out is not None else RESULTS_DIR / f"{name}.json"
     record = {"benchmark": name, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), **record}

@@ -35,7 +35,7 @@ from peanchor.analysis.evaluate import evaluate_model
 from peanchor.analysis.plan import resolve_plan
 from peanchor.data import DataSpec, normalize
 from peanchor.models import create_model
-from peanchor.presets import preset_config
+from peanchor.presets.catalog import preset_config
 
 NAME = "eval_suite"
 GOAL = 1.3

@@ -4,7 +4,7 @@
     python3 benchmarks/bench_families.py --threads 1 --patch 4 # the cpu preset's grid (8 x 8 = 64 tokens)
     python3 benchmarks/bench_families.py --quick --threads 1   # small batches, 2 reps
 
-Every PE of the families preset (``peanchor.presets.FAMILY_CONDITIONS``) in one run, interleaved repetitions, ratios
+Every PE of the families preset (``peanchor.presets.catalog.FAMILY_CONDITIONS``) in one run, interleaved repetitions, ratios
 of medians against ``ape``:
 
 * ``train``: one AdamW step, batch 64 (the preset's), as ``peanchor train --preset families`` runs it (training
@@ -29,7 +29,7 @@ import bench_common as bc
 import torch
 
 from peanchor.models import create_model
-from peanchor.presets import FAMILY_CONDITIONS
+from peanchor.presets.catalog import FAMILY_CONDITIONS
 
 NAME = "families"
 PRESET = {"embed_dim": 128, "depth": 3, "num_heads": 4, "mlp_ratio": 2.0, "drop_path_rate": 0.0}

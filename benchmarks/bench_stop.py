@@ -4,7 +4,7 @@
     python3 benchmarks/bench_stop.py --quick      # one SIGTERM, 1024 images
 
 A stop is handled at the next step boundary: the step in flight finishes, the resume checkpoint is written, the
-process exits with 128 + the signal (tests/test_interrupts.py checks all of that, and that the rerun is exact).
+process exits with 128 + the signal (tests/core/test_interrupts.py checks all of that, and that the rerun is exact).
 So the latency is about one step plus a checkpoint plus the interpreter's exit. Each repetition starts the run
 in a fresh directory (``python -m peanchor``), waits until the first epoch is logged, sends the signal and waits
 for the exit. The mean step time is the first epoch's training seconds (``metrics.csv``) over its steps; the

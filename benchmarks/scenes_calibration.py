@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_common import apply_threads, finish_machine_info, machine_info, parser, write_record  # noqa: E402
 
-from peanchor.checkpoint import load_model  # noqa: E402
+from peanchor.checkpoint.files import load_model  # noqa: E402
 from peanchor.data import IMAGENET_MEAN, IMAGENET_STD, normalize, scenes  # noqa: E402
-from peanchor.errors import DataError  # noqa: E402
-from peanchor.results import RESULTS_JSON, read_results  # noqa: E402
+from peanchor.core.errors import DataError  # noqa: E402
+from peanchor.results.records import RESULTS_JSON, read_results  # noqa: E402
 from peanchor.training.config import load_config  # noqa: E402
 
 SETS = {"as designed": scenes.OWN_TEXTURE_P, "own texture": 1.0, "random texture": 0.0}

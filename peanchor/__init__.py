@@ -10,12 +10,13 @@ From Python (README.md, "Python"; docs/python.md)::
     peanchor.compare({"mine": result, "ape": "runs/ape"})       # one row per model
     peanchor.write_report({"mine": result, "ape": "runs/ape"}, "runs/report")
 
-Imports: nothing at import time; lazily ``create_model`` / ``MODEL_SIZES`` from :mod:`peanchor.models`,
-``load_model`` from :mod:`peanchor.checkpoint`, ``PE_NAMES`` from :mod:`peanchor.pe`, ``analyze`` / ``LENSES``
-from :mod:`peanchor.api`, ``AnalysisPlan`` from :mod:`peanchor.analysis`, ``read_analysis`` / ``read_results`` /
-``AnalysisResult`` from :mod:`peanchor.results`, the ``plot_*`` functions from :mod:`peanchor.report.plots`,
-``compare`` from :mod:`peanchor.tables`, ``write_report`` from :mod:`peanchor.report`, ``train`` from
-:mod:`peanchor.train_preset`, ``audit`` (a callable package: ``peanchor.audit(model)``) and ``AuditReport`` from
+Imports: at import time only :mod:`peanchor.core` (the version, and the finder that keeps the old import paths
+of moved modules working); lazily ``create_model`` / ``MODEL_SIZES`` from :mod:`peanchor.models`,
+``load_model`` from :mod:`peanchor.checkpoint.files`, ``PE_NAMES`` from :mod:`peanchor.pe`, ``analyze`` / ``LENSES``
+from :mod:`peanchor.api.analysis`, ``AnalysisPlan`` from :mod:`peanchor.analysis`, ``read_analysis`` / ``read_results`` /
+``AnalysisResult`` from :mod:`peanchor.results.records`, the ``plot_*`` functions from :mod:`peanchor.report.plots`,
+``compare`` from :mod:`peanchor.results.tables`, ``write_report`` from :mod:`peanchor.report`, ``train`` from
+:mod:`peanchor.api.training`, ``audit`` (a callable package: ``peanchor.audit(model)``) and ``AuditReport`` from
 :mod:`peanchor.audit`.
 """
 
@@ -23,7 +24,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from peanchor.core.moved import install as _install_moved
+from peanchor.core.version import __version__
+
+_install_moved()  # old import paths (peanchor.fileio, peanchor.tables, ...) keep working
 
 __all__ = [
     "__version__", "create_model", "load_model", "PE_NAMES", "MODEL_SIZES", "analyze", "LENSES", "AnalysisPlan",
@@ -35,28 +39,28 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover
     from peanchor.analysis.plan import AnalysisPlan
     from peanchor.audit import AuditReport, audit
-    from peanchor.api import LENSES, analyze
-    from peanchor.checkpoint import load_model
+    from peanchor.api.analysis import LENSES, analyze
+    from peanchor.checkpoint.files import load_model
     from peanchor.models import MODEL_SIZES, create_model
     from peanchor.pe import PE_NAMES
     from peanchor.report import write_report
     from peanchor.report.plots import (plot_alpha_sweep, plot_attention_heads, plot_dose_response, plot_lenses,
                                        plot_ssdc_per_layer)
-    from peanchor.results import AnalysisResult, read_analysis, read_results
-    from peanchor.tables import compare
-    from peanchor.train_preset import train
+    from peanchor.results.records import AnalysisResult, read_analysis, read_results
+    from peanchor.results.tables import compare
+    from peanchor.api.training import train
 
 # name → the module it lives in; imported on first use so that `peanchor --help` does not pay for torch.
 _LAZY = {
     "create_model": "peanchor.models", "MODEL_SIZES": "peanchor.models", "PE_NAMES": "peanchor.pe",
-    "load_model": "peanchor.checkpoint", "analyze": "peanchor.api", "LENSES": "peanchor.api",
+    "load_model": "peanchor.checkpoint.files", "analyze": "peanchor.api.analysis", "LENSES": "peanchor.api.analysis",
     "AnalysisPlan": "peanchor.analysis.plan",
-    "AnalysisResult": "peanchor.results", "read_analysis": "peanchor.results", "read_results": "peanchor.results",
+    "AnalysisResult": "peanchor.results.records", "read_analysis": "peanchor.results.records", "read_results": "peanchor.results.records",
     "plot_ssdc_per_layer": "peanchor.report.plots", "plot_alpha_sweep": "peanchor.report.plots",
     "plot_lenses": "peanchor.report.plots", "plot_attention_heads": "peanchor.report.plots",
     "plot_dose_response": "peanchor.report.plots",
     "AuditReport": "peanchor.audit",
-    "compare": "peanchor.tables", "write_report": "peanchor.report", "train": "peanchor.train_preset",
+    "compare": "peanchor.results.tables", "write_report": "peanchor.report", "train": "peanchor.api.training",
 }  # fmt: skip
 
 

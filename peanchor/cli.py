@@ -2,16 +2,16 @@
 
 Each sub-command lives in :mod:`peanchor.commands` as a module with ``add_parser(subparsers)``; the
 parser it adds sets ``func`` to a callable taking the parsed arguments and returning an exit code.
-User errors (:class:`~peanchor.errors.PeanchorError`) become one line on stderr and a non-zero
+User errors (:class:`~peanchor.core.errors.PeanchorError`) become one line on stderr and a non-zero
 exit; ``--debug`` shows their traceback too. A run stopped by SIGTERM/SIGINT after saving its state
-(:class:`~peanchor.interrupts.Interrupted`) exits with 128 + the signal number: 143 or 130.
+(:class:`~peanchor.core.interrupts.Interrupted`) exits with 128 + the signal number: 143 or 130.
 
 Plug-ins: every command takes ``--plugin MODULE`` (repeatable), and ``PEANCHOR_PLUGINS`` names more
 (comma-separated); they are imported before the parser is built, so that their PEs, shift kinds, lenses and presets
-are in the help, the choices and the errors as the built-ins are (:mod:`peanchor.registry`; installed plug-ins come
+are in the help, the choices and the errors as the built-ins are (:mod:`peanchor.core.registry`; installed plug-ins come
 through entry points by themselves).
 
-Imports: :mod:`peanchor.errors`, :mod:`peanchor.interrupts`, :mod:`peanchor.registry` and the
+Imports: :mod:`peanchor.core.errors`, :mod:`peanchor.core.interrupts`, :mod:`peanchor.core.registry` and the
 :mod:`peanchor.commands` modules (which import the rest lazily).
 """
 
@@ -26,10 +26,10 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
-from peanchor import __version__
-from peanchor.errors import PeanchorError
-from peanchor.interrupts import Interrupted
-from peanchor.registry import PLUGINS_ENV, load_plugins, plugins_from_env
+from peanchor.core.version import __version__
+from peanchor.core.errors import PeanchorError
+from peanchor.core.interrupts import Interrupted
+from peanchor.core.registry import PLUGINS_ENV, load_plugins, plugins_from_env
 
 COMMANDS = ("train", "analyze", "reproduce", "report", "data", "import_", "audit")
 

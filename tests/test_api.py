@@ -21,8 +21,8 @@ from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
 from peanchor.analysis.plan import AnalysisPlan
 from peanchor.data import DataInfo
-from peanchor.errors import ConfigError, DataError, PeanchorError
-from peanchor.results import read_analysis
+from peanchor.core.errors import ConfigError, DataError, PeanchorError
+from peanchor.results.records import read_analysis
 
 ROOT = Path(__file__).resolve().parents[1]
 STATS = dict(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
@@ -124,7 +124,7 @@ def test_labels_are_optional_when_accuracy_is_not_needed(model, data) -> None:
 
 
 def test_a_loaded_model_carries_its_normalisation(model, data, tmp_path) -> None:
-    from peanchor.checkpoint import save_model
+    from peanchor.checkpoint.files import save_model
     from peanchor.data import IMAGENET_MEAN, IMAGENET_STD
 
     images, labels = data

@@ -8,7 +8,7 @@ import torch
 
 import peanchor
 from peanchor.analysis.shifts import Shift
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions import Hook
 from peanchor.interventions.kinds.pe_zero import PEZero
 

@@ -235,7 +235,7 @@ def test_report_json_round_trip_and_table(micro: Callable, tmp_path) -> None:
 
 
 def test_cli_audits_a_run_directory_and_writes_json(micro: Callable, tmp_path, capsys) -> None:
-    from peanchor.checkpoint import save_model
+    from peanchor.checkpoint.files import save_model
 
     model = micro("sincos")
     save_model(model, tmp_path / "run" / "model.safetensors")
@@ -256,12 +256,12 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys) -> None:
 
 
 def test_a_model_peanchor_cannot_wrap_is_one_line() -> None:
-    with pytest.raises(peanchor.errors.ConfigError, match="expected a peanchor model"):
+    with pytest.raises(peanchor.core.errors.ConfigError, match="expected a peanchor model"):
         audit(nn.Linear(2, 2))
 
 
 def test_the_failing_exit_status_is_one(micro: Callable, monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    from peanchor.checkpoint import save_model
+    from peanchor.checkpoint.files import save_model
     from peanchor.commands import audit as command
 
     save_model(micro("ape"), tmp_path / "run" / "model.safetensors")

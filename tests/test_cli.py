@@ -29,9 +29,9 @@ import torch
 from safetensors.torch import save_file
 from torchvision.io import encode_jpeg
 
-from peanchor.checkpoint import load_model
+from peanchor.checkpoint.files import load_model
 from peanchor.cli import main
-from peanchor.errors import CheckpointError, PeanchorError
+from peanchor.core.errors import CheckpointError, PeanchorError
 
 # ----------------------------------------------------------------------------------------------
 # Helpers

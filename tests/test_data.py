@@ -7,7 +7,7 @@ import torch
 
 import peanchor.data as data
 from peanchor.data import DataSpec, build_datasets
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 

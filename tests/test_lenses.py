@@ -21,7 +21,7 @@ from peanchor.metrics import SSDCAccumulator
 from peanchor.metrics.attention_distance import AttentionDistanceAccumulator
 from peanchor.metrics.position_probe import DEFAULT_HOLDOUT, DEFAULT_RIDGE, PositionProbeAccumulator, heldout_mask
 from peanchor.pe import PE_NAMES, PE_REGISTRY
-from peanchor.results import analysis_rows
+from peanchor.results.records import analysis_rows
 
 from tests.helpers.builders import plan, tiny_info
 
@@ -328,7 +328,7 @@ def test_a_pass_feeds_the_lenses_it_is_given(evalset, micro):
 
 
 def test_bad_probe_settings_are_user_errors(evalset, micro):
-    from peanchor.errors import ConfigError
+    from peanchor.core.errors import ConfigError
 
     for kwargs in ({"probe_ridge": 0.0}, {"probe_ridge": float("inf")}, {"probe_holdout": 1.0}, {"probe_holdout": 0}):
         with pytest.raises(ConfigError, match=f"analysis.{next(iter(kwargs))}="):

@@ -13,7 +13,7 @@ import yaml
 from PIL import Image
 
 from peanchor.cli import main
-from peanchor.presets import PRESETS, resolve_config
+from peanchor.presets.catalog import PRESETS, resolve_config
 
 N_TRAIN, N_VAL, CLASSES = 8, 4, ("a", "b", "c")  # per class: 24 train and 12 val images in all
 

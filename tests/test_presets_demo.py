@@ -10,7 +10,7 @@ import json
 import pytest
 
 from peanchor.cli import main
-from peanchor.presets import PRESETS, get_preset, preset_help, resolve_config
+from peanchor.presets.catalog import PRESETS, get_preset, preset_help, resolve_config
 from peanchor.study import ReproduceOptions
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from peanchor.cli import main
 from peanchor.pe import PE_NAMES
-from peanchor.presets import FAMILY_CONDITIONS, get_preset, resolve_config
+from peanchor.presets.catalog import FAMILY_CONDITIONS, get_preset, resolve_config
 
 FAMILIES = ("fourier", "factorized", "alibi", "liere", "comrope", "string", "rope_ape", "rope_dinov3")
 

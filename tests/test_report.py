@@ -11,19 +11,19 @@ import pytest
 from PIL import Image
 from scipy import stats
 
-from peanchor.errors import PeanchorError
+from peanchor.core.errors import PeanchorError
 from peanchor.report import build_report, render_markdown, write_report
 from peanchor.report.figures import make_figures
 from peanchor.report.claims import model_correlation
 from peanchor.report.summary import correlation_points
-from peanchor.results import SCHEMA_VERSION, read_results, results_from_dict, write_results
+from peanchor.results.records import SCHEMA_VERSION, read_results, results_from_dict, write_results
 
 LAYERS = 4
 ALPHAS = (1.0, 0.7, 0.4, 0.1)
 
 
 def synthetic_results(seeds=(0, 1), conditions=("none", "ape")) -> dict:
-    """results.json content (peanchor.results.Results): conditions × seeds, an α sweep, severities."""
+    """results.json content (peanchor.results.records.Results): conditions × seeds, an α sweep, severities."""
     models, sweep = [], []
     for ci, cond in enumerate(conditions):
         anchored = cond != "none"
@@ -52,7 +52,7 @@ def synthetic_results(seeds=(0, 1), conditions=("none", "ape")) -> dict:
                                   "ssdc_rpi": [rpi[0], rpi[0] + d], "clean_acc": clean, "acc": {"jpeg": 0.5, "blur": 0.6},
                                   "fragility": {"jpeg": round(0.5 - 0.3 * alpha + jitter, 4), "blur": round(0.3 - 0.2 * alpha, 4)}})
     return {
-        "schema": "peanchor.results", "schema_version": SCHEMA_VERSION, "preset": "cpu", "dataset": "scenes", "img_size": 32,
+        "schema": "peanchor.results.records", "schema_version": SCHEMA_VERSION, "preset": "cpu", "dataset": "scenes", "img_size": 32,
         "shifts": {"jpeg": {"kind": "jpeg", "quality": 58}, "blur": {"kind": "blur", "kernel_size": 7, "sigma": 0.7}},
         "models": models, "alpha_sweep": sweep,
         "failed": [{"name": "rope-s0", "error": "TrainingDiverged: loss became nan at step 12"}],
@@ -225,8 +225,8 @@ def test_results_round_trip_and_one_line_errors(tmp_path):
     model = good["models"][0]
     cases = [
         ([], "JSON object"),
-        ({"models": []}, "not a peanchor.results file"),  # an older peanchor's results.json: no schema fields
-        ({**good, "schema": "peanchor.analysis"}, "not a peanchor.results file"),
+        ({"models": []}, "not a peanchor.results.records file"),  # an older peanchor's results.json: no schema fields
+        ({**good, "schema": "peanchor.analysis"}, "not a peanchor.results.records file"),
         ({**good, "schema_version": 99}, f"schema_version 99, but this peanchor reads version {SCHEMA_VERSION}"),
         ({**good, "models": {}}, "models: Input should be a valid array"),
         ({**good, "models": [{k: v for k, v in model.items() if k != "condition"}]},

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from peanchor import fileio
+from peanchor.core import fileio
 from peanchor.analysis.shifts import Shift
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
 from peanchor.analysis.plan import AnalysisPlan
 from peanchor.study import write_results_and_report
-from peanchor.results import read_analysis, read_results, write_analysis
+from peanchor.results.records import read_analysis, read_results, write_analysis
 
 from tests.helpers.builders import tiny_info
 

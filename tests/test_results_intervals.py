@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from peanchor.analysis.plan import AnalysisPlan
-from peanchor.results import read_analysis, write_analysis
+from peanchor.results.records import read_analysis, write_analysis
 
 TEST_DATA = Path(__file__).parent / "data"
 NEW_FIELDS = ("ci_level", "clean_acc_ci", "rpi_acc_ci", "delta_ssdc_ci", "acc_ci", "fragility_ci", "chance",

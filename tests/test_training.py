@@ -17,14 +17,14 @@ import pytest
 import torch
 import yaml
 
-from peanchor.checkpoint import load_model, read_metadata, save_model, write_safetensors
-from peanchor.errors import CheckpointError, ConfigError, RunDirError, TrainingDiverged
-from peanchor.fileio import RunLock
-from peanchor.interrupts import Interrupted
+from peanchor.checkpoint.files import load_model, read_metadata, save_model, write_safetensors
+from peanchor.core.errors import CheckpointError, ConfigError, RunDirError, TrainingDiverged
+from peanchor.core.fileio import RunLock
+from peanchor.core.interrupts import Interrupted
 from peanchor.models import create_model
 from peanchor.training import epoch as epoch_steps
 from peanchor.training import loop
-from peanchor.presets import PRESETS, resolve_config
+from peanchor.presets.catalog import PRESETS, resolve_config
 from peanchor.training.config import TrainConfig, from_dict, load_config, to_dict, to_yaml
 from peanchor.training.loop import lr_at, param_groups, train
 
@@ -156,7 +156,7 @@ def test_presets_resolve_and_round_trip(preset, tmp_path):
 
 
 def test_paper_preset_is_the_papers_setting():
-    from peanchor.conditions import PAPER
+    from peanchor.settings.conditions import PAPER
 
     paper = PRESETS["paper"]
     cfg = paper.config()

@@ -1,6 +1,6 @@
 """mkdocs hooks for the docs site (mkdocs.yml, ``hooks:``).
 
-The docstrings name other objects with Sphinx roles (``:class:`~peanchor.results.Results```), which
+The docstrings name other objects with Sphinx roles (``:class:`~peanchor.results.records.Results```), which
 mkdocstrings leaves as they are: ``:class:`` before a code span. This hook shows the code span alone, with the
 name shortened where the role asks for it (``~``), as Sphinx would.
 """

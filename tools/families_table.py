@@ -43,7 +43,7 @@ def interval(values: list[float]) -> str:
 
 
 def table(path: Path) -> str:
-    from peanchor.results import read_results
+    from peanchor.results.records import read_results
 
     results = read_results(path)
     rows = ["| condition | seeds | clean acc | FS jpeg | FS blur | max SSDC under RPI | max probe R² under RPI | ΔSSDC |",
@@ -65,7 +65,7 @@ def table(path: Path) -> str:
 
 def resolution_table(path: Path) -> str | None:
     """Top-1 and A(size)/A(native) per condition and image size (None: no model has the record)."""
-    from peanchor.results import read_results
+    from peanchor.results.records import read_results
 
     results = read_results(path)
     sizes = sorted({p.size for m in results.models if m.resolution for p in m.resolution.points})

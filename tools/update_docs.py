@@ -62,9 +62,9 @@ def _describe(spec: dict) -> str:
 
 def results_block(out: Path, command: str, cores: int | None) -> str:
     """The results block for the run in ``out``: the command, its time, the shifts, the table and the claims."""
-    from peanchor.conditions import label
+    from peanchor.settings.conditions import label
     from peanchor.report.summary import metric_getters, models_by_condition, shift_keys, summarise
-    from peanchor.results import read_results
+    from peanchor.results.records import read_results
 
     results = read_results(out)
     groups = models_by_condition(results)
@@ -138,7 +138,7 @@ def claims_lines(results: object) -> list[str]:
 
 def copy_figures(out: Path, img_dir: Path) -> list[Path]:
     """``OUT/figures/*.png`` into ``img_dir``, which then holds exactly those files (PNG-wise)."""
-    from peanchor import fileio
+    from peanchor.core import fileio
 
     made = sorted((out / "figures").glob("*.png"))
     if not made:
@@ -165,13 +165,13 @@ def _check_markers(page: Path, block: re.Pattern[str] = _BLOCK) -> str:
 
 def replace_block(page: Path, block: str, pattern: re.Pattern[str] = _BLOCK) -> None:
     """Put ``block`` in the place of the page's block of that pattern; the rest of the file is kept byte for byte."""
-    from peanchor import fileio
+    from peanchor.core import fileio
 
     fileio.write_text(page, pattern.sub(lambda _: block, _check_markers(page, pattern)))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from peanchor.errors import PeanchorError
+    from peanchor.core.errors import PeanchorError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             if code != 0:
                 raise UpdateError(f"peanchor reproduce exited with {code}; the pages and docs/img are unchanged")
         copy_figures(out, img_dir)
-        from peanchor.results import read_results
+        from peanchor.results.records import read_results
 
         if read_results(out).dataset == "scenes" and args.scenes_grid:
             from peanchor.data import save_sample_grid

@@ -16,7 +16,7 @@ are the only places that choose a backend; nothing else names one. The built-in 
 package imports (:data:`BUILTIN`); a plug-in registers its own the same way (entry-point group
 ``peanchor.backends``). docs/ARCHITECTURE.md, "How to add a backend", walks through one.
 
-Imports: :mod:`peanchor.registry`, :mod:`peanchor.models` (interface), :mod:`peanchor.errors`.
+Imports: :mod:`peanchor.core.registry`, :mod:`peanchor.models` (interface), :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from __future__ import annotations
 import importlib
 from typing import Any, ClassVar
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.models.interface import AnalysisInterface
-from peanchor.registry import Registry
+from peanchor.core.registry import Registry
 
 __all__ = ["BACKENDS", "BUILTIN", "Backend", "audit_subject", "backend_of", "wrap_model"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from peanchor.adapters.hf_families import SUPPORTED_CLASSES
 from peanchor.adapters.hf_vit import HFViT, require_transformers
-from peanchor.errors import CheckpointError, ConfigError
+from peanchor.core.errors import CheckpointError, ConfigError
 
 __all__ = ["load_hf_model"]
 
@@ -36,7 +36,7 @@ def load_hf_model(folder: str | Path, *, img_size: int | None = None) -> HFViT:
 
     Read with ``local_files_only=True`` (nothing is downloaded) and without ``trust_remote_code``. The class comes
     from ``config.json``'s ``architectures``; a class outside :data:`SUPPORTED_CLASSES`, a folder without
-    ``config.json`` or without weights is one :class:`~peanchor.errors.PeanchorError` line.
+    ``config.json`` or without weights is one :class:`~peanchor.core.errors.PeanchorError` line.
     """
     transformers = require_transformers()
     path = Path(folder)

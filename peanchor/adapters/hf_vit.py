@@ -20,7 +20,7 @@ interventions are hooks and temporary swaps that are undone when the pass ends:
 With the identity permutation (or none) and α = 1 nothing changes the computation, so logits and hidden states
 are transformers' own (tests/adapters/test_hf_vit.py checks this on small random configs of every family). A model with
 no classification head (``Dinov2Model``, ``CLIPVisionModel``, ...) returns its pooled features from ``forward``
-and says ``has_head = False``; :func:`peanchor.api.analyze` then reports no accuracy for it.
+and says ``has_head = False``; :func:`peanchor.api.analysis.analyze` then reports no accuracy for it.
 
 Imports: torch, transformers (lazily); :mod:`peanchor.adapters` (backend, hf_families, hf_hooks, hf_bias),
 :mod:`peanchor.models.interface`, :mod:`peanchor.interventions`, :mod:`peanchor.audit` (the subject).
@@ -40,7 +40,7 @@ from peanchor.adapters.hf_bias import beit_observer, bias_modules, edited_bias, 
 from peanchor.adapters.hf_families import FAMILIES, SUPPORTED_CLASSES
 from peanchor.adapters.hf_hooks import (StopPass, attention_hooks, edited_rope, edited_table, permuted_patches,
                                         probe_hooks, rope_planes, site_hooks, started_layers, table_of)
-from peanchor.errors import ConfigError, PeanchorError
+from peanchor.core.errors import ConfigError, PeanchorError
 from peanchor.interventions import BLOCK_SITES, NO_INTERVENTION, HookPoints, Intervention, Start
 from peanchor.interventions.edit import check_grid
 from peanchor.models.interface import AnalysisInterface, AttentionSink, Intermediates

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from peanchor.adapters.timm_load import load_timm_model
-from peanchor.errors import CheckpointError
+from peanchor.core.errors import CheckpointError
 from peanchor.models.interface import AnalysisInterface
 
 __all__ = ["WEIGHT_FILES", "load_timm", "read_timm_folder"]

@@ -6,7 +6,7 @@ by :class:`~peanchor.adapters.timm_beit.TimmBeit`.
 timm is imported lazily: this module imports without it, and every entry point raises
 ``PeanchorError("timm is not installed: ...")`` when it is missing.
 
-Imports: torch, timm (lazily); :mod:`peanchor.adapters` (backend), :mod:`peanchor.weights`.
+Imports: torch, timm (lazily); :mod:`peanchor.adapters` (backend), :mod:`peanchor.checkpoint.weights`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from peanchor.errors import CheckpointError, ConfigError, PeanchorError
-from peanchor.weights import load_strict
-from peanchor.weights import read_state_dict as read_weights_file
+from peanchor.core.errors import CheckpointError, ConfigError, PeanchorError
+from peanchor.checkpoint.weights import load_strict
+from peanchor.checkpoint.weights import read_state_dict as read_weights_file
 
 __all__ = ["WEIGHT_SUFFIXES", "describe", "load_timm_model", "read_state_dict", "require_timm"]
 
@@ -91,7 +91,7 @@ def describe(model: nn.Module, timm_version: str) -> dict[str, Any]:
 
 def read_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
     """The tensors of a local timm weights file (:data:`WEIGHT_SUFFIXES`), bare or nested; nothing but tensors
-    and containers is unpickled (see :func:`peanchor.weights.read_state_dict`)."""
+    and containers is unpickled (see :func:`peanchor.checkpoint.weights.read_state_dict`)."""
     p = Path(path)
     if p.exists() and p.suffix.lower() not in WEIGHT_SUFFIXES:
         raise CheckpointError(f"{p}: unknown weights format {p.suffix!r}; expected one of {', '.join(WEIGHT_SUFFIXES)}")

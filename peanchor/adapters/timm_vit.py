@@ -49,7 +49,7 @@ from peanchor.adapters.timm_attention import attention_modules, capture_attentio
 from peanchor.adapters.timm_hooks import block_sites, capture_probes, join_rope, rope_planes, site_hooks, split_rope
 from peanchor.adapters.timm_load import describe, require_timm
 from peanchor.adapters.timm_rope import RopeBuilder, rope_kinds, rope_table
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions import EditPass, HookPoints, Intervention, PETable, RopeTables, permute_tokens
 from peanchor.interventions.edit import check_grid
 from peanchor.models.interface import AttentionSink

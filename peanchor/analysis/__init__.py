@@ -7,7 +7,7 @@
 * :mod:`~peanchor.analysis.corrupted_sets`: whole evaluation sets corrupted once, and cached;
 * :mod:`~peanchor.analysis.evalset`: the evaluation images, loaded once;
 * :mod:`~peanchor.analysis.passes`: forward passes with accuracy and SSDC probes from the same call;
-* :mod:`~peanchor.analysis.evaluate`: the suite, returning a :class:`peanchor.results.AnalysisResult`.
+* :mod:`~peanchor.analysis.evaluate`: the suite, returning a :class:`peanchor.results.records.AnalysisResult`.
 
 Imports: nothing (each of its modules says what it imports).
 """

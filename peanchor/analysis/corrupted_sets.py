@@ -1,7 +1,7 @@
 """Whole evaluation sets corrupted once: :func:`corrupt` (chunked, on the CPU) and :class:`CorruptedCache`, which
 hands the same corrupted copy to every model and α (in memory, and optionally as memory-mapped ``.npy`` files).
 
-Imports: :mod:`peanchor.fileio`, :mod:`peanchor.bars`, :mod:`peanchor.errors`. A shift is anything with ``name``,
+Imports: :mod:`peanchor.core.fileio`, :mod:`peanchor.core.bars`, :mod:`peanchor.core.errors`. A shift is anything with ``name``,
 ``describe()`` and ``__call__(images, start_index=)``, e.g. :class:`peanchor.analysis.shifts.Shift`.
 """
 
@@ -17,9 +17,9 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from peanchor import fileio
-from peanchor.bars import progress_bar
-from peanchor.errors import ConfigError, DataError
+from peanchor.core import fileio
+from peanchor.core.bars import progress_bar
+from peanchor.core.errors import ConfigError, DataError
 
 __all__ = ["CorruptedCache", "check_batch", "corrupt", "fingerprint"]
 

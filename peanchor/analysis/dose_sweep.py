@@ -29,7 +29,7 @@ The identity dose (``rope_planes:freqs=none``, ``pe_resample`` to the model's ow
 numbers exactly.
 
 Imports: torch; :mod:`peanchor.interventions`, :mod:`peanchor.lenses`,
-:mod:`peanchor.dose_results`, :mod:`peanchor.data`, :mod:`peanchor.bars`, :mod:`peanchor.analysis` (plan, evalset,
+:mod:`peanchor.results.doses`, :mod:`peanchor.data`, :mod:`peanchor.core.bars`, :mod:`peanchor.analysis` (plan, evalset,
 intervals).
 """
 
@@ -49,8 +49,8 @@ from torch import Tensor, nn
 
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.plan import AnalysisPlan
-from peanchor.bars import progress_bar
-from peanchor.dose_results import DosePoint, DoseSweep
+from peanchor.core.bars import progress_bar
+from peanchor.results.doses import DosePoint, DoseSweep
 from peanchor.interventions import Edit, Intervention, SweepSpec, fitted_edits, forward_doses, random_permutation
 from peanchor.interventions.permutation import image_permutations
 from peanchor.analysis.intervals import Resampler

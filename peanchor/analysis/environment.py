@@ -3,7 +3,7 @@ git commit of the peanchor checkout when there is one, and the kernels (the CPU 
 or the GPU's name). Two CPUs of one capability can still give other bits (MKL takes other paths on AMD), so the
 record names the capability, not a guarantee.
 
-Imports: torch, :mod:`peanchor` (its version).
+Imports: torch, :mod:`peanchor.core` (the version).
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ def _git_commit(directory: Path) -> str | None:
 def analysis_environment(device: str) -> dict[str, str]:
     """Where an analysis ran, for its record: peanchor, torch and Python versions, the git commit of the peanchor
     checkout when there is one, and the kernels: the CPU capability torch dispatches to, or the GPU's name."""
-    import peanchor
+    from peanchor.core.version import __version__
 
-    env = {"peanchor": peanchor.__version__, "torch": torch.__version__, "python": platform.python_version(),
+    env = {"peanchor": __version__, "torch": torch.__version__, "python": platform.python_version(),
            "cpu_capability": str(torch.backends.cpu.get_cpu_capability()), "device": str(device)}  # fmt: skip
     if str(device).startswith("cuda") and torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    commit = _git_commit(Path(peanchor.__file__).resolve().parent)
+    commit = _git_commit(Path(__file__).resolve().parents[1])
     if commit:
         env["git_commit"] = commit
     return env

@@ -1,6 +1,6 @@
 """The evaluation images, loaded once: a deterministic subset of a dataset's evaluation split as one uint8 tensor.
 
-Imports: :mod:`peanchor.data`, :mod:`peanchor.analysis.shifts` (the pixel fingerprint), :mod:`peanchor.bars`.
+Imports: :mod:`peanchor.data`, :mod:`peanchor.analysis.shifts` (the pixel fingerprint), :mod:`peanchor.core.bars`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from peanchor.analysis.corrupted_sets import fingerprint
-from peanchor.bars import progress_bar
-from peanchor.errors import ConfigError, DataError
+from peanchor.core.bars import progress_bar
+from peanchor.core.errors import ConfigError, DataError
 
 __all__ = ["EvalSet", "subset_indices"]
 

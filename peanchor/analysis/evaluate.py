@@ -42,17 +42,17 @@ where the clean accuracy is not above chance by its interval.
 
 :func:`evaluate_model` is three steps: (a) :meth:`PassPlan.of` plans the passes (the clean pass, the RPI draws,
 the shifts, their severities, the α sweep), (b) :class:`~peanchor.analysis.passes.PassRunner` runs each distinct one
-once, (c) the :class:`~peanchor.results.AnalysisResult` is assembled from what they gave. ΔSSDC and the α sweep read
+once, (c) the :class:`~peanchor.results.records.AnalysisResult` is assembled from what they gave. ΔSSDC and the α sweep read
 SSDC through the lens's public :meth:`~peanchor.lenses.Lens.curve`, like any lens measured in the truncated passes.
 
 Models need the analysis interface (:class:`~peanchor.models.interface.AnalysisInterface`): ``forward_intermediates``
 and what it declares (``grid``, ``depth``, ``num_prefix``, ``has_attention_weights``, ``pe_name``, ``pe_scalable``:
 whether α means anything); anything else is refused in one line. An adapter around a foreign model (a timm or
-transformers ViT) is therefore evaluated unchanged. The result is an :class:`peanchor.results.AnalysisResult`
-(written as analysis.json by :func:`peanchor.results.write_analysis`).
+transformers ViT) is therefore evaluated unchanged. The result is an :class:`peanchor.results.records.AnalysisResult`
+(written as analysis.json by :func:`peanchor.results.records.write_analysis`).
 
 Imports: :mod:`peanchor.analysis` (plan, shifts, evalset, passes, dose_sweep, resolution, intervals, environment),
-:mod:`peanchor.lenses`, :mod:`peanchor.metrics`, :mod:`peanchor.results`, :mod:`peanchor.bars`, :mod:`peanchor.devices`, :mod:`peanchor.models` (the interface).
+:mod:`peanchor.lenses`, :mod:`peanchor.metrics`, :mod:`peanchor.results.records`, :mod:`peanchor.core.bars`, :mod:`peanchor.core.devices`, :mod:`peanchor.models` (the interface).
 """
 
 from __future__ import annotations
@@ -71,18 +71,18 @@ from peanchor.analysis.dose_sweep import measure_dose_sweeps
 from peanchor.analysis.plan import DEFAULT_ALPHAS, AnalysisPlan, resolve_plan
 from peanchor.analysis.resolution import measure_resolution
 from peanchor.analysis.shifts import Shift, severity_table, table_name
-from peanchor.bars import progress_bar
-from peanchor.devices import resolve_device
+from peanchor.core.bars import progress_bar
+from peanchor.core.devices import resolve_device
 from peanchor.analysis.environment import analysis_environment
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.intervals import Estimate, Resampler, alpha_trend, chance_reason
 from peanchor.analysis.passes import PassRunner, PassSpec
-from peanchor.errors import ConfigError, DataError
+from peanchor.core.errors import ConfigError, DataError
 from peanchor.lenses import LENSES, Lens, LensContext, LensFailure
 from peanchor.lenses.ssdc import SSDCLens
 from peanchor.metrics import fragility_score
 from peanchor.models.interface import AnalysisInterface
-from peanchor.results import AlphaTrend, AnalysisResult, ModelInfo, SweepPoint
+from peanchor.results.records import AlphaTrend, AnalysisResult, ModelInfo, SweepPoint
 
 __all__ = ["DEFAULT_ALPHAS", "PassPlan", "SweepPasses", "evaluate_model", "measure_lenses"]  # DEFAULT_ALPHAS: the plan's (peanchor.analysis.plan)
 
@@ -421,7 +421,7 @@ def evaluate_model(
         cache: where corrupted sets are memoised; share one across models to corrupt only once.
 
     Returns:
-        An :class:`~peanchor.results.AnalysisResult` whose ``settings`` record the plan as applied to this model.
+        An :class:`~peanchor.results.records.AnalysisResult` whose ``settings`` record the plan as applied to this model.
         ``fragility`` is exactly ``1 - acc / clean_acc`` and ``delta_ssdc`` exactly ``rpi[1] - rpi[0]``.
     """
     started = time.perf_counter()

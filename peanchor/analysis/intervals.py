@@ -13,7 +13,7 @@
   α = 1 by construction (``pe_zero`` removes what α scales) or measures exactly what α = 1 measures (α does not reach
   the model), or, for FS, when FS is undefined there.
 
-Imports: torch; :mod:`peanchor.metrics` (bootstrap, robustness), :mod:`peanchor.results` (AlphaTrend).
+Imports: torch; :mod:`peanchor.metrics` (bootstrap, robustness), :mod:`peanchor.results.records` (AlphaTrend).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from torch import Tensor
 
 from peanchor.metrics.bootstrap import GroupBootstrap, group_sizes, ratio_replicates
 from peanchor.metrics.robustness import fragility_score
-from peanchor.results import AlphaTrend
+from peanchor.results.records import AlphaTrend
 
 __all__ = ["Estimate", "Resampler", "alpha_trend", "chance_reason", "least_squares_slope"]
 

@@ -2,7 +2,7 @@
 
 An :class:`AnalysisPlan` says what :func:`peanchor.analysis.evaluate.evaluate_model` measures and how: the shifts
 (already :class:`Shift` values resolved for the model's resolution, with where each came from) and the settings,
-the fields of its base :class:`~peanchor.plan_settings.PlanSettings`, declared there once with their help and
+the fields of its base :class:`~peanchor.settings.plan.PlanSettings`, declared there once with their help and
 flags (``peanchor.analyze``'s keywords, ``peanchor analyze``'s flags and the file record are made from them):
 the α grid, the RPI draws, the seed, the batch size, the image subset, the severity sweeps, the SSDC variant, the
 bootstrap, the position probe's settings, the lenses and each lens's options (``lens_options``: lens → option → value, set with
@@ -17,14 +17,14 @@ and then handed down: nothing under it looks a preset up. Its checks live in :me
 and nowhere else, each failure one :class:`ConfigError` line naming the plan key. Two plans are equal when they
 measure the same thing (``shift_sources`` is a record, not a setting), which is the whole of ``reproduce``'s reuse
 test (:func:`peanchor.study.pipeline.reusable`). ``analysis.json`` records the plan's settings
-(:meth:`AnalysisPlan.settings_record`, :class:`peanchor.results.AnalysisSettings`) beside its ``shifts`` and
+(:meth:`AnalysisPlan.settings_record`, :class:`peanchor.results.records.AnalysisSettings`) beside its ``shifts`` and
 ``shift_sources``, and :meth:`AnalysisPlan.from_result` reads it back; ``OUT/reproduce.json`` records
 :meth:`AnalysisPlan.to_dict`.
 
 Imports: :mod:`peanchor.analysis` (shifts, shift_specs), :mod:`peanchor.lenses` (their names and options),
-:mod:`peanchor.plan_settings` (the settings' fields),
+:mod:`peanchor.settings.plan` (the settings' fields),
 :mod:`peanchor.interventions` (the edit and sweep specs, lazily),
-:mod:`peanchor.results` (the file record), :mod:`peanchor.set_items` (the ``--set`` items, read once); pydantic
+:mod:`peanchor.results.records` (the file record), :mod:`peanchor.settings.set_items` (the ``--set`` items, read once); pydantic
 (checking a plug-in lens's options) when a plan has some.
 """
 
@@ -40,12 +40,12 @@ from typing import Any, get_args
 
 from peanchor.analysis.shift_specs import ShiftSpec, given_shift_specs, measured_shifts, with_shift_specs
 from peanchor.analysis.shifts import Shift
-from peanchor.errors import ConfigError, did_you_mean
+from peanchor.core.errors import ConfigError, did_you_mean
 from peanchor.lenses import LENS_NAMES, get_lens, lens_names
 from peanchor.lenses.base import PLAN_KEY
-from peanchor.plan_settings import DEFAULT_ALPHAS, Metric, PlanSettings, RPIMode, SSDCMode
-from peanchor.results import AnalysisResult, AnalysisSettings
-from peanchor.set_items import PLAN_PREFIX, SetItem, parse_set_items, split_plan_items
+from peanchor.settings.plan import DEFAULT_ALPHAS, Metric, PlanSettings, RPIMode, SSDCMode
+from peanchor.results.records import AnalysisResult, AnalysisSettings
+from peanchor.settings.set_items import PLAN_PREFIX, SetItem, parse_set_items, split_plan_items
 
 __all__ = [
     "DEFAULT_ALPHAS", "LENS_NAMES", "SETTINGS_KEYS", "AnalysisPlan", "Metric", "SSDCMode", "parse_plan_items", "resolve_plan",
@@ -90,12 +90,12 @@ class AnalysisPlan(PlanSettings):
     ((1.0, 0.5), (), True)
     >>> AnalysisPlan({"jpeg": Shift("jpeg", quality=10)}, rpi_draws=0)
     Traceback (most recent call last):
-    peanchor.errors.ConfigError: analysis.rpi_draws=0: expected an integer >= 1
+    peanchor.core.errors.ConfigError: analysis.rpi_draws=0: expected an integer >= 1
     """
 
     shifts: Mapping[str, Shift]  # name → the resolved shift, in measuring order
     shift_sources: Mapping[str, str] = field(default_factory=dict, compare=False)  # name → "preset cpu", "--shift ..."
-    # the settings (alphas, rpi_draws, ..., lens_options) are PlanSettings' fields: peanchor/plan_settings.py
+    # the settings (alphas, rpi_draws, ..., lens_options) are PlanSettings' fields: peanchor/settings/plan.py
 
     def __post_init__(self) -> None:
         def store(name: str, value: Any) -> None:
@@ -340,7 +340,7 @@ class AnalysisPlan(PlanSettings):
         return cls(shifts, dict(result.shift_sources or {}), **settings)
 
 
-#: The plan's settings: every field but the shifts (:class:`~peanchor.plan_settings.PlanSettings`' fields;
+#: The plan's settings: every field but the shifts (:class:`~peanchor.settings.plan.PlanSettings`' fields;
 #: ``AnalysisSettings`` records these).
 SETTINGS_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PlanSettings))
 
@@ -397,7 +397,7 @@ def _checked_options(lens: str, options_type: type, values: dict[str, Any]) -> A
 
 
 def parse_plan_items(items: Iterable[str | SetItem]) -> dict[str, Any]:
-    """``--set analysis.KEY=VALUE`` items (read already by the command, :mod:`peanchor.set_items`, or text) → plan
+    """``--set analysis.KEY=VALUE`` items (read already by the command, :mod:`peanchor.settings.set_items`, or text) → plan
     key → value (the checks are :class:`AnalysisPlan`'s). The shifts are ``--shift``'s.
 
     >>> parse_plan_items(["analysis.rpi_draws=2", "analysis.alphas=[1, 0.5]", "analysis.max_images=null"])
@@ -441,7 +441,7 @@ def resolve_plan(
     """The plan for a model at ``img_size`` px: ``defaults`` (plan key → value, e.g. a preset's analysis defaults;
     or a whole plan, whose shifts are then the base too), then ``given`` (flags or keyword arguments; None means
     not given), then the ``--set analysis.*`` ``set_items``. The shifts: the base plan's, or ``preset_shifts``
-    (:func:`peanchor.presets.preset_shifts`, looked up by the caller) or the resolution rule, with each
+    (:func:`peanchor.presets.catalog.preset_shifts`, looked up by the caller) or the resolution rule, with each
     ``--shift`` spec (text, parsed here once, or a :class:`Shift` object, kept as it is) replacing the shift of its
     kind or adding one (:func:`measured_shifts`); with
     ``only_given_shifts``, just the specs' shifts (the API's ``shifts=[...]``: the whole list).

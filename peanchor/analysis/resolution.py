@@ -20,7 +20,7 @@ from the same resample of the images. A(size)/A(native) is undefined (NaN, with 
 is not above chance by its interval, as FS is.
 
 Imports: torch; :mod:`peanchor.analysis` (evalset, intervals, passes, plan), :mod:`peanchor.interventions`,
-:mod:`peanchor.resolution_results`, :mod:`peanchor.data` (normalisation), :mod:`peanchor.bars`.
+:mod:`peanchor.results.resolution`, :mod:`peanchor.data` (normalisation), :mod:`peanchor.core.bars`.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.intervals import Estimate, Resampler, chance_reason
 from peanchor.analysis.passes import PassRunner, PassSpec
 from peanchor.analysis.plan import AnalysisPlan
-from peanchor.bars import progress_bar
-from peanchor.errors import ConfigError
+from peanchor.core.bars import progress_bar
+from peanchor.core.errors import ConfigError
 from peanchor.interventions import Edit, Intervention
 from peanchor.interventions.kinds.pe_resample import PEResample
-from peanchor.resolution_results import ResolutionPoint, ResolutionSweep
+from peanchor.results.resolution import ResolutionPoint, ResolutionSweep
 
 __all__ = ["RESIZE", "coordinates_convention", "grid_correct", "measure_resolution", "resize_images",
            "resolution_edit", "resolution_grid"]  # fmt: skip

@@ -38,7 +38,7 @@ from peanchor.analysis.shifts import (
     table_name,
 )
 from peanchor.analysis.shifts.registry import KINDS, kinds_line
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 __all__ = ["GivenShift", "ShiftSpec", "given_shift_specs", "measured_shifts", "parse_shift_spec", "parse_shift_specs", "with_shift_specs"]
 
@@ -153,7 +153,7 @@ def measured_shifts(
     img_size: int, specs: Sequence[ShiftSpec] = (), preset: tuple[str, Mapping[str, Mapping[str, Any]]] | None = None
 ) -> tuple[dict[str, Shift], dict[str, str]]:
     """The shifts a model at ``img_size`` px is measured under, and where each one comes from: ``preset``'s (its
-    name and shift descriptions at this resolution, :func:`peanchor.presets.preset_shifts`; the caller looks the
+    name and shift descriptions at this resolution, :func:`peanchor.presets.catalog.preset_shifts`; the caller looks the
     preset up), else the resolution rule; then each of ``specs``.
 
     >>> cpu = ("cpu", {"jpeg": {"kind": "jpeg", "quality": 10}, "blur": {"kind": "blur", "sigma": 1.0}})

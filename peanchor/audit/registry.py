@@ -1,11 +1,11 @@
 """The checks, by name, in the order an audit runs and prints them: :data:`CHECKS`, a
-:class:`peanchor.registry.Registry` of :class:`Check` (plug-ins from the entry-point group
+:class:`peanchor.core.registry.Registry` of :class:`Check` (plug-ins from the entry-point group
 ``peanchor.audit_checks``). A check says its name: ``CHECKS.register(Check("my_check", "what it proves", fn))``;
 :func:`register_check` is the decorator form.
 
 A check's function is ``(subject) -> CheckResult``; ``checks/`` holds one module per check.
 
-Imports: :mod:`peanchor.registry` (its own package's result type too).
+Imports: :mod:`peanchor.core.registry` (its own package's result type too).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from peanchor.audit.result import CheckResult
-from peanchor.registry import Registry
+from peanchor.core.registry import Registry
 
 __all__ = ["CHECKS", "Check", "register_check"]
 

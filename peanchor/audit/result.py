@@ -4,7 +4,7 @@ A check's status is ``pass``, ``warn``, ``fail`` or ``n/a`` (it does not apply t
 why). ``measured`` is the number behind the verdict (None where there is none), ``message`` one line saying what
 was measured against what.
 
-Imports: :mod:`peanchor.fileio` (the JSON file).
+Imports: :mod:`peanchor.core.fileio` (the JSON file).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from peanchor.fileio import write_json
+from peanchor.core.fileio import write_json
 
 __all__ = ["STATUSES", "AuditReport", "CheckResult"]
 

@@ -1,11 +1,11 @@
 """``audit(model)``: every registered check on one model, in eval mode and without gradients, as an
 :class:`~peanchor.audit.result.AuditReport`.
 
-A check that raises a :class:`~peanchor.errors.PeanchorError` (an edit the model cannot take, say) is reported
+A check that raises a :class:`~peanchor.core.errors.PeanchorError` (an edit the model cannot take, say) is reported
 ``n/a`` with that line as its reason. Any other exception fails the check, with the exception as its message,
 and the other checks still run: a model whose own code breaks on a probe is what an audit is for.
 
-Imports: torch; :mod:`peanchor.api` (wrap_model: timm and transformers models behind the analysis interface),
+Imports: torch; :mod:`peanchor.api.analysis` (wrap_model: timm and transformers models behind the analysis interface),
 :mod:`peanchor.adapters` (backend: each backend's audit subject).
 """
 
@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
-from peanchor.api import wrap_model
+from peanchor.api.analysis import wrap_model
 from peanchor.audit import checks  # noqa: F401  (registers every check)
 from peanchor.audit.registry import CHECKS
 from peanchor.audit.result import AuditReport, CheckResult
 from peanchor.adapters.backend import audit_subject
-from peanchor.errors import ConfigError, PeanchorError
+from peanchor.core.errors import ConfigError, PeanchorError
 
 __all__ = ["audit"]
 

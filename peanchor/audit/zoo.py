@@ -8,7 +8,7 @@ learned position table is drawn N(0, 0.5²) before the audit (a zero-initialised
 transformers: a ``save_pretrained`` or config-only folder, or a family name (``vit``, ``deit``, ``dinov2``,
 ``dinov2_with_registers``, ``clip``, ``siglip``, ``dinov3``, ``beit``: that family's default config), built with 2 layers.
 
-Imports: torch; :mod:`peanchor.adapters` (timm and transformers loaders), :mod:`peanchor.fileio` (atomic writes).
+Imports: torch; :mod:`peanchor.adapters` (timm and transformers loaders), :mod:`peanchor.core.fileio` (atomic writes).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import torch
 
 from peanchor.audit.registry import CHECKS
 from peanchor.audit.runner import audit
-from peanchor.errors import PeanchorError
-from peanchor.fileio import write_text
+from peanchor.core.errors import PeanchorError
+from peanchor.core.fileio import write_text
 
 __all__ = ["HF_FAMILIES", "hf_entries", "run_zoo", "timm_entries"]
 

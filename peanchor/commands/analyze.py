@@ -7,16 +7,16 @@ The model and its data come from a *subject*: a run directory (``peanchor train`
 model (``--timm NAME [--weights FILE]``) or a transformers ``save_pretrained`` folder (``--hf DIR``), both through
 :mod:`peanchor.adapters`. :func:`resolve_subject` is the one place that turns arguments into a model plus a
 :class:`~peanchor.data.DataSpec`; :func:`plan_for` resolves the analysis plan (the run's preset's shifts, the
-evaluation flags, ``--set analysis.KEY=VALUE``); the analysis itself is :func:`peanchor.api.run_analysis`, the
+evaluation flags, ``--set analysis.KEY=VALUE``); the analysis itself is :func:`peanchor.api.analysis.run_analysis`, the
 function that ``peanchor.analyze`` runs too.
 
 Imports: at parse time :mod:`peanchor.commands` (shared: the ``--shift`` help and the lenses' names, from their
-registries, which load no torch) and :mod:`peanchor.plan_settings` (the settings' flags, light too); when run, :mod:`peanchor.api`, :mod:`peanchor.analysis`, :mod:`peanchor.presets` (the run's preset's
-shifts), :mod:`peanchor.training` (a run's config), :mod:`peanchor.checkpoint`, :mod:`peanchor.adapters`,
-:mod:`peanchor.data`, :mod:`peanchor.lenses` (the summary), :mod:`peanchor.tracking` (``--tensorboard``),
-:mod:`peanchor.devices` (``--device``, checked first), :mod:`peanchor.results` (an analysis already at
-``--out``: :func:`out_beside`), :mod:`peanchor.tables` (the header's data and interventions),
-:mod:`peanchor.set_items` (the ``--set`` items, read once by :func:`~peanchor.commands.shared.check_set_items`).
+registries, which load no torch) and :mod:`peanchor.settings.plan` (the settings' flags, light too); when run, :mod:`peanchor.api.analysis`, :mod:`peanchor.analysis`, :mod:`peanchor.presets.catalog` (the run's preset's
+shifts), :mod:`peanchor.training` (a run's config), :mod:`peanchor.checkpoint.files`, :mod:`peanchor.adapters`,
+:mod:`peanchor.data`, :mod:`peanchor.lenses` (the summary), :mod:`peanchor.core.tracking` (``--tensorboard``),
+:mod:`peanchor.core.devices` (``--device``, checked first), :mod:`peanchor.results.records` (an analysis already at
+``--out``: :func:`out_beside`), :mod:`peanchor.results.tables` (the header's data and interventions),
+:mod:`peanchor.settings.set_items` (the ``--set`` items, read once by :func:`~peanchor.commands.shared.check_set_items`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from peanchor.commands.shared import check_flags, check_set_items, lens_descriptions, lens_list, lens_names, lens_options_help, shift_help, with_data_items
-from peanchor.errors import ConfigError, PeanchorError
-from peanchor.plan_settings import default_text, setting_fields
+from peanchor.core.errors import ConfigError, PeanchorError
+from peanchor.settings.plan import default_text, setting_fields
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
@@ -78,8 +78,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def add_setting_flags(groups: dict[str, Any]) -> None:
-    """The flags of the analysis plan's settings, from their declarations (:class:`~peanchor.plan_settings.Flag`
-    on the fields of :class:`~peanchor.plan_settings.PlanSettings`), each in its group of the help."""
+    """The flags of the analysis plan's settings, from their declarations (:class:`~peanchor.settings.plan.Flag`
+    on the fields of :class:`~peanchor.settings.plan.PlanSettings`), each in its group of the help."""
     for setting in setting_fields():
         for flag in setting.flags:
             group = groups[flag.group]
@@ -127,8 +127,8 @@ def subject_from_run_dir(run_dir: str | Path, data: str | None = None) -> Subjec
     file stands for the run directory holding it (its weights are read); a folder with a model but no
     ``config.yaml`` is analysed on ``data`` (``--data``) when it is given."""
     import peanchor
-    from peanchor.checkpoint import MODEL_FILE, model_digest
-    from peanchor.errors import CheckpointError
+    from peanchor.checkpoint.files import MODEL_FILE, model_digest
+    from peanchor.core.errors import CheckpointError
     from peanchor.training.config import load_config
 
     run = weights = Path(run_dir)
@@ -237,7 +237,7 @@ def data_spec_for(subject: Subject, args: argparse.Namespace, data_items: list[A
     (:func:`~peanchor.commands.shared.check_set_items`); None: ``args.set``'s.
     """
     from peanchor.data import DataSpec
-    from peanchor.set_items import split_plan_items
+    from peanchor.settings.set_items import split_plan_items
 
     if data_items is None:
         data_items = split_plan_items(args.set)[0]  # the analysis.* items are the plan's
@@ -258,8 +258,8 @@ def plan_for(subject: Subject, args: argparse.Namespace, img_size: int, shift_sp
     with the run's eval batch size and its preset's shifts, then the evaluation flags (``shift_specs``: the parsed
     ``--shift``), then ``--set analysis.KEY=VALUE`` (``plan_items``, read; None: ``args.set``'s)."""
     from peanchor.analysis.plan import resolve_plan
-    from peanchor.presets import preset_shifts
-    from peanchor.set_items import split_plan_items
+    from peanchor.presets.catalog import preset_shifts
+    from peanchor.settings.set_items import split_plan_items
 
     given = given_settings(args)
     return resolve_plan(
@@ -274,13 +274,13 @@ def run(args: argparse.Namespace) -> int:
     data_items, plan_items = check_set_items(args.set, "data")  # read once; a misspelt --set key fails here too
     from peanchor.analysis.evalset import EvalSet
     from peanchor.analysis.shift_specs import parse_shift_specs
-    from peanchor.api import match_classes, run_analysis
-    from peanchor.devices import resolve_device
+    from peanchor.api.analysis import match_classes, run_analysis
+    from peanchor.core.devices import resolve_device
 
     shift_specs = parse_shift_specs(args.shift)  # a bad --shift fails before the model is read
     device = resolve_device(args.device)  # and a device this machine does not have
     if args.tensorboard:
-        from peanchor.tracking import require_tensorboard
+        from peanchor.core.tracking import require_tensorboard
 
         require_tensorboard()
     subject = resolve_subject(args)
@@ -304,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
     print(summary_text(result, subject.name))
     print(f"wrote {path} and {path.with_suffix('.csv')}")
     if args.tensorboard:
-        from peanchor.tracking import TENSORBOARD_DIR, TensorBoardLog, log_analysis
+        from peanchor.core.tracking import TENSORBOARD_DIR, TensorBoardLog, log_analysis
 
         with TensorBoardLog(out / TENSORBOARD_DIR) as log:
             log_analysis(log, result)
@@ -317,8 +317,8 @@ def setting_differences(stored: Any, plan: Any, fingerprint: str) -> list[str]:
     ``name stored → new`` per setting (the device and where a shift came from are records, not settings); empty
     when ``stored`` answers ``plan``. A stored analysis that no longer reads as a plan differs in everything."""
     from peanchor.analysis.plan import AnalysisPlan
-    from peanchor.errors import PeanchorError
-    from peanchor.results import to_json_dict
+    from peanchor.core.errors import PeanchorError
+    from peanchor.results.records import to_json_dict
 
     try:
         applied = plan.for_model(stored.model.scalable)
@@ -336,7 +336,7 @@ def out_beside(out: Path, plan: Any, fingerprint: str, explicit: bool) -> Path:
     """Where to write the analysis so that none made with other settings is replaced: ``out`` when it holds none,
     or one with the same settings (rewritten); else, for the default place, the first ``out-2``, ``out-3``, ...
     that is free or holds the same settings; for an ``--out`` given, one line that refuses."""
-    from peanchor.results import ANALYSIS_JSON, read_analysis
+    from peanchor.results.records import ANALYSIS_JSON, read_analysis
 
     candidate, index = out, 1
     while (candidate / ANALYSIS_JSON).exists():
@@ -374,12 +374,12 @@ def _ci(bounds: Any, digits: int = 3) -> str:
     return f" [{_f(bounds[0], digits)}, {_f(bounds[1], digits)}]" if bounds else ""
 
 
-def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.results.AnalysisResult
+def summary_text(result: Any, name: str = "") -> str:  # result: peanchor.results.records.AnalysisResult
     """A few lines for the terminal: accuracies, FS, ΔSSDC, every lens per layer and the α sweep, each number with
     its interval where the analysis had a bootstrap; an FS that is undefined says why."""
     from peanchor.lenses import LENSES
 
-    from peanchor.tables import data_text, interventions_text
+    from peanchor.results.tables import data_text, interventions_text
 
     r = result
     lines = [f"{name}: {r.num_images} images, {r.forward_passes} passes, {r.seconds:.1f} s",

@@ -9,7 +9,7 @@ MODEL is a run directory (``peanchor train``, or the paper's checkpoint through 
 weights in one process, resumable, one table (``--out FILE``: FILE.csv and FILE.md). ``--dtype`` sets the dtype
 ``reference_parity`` runs the model in.
 
-Imports: at parse time nothing else from peanchor; when run, :mod:`peanchor.audit`, :mod:`peanchor.checkpoint`,
+Imports: at parse time nothing else from peanchor; when run, :mod:`peanchor.audit`, :mod:`peanchor.checkpoint.files`,
 :mod:`peanchor.adapters`, :mod:`peanchor.commands` (analyze: the ``--timm-arg`` reader).
 """
 
@@ -19,7 +19,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -73,8 +73,8 @@ def load_subject(args: argparse.Namespace) -> tuple[Any, str]:
         from peanchor.adapters import load_hf_model
 
         return load_hf_model(args.hf[0]), f"hf:{Path(args.hf[0]).name}"
-    from peanchor.checkpoint import load_model
-    from peanchor.errors import CheckpointError
+    from peanchor.checkpoint.files import load_model
+    from peanchor.core.errors import CheckpointError
 
     run = Path(args.run_dir)
     if not run.is_dir():

@@ -7,7 +7,7 @@
   classes of a full ImageNet as symlinks (:func:`peanchor.data.materialize_imagenet100`).
 
 Imports: :mod:`peanchor.commands` (shared: ``--set`` for dataset keys); when run, :mod:`peanchor.data`,
-:mod:`peanchor.weights` (listing what was skipped).
+:mod:`peanchor.checkpoint.weights` (listing what was skipped).
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def data_spec_from_args(args: argparse.Namespace):  # -> peanchor.data.DataSpec
 def run_prepare(args: argparse.Namespace) -> int:
     from peanchor.data import prepare_dataset
     from peanchor.data.prepared import read_meta
-    from peanchor.weights import few
-    from peanchor.errors import ConfigError
+    from peanchor.checkpoint.weights import few
+    from peanchor.core.errors import ConfigError
 
     if args.workers < 0:
         raise ConfigError(f"--workers {args.workers}: expected >= 0")

@@ -4,7 +4,7 @@ Each source is a sub-command: ``peanchor import paper CKPT --condition ape --out
 a normal run directory (``model.safetensors``, ``config.yaml``, ``summary.json``) that ``analyze``,
 ``reproduce`` and ``load_model`` read like a trained run.
 
-Imports: :mod:`peanchor.conditions` (the paper's names, for the choices); when run,
+Imports: :mod:`peanchor.settings.conditions` (the paper's names, for the choices); when run,
 :mod:`peanchor.convert.paper_run`.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from peanchor.conditions import PAPER_CHECKPOINTS
+from peanchor.settings.conditions import PAPER_CHECKPOINTS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ and gathered into one report (:func:`peanchor.report.inputs.gather`): any mix of
 reproduce directories holding them, each named ``NAME=PATH`` or by what its run recorded (its condition and seed)
 or its directory.
 
-Imports: when run, :mod:`peanchor.study` (assembly), :mod:`peanchor.report`, :mod:`peanchor.fileio` (the lock).
+Imports: when run, :mod:`peanchor.study` (assembly), :mod:`peanchor.report`, :mod:`peanchor.core.fileio` (the lock).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from peanchor import fileio
-    from peanchor.errors import DataError
+    from peanchor.core import fileio
+    from peanchor.core.errors import DataError
     from peanchor.report.inputs import input_arg
     from peanchor.study import MANIFEST, write_results_and_report
 

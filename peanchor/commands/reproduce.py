@@ -3,7 +3,7 @@
 With no arguments: the ``cpu`` preset (32 px scenes, embedded) into ``runs/reproduce-cpu``. Rerunning
 continues where an interrupted run stopped and does only what is missing.
 
-Imports: :mod:`peanchor.presets` and :mod:`peanchor.conditions` (choices and defaults), :mod:`peanchor.commands`
+Imports: :mod:`peanchor.presets.catalog` and :mod:`peanchor.settings.conditions` (choices and defaults), :mod:`peanchor.commands`
 (shared: the ``--shift`` help, the lenses' names); when run, :mod:`peanchor.study`.
 """
 
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from peanchor.commands.shared import check_flags, check_set_items, lens_list, lens_options_help, shift_help
-from peanchor.conditions import DEFAULT_CONDITIONS
-from peanchor.presets import PRESET_NAMES, PRESETS, preset_help
+from peanchor.settings.conditions import DEFAULT_CONDITIONS
+from peanchor.presets.catalog import PRESET_NAMES, PRESETS, preset_help
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -77,7 +77,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def options_from_args(args: argparse.Namespace):  # -> ReproduceOptions
-    from peanchor.conditions import parse_conditions
+    from peanchor.settings.conditions import parse_conditions
     from peanchor.study import ReproduceOptions, parse_shard
     from peanchor.study.executor import resolve_jobs
 

@@ -4,13 +4,13 @@ given (:func:`check_flags`), and dataset keys set from flags and ``--set``.
 
 :func:`check_flags` reads the registries themselves (the PEs', the model sizes', the datasets'), which list their
 names without importing torch (a name's module is imported on its first lookup: :meth:`Registry.register_lazy
-<peanchor.registry.Registry.register_lazy>`), so that a misspelt ``--pe``, ``--model``, ``--data`` or
+<peanchor.core.registry.Registry.register_lazy>`), so that a misspelt ``--pe``, ``--model``, ``--data`` or
 ``--conditions`` is one line naming the flag and the closest valid value before torch loads.
 
 Imports: :mod:`peanchor.analysis` (the shift registry, light: no torch), :mod:`peanchor.lenses` (the lens registry,
 light too), :mod:`peanchor.pe`, :mod:`peanchor.models` and :mod:`peanchor.data` (their registries' names, no torch),
-:mod:`peanchor.set_items` (the ``--set`` items, read once); :mod:`peanchor.training` (the typed ``--set``), :mod:`peanchor.data` (the dataset keys) and the analysis
-plan (``--set analysis.*``), :mod:`peanchor.conditions` and :mod:`peanchor.study` (reproduce's per-condition items)
+:mod:`peanchor.settings.set_items` (the ``--set`` items, read once); :mod:`peanchor.training` (the typed ``--set``), :mod:`peanchor.data` (the dataset keys) and the analysis
+plan (``--set analysis.*``), :mod:`peanchor.settings.conditions` and :mod:`peanchor.study` (reproduce's per-condition items)
 when a command runs, all without torch.
 """
 
@@ -21,9 +21,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from peanchor.analysis.shifts.registry import shift_help
-from peanchor.errors import ConfigError, did_you_mean
+from peanchor.core.errors import ConfigError, did_you_mean
 from peanchor.lenses import LENSES
-from peanchor.set_items import SetItem, parse_set_items, split_plan_items
+from peanchor.settings.set_items import SetItem, parse_set_items, split_plan_items
 
 # shift_help(): the --shift help, from the registry (no torch), called when a parser is built, so that the kinds of
 # the plug-ins loaded by then are in it.
@@ -66,7 +66,7 @@ def _check_name(flag: str, value: Any, what: str, valid: Sequence[str]) -> None:
 def check_flags(args: Any) -> None:
     """The command's ``--pe``, ``--model``, ``--data`` and ``--conditions``, those it has, checked against their
     registries by name (plug-ins included), without importing torch."""
-    from peanchor.conditions import parse_conditions
+    from peanchor.settings.conditions import parse_conditions
     from peanchor.data import DATASETS
     from peanchor.models import MODEL_SIZES
     from peanchor.pe import PE_NAMES
@@ -83,7 +83,7 @@ def check_flags(args: Any) -> None:
 
 
 def check_set_items(items: Iterable[str | SetItem], rest: str, conditions: str | None = None) -> tuple[list[SetItem], list[SetItem]]:
-    """The ``--set`` items read once (:mod:`peanchor.set_items`), split once, and checked by key (and value type)
+    """The ``--set`` items read once (:mod:`peanchor.settings.set_items`), split once, and checked by key (and value type)
     before the command imports anything heavy (torch): the ``analysis.*`` ones against the analysis plan's keys and
     the lenses' options, the ``rest`` against the training config (``"config"``; with the grid's ``conditions``,
     reproduce's, a ``<condition>:`` prefix is one of them) or the dataset's keys (``"data"``, analyze's). Each fault
@@ -102,7 +102,7 @@ def check_set_items(items: Iterable[str | SetItem], rest: str, conditions: str |
 
         checked: list[Any] = others
         if conditions is not None:
-            from peanchor.conditions import parse_conditions
+            from peanchor.settings.conditions import parse_conditions
             from peanchor.pe import PE_NAMES
             from peanchor.study.options import split_set_items
 

@@ -1,9 +1,9 @@
 """``peanchor train``: train one ViT condition into a resumable run directory.
 
-Imports: :mod:`peanchor.presets` (choices), :mod:`peanchor.pe` (the PE registry's names in the help, without
+Imports: :mod:`peanchor.presets.catalog` (choices), :mod:`peanchor.pe` (the PE registry's names in the help, without
 torch), :mod:`peanchor.commands` (shared: the names, the flags and ``--set`` keys checked before torch loads),
-:mod:`peanchor.set_items` (the ``--set`` items, read once), :mod:`peanchor.train_preset` (the flags' config keys, the default run directory); when run,
-:mod:`peanchor.training` and, with ``--tensorboard``, :mod:`peanchor.tracking`.
+:mod:`peanchor.settings.set_items` (the ``--set`` items, read once), :mod:`peanchor.api.training` (the flags' config keys, the default run directory); when run,
+:mod:`peanchor.training` and, with ``--tensorboard``, :mod:`peanchor.core.tracking`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 
 from peanchor.commands.shared import check_flags, check_set_items
-from peanchor.presets import PRESET_NAMES, preset_help
-from peanchor.set_items import parse_set_items
-from peanchor.train_preset import FLAG_KEYS, default_out, overrides_of
+from peanchor.presets.catalog import PRESET_NAMES, preset_help
+from peanchor.settings.set_items import parse_set_items
+from peanchor.api.training import FLAG_KEYS, default_out, overrides_of
 
 
 def pe_choices() -> list[str]:
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     check_flags(args)  # a misspelt name fails here, before torch loads
     items = parse_set_items(args.set)  # each --set item read once, here
     check_set_items(items, "config")  # a misspelt --set key fails before torch loads
-    from peanchor.presets import resolve_config
+    from peanchor.presets.catalog import resolve_config
 
     flags = {key: getattr(args, key) for key in FLAG_KEYS}
     config = resolve_config(args.preset, overrides_of(flags), items)
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     tracker = None
     if args.tensorboard:
-        from peanchor.tracking import TrainingLog, require_tensorboard
+        from peanchor.core.tracking import TrainingLog, require_tensorboard
 
         require_tensorboard()
         tracker = TrainingLog(out)

@@ -40,8 +40,8 @@ is refused, unless ``spe_table="as-ape"``: the buffer (with the CLS row from ``c
 then becomes the table of an ``ape`` PE. That model computes exactly the same function, α included
 (both scale the whole code), but its ``pe`` is ``ape`` and its table would train if fine-tuned.
 
-Imports: :mod:`peanchor.models`, :mod:`peanchor.pe` (the sin-cos table), :mod:`peanchor.weights`,
-:mod:`peanchor.conditions` (the paper's names).
+Imports: :mod:`peanchor.models`, :mod:`peanchor.pe` (the sin-cos table), :mod:`peanchor.checkpoint.weights`,
+:mod:`peanchor.settings.conditions` (the paper's names).
 """
 
 from __future__ import annotations
@@ -56,11 +56,11 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from peanchor.conditions import PAPER_CHECKPOINTS
-from peanchor.errors import CheckpointError
+from peanchor.settings.conditions import PAPER_CHECKPOINTS
+from peanchor.core.errors import CheckpointError
 from peanchor.models import VisionTransformer, create_model
 from peanchor.pe.absolute import sincos_2d
-from peanchor.weights import (
+from peanchor.checkpoint.weights import (
     extract_state_dict,
     few,
     file_format,
@@ -107,7 +107,7 @@ def load_paper_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
 
     Only ``torch.load(weights_only=True)`` is used: a file that needs arbitrary unpickling (any class
     or callable outside torch's allow-list) is refused with a :class:`CheckpointError` before any of
-    its code runs (see :mod:`peanchor.weights`). A file that is neither (random bytes) is refused by its
+    its code runs (see :mod:`peanchor.checkpoint.weights`). A file that is neither (random bytes) is refused by its
     first bytes, naming the file and what was expected.
     """
     p = Path(path)

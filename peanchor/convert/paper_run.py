@@ -11,8 +11,8 @@ our sin-cos table) is :mod:`peanchor.convert.paper`; this module writes its resu
 
 Rerunning the same import is a no-op; an ``out_dir`` holding anything else is refused and left untouched.
 
-Imports: :mod:`peanchor.convert.paper`, :mod:`peanchor.checkpoint`, :mod:`peanchor.conditions`, :mod:`peanchor.models`,
-:mod:`peanchor.presets`, :mod:`peanchor.training` (the paper preset's config), :mod:`peanchor.fileio`.
+Imports: :mod:`peanchor.convert.paper`, :mod:`peanchor.checkpoint.files`, :mod:`peanchor.settings.conditions`, :mod:`peanchor.models`,
+:mod:`peanchor.presets.catalog`, :mod:`peanchor.training` (the paper preset's config), :mod:`peanchor.core.fileio`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 
 import yaml
 
-from peanchor import fileio
-from peanchor.checkpoint import MODEL_FILE, read_metadata, save_model
-from peanchor.conditions import PAPER_CHECKPOINTS
+from peanchor.core import fileio
+from peanchor.checkpoint.files import MODEL_FILE, read_metadata, save_model
+from peanchor.settings.conditions import PAPER_CHECKPOINTS
 from peanchor.convert.paper import (
     CONDITIONS,
     Conversion,
@@ -36,7 +36,7 @@ from peanchor.convert.paper import (
     convert_paper_state_dict,
     load_paper_state_dict,
 )
-from peanchor.errors import CheckpointError, RunDirError
+from peanchor.core.errors import CheckpointError, RunDirError
 from peanchor.models import MODEL_SIZES
 
 __all__ = ["describe", "file_sha256", "import_paper"]
@@ -55,7 +55,7 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 def _train_config(conv: Conversion, seed: int) -> Any:
     """The paper preset, with this model's PE, RPT flag, sizes and resolution."""
-    from peanchor.presets import preset_config
+    from peanchor.presets.catalog import preset_config
     from peanchor.training.config import ModelConfig, validate
 
     config = preset_config("paper")

@@ -3,7 +3,7 @@
 The batch files are pickles. They are read with an unpickler that only admits the few numpy
 globals an array needs, so a tampered file cannot run code. peanchor never downloads.
 
-Imports: torch, numpy; :mod:`peanchor.errors`.
+Imports: torch, numpy; :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
 

@@ -4,7 +4,7 @@ building them from a :class:`DataSpec` (:func:`build_datasets`, :func:`build_eva
 normalisation on the device (:func:`normalize`); :mod:`peanchor.data` hands these out (its docstring says what a
 dataset yields).
 
-Imports: torch, numpy; its own modules and :mod:`peanchor.errors`.
+Imports: torch, numpy; its own modules and :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from peanchor.data.registry import DATASETS
 from peanchor.data.scenes import SCENES_CLASSES
 from peanchor.data.spec import DataInfo, DataSpec
 from peanchor.data.transforms import IMAGENET_MEAN, IMAGENET_STD, eval_transform, resolve_augment, train_transform
-from peanchor.errors import ConfigError, DataError, did_you_mean
+from peanchor.core.errors import ConfigError, DataError, did_you_mean
 
 __all__ = ["DATASETS", "build_datasets", "build_eval_dataset", "normalization", "normalize"]
 

@@ -3,7 +3,7 @@
 Files are decoded with Pillow (see :func:`decode_image_file`). A file that cannot be decoded never
 stops training: the dataset warns once naming the file and returns the next readable image instead.
 
-Imports: torch, torchvision; :mod:`peanchor.errors`.
+Imports: torch, torchvision; :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset
 from torchvision.transforms.v2 import functional as TF
 
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 
 IMG_EXTENSIONS: tuple[str, ...] = (
     ".jpg",

@@ -4,7 +4,7 @@ Optional: needs ``pip install 'peanchor[hf]'``. Rows are read through any object
 ``__len__``/``__getitem__`` returning dicts (a ``datasets.Dataset``); the image column may hold
 PIL images, ``{"bytes": ..., "path": ...}`` dicts or arrays.
 
-Imports: torch, ``datasets`` (lazily); :mod:`peanchor.errors`.
+Imports: torch, ``datasets`` (lazily); :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 from torchvision.transforms.v2 import functional as TF
 
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 
 
 def import_datasets() -> Any:

@@ -14,7 +14,7 @@ is evaluated correctly on the other (the CMC list itself is not sorted).
 ImageNet's validation images must already be sorted into class folders (``val/<wnid>/*.JPEG``,
 as produced by the usual ``valprep.sh``).
 
-Imports: :mod:`peanchor.data.folder`, :mod:`peanchor.errors`.
+Imports: :mod:`peanchor.data.folder`, :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 
 from peanchor.data.folder import _listing, class_dirs, imagefolder_samples, require_dir, scan_classes
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 
 NUM_CLASSES = 100
 LAYOUT = "ROOT/train/<wnid>/*.JPEG and ROOT/val/<wnid>/*.JPEG"

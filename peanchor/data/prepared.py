@@ -12,7 +12,7 @@ on those S x S arrays (:func:`peanchor.data.transforms.batch_augment`); for ``rr
 means crops of the already-resized image are upsampled back to S, a little softer than cropping
 the full-resolution file. That is the price of decoding once.
 
-Imports: torch, numpy; :mod:`peanchor.data`, :mod:`peanchor.fileio`, :mod:`peanchor.errors`.
+Imports: torch, numpy; :mod:`peanchor.data`, :mod:`peanchor.core.fileio`, :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from tqdm import tqdm
 from peanchor.data.arrays import ArrayDataset
 from peanchor.data.spec import DataInfo, DataSpec
 from peanchor.data.transforms import resolve_augment
-from peanchor.errors import DataError
-from peanchor.fileio import atomic_path, write_json
+from peanchor.core.errors import DataError
+from peanchor.core.fileio import atomic_path, write_json
 
 FORMAT = "peanchor-prepared"
 VERSION = 1

@@ -1,11 +1,11 @@
-"""The datasets by name: :data:`DATASETS`, a :class:`peanchor.registry.Registry` of builders (plug-ins from the
+"""The datasets by name: :data:`DATASETS`, a :class:`peanchor.core.registry.Registry` of builders (plug-ins from the
 entry-point group ``peanchor.datasets``). A builder is ``(DataSpec, train: bool) -> (train set or None, val set,
 DataInfo)``, registered with its name: ``@DATASETS.register(name="my_data")``.
 
 The built-in names are listed here with the module that registers them, without importing it (the builders load
 torch): the command line checks a ``--data`` against the registry itself before torch loads.
 
-Imports: :mod:`peanchor.registry`.
+Imports: :mod:`peanchor.core.registry`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from peanchor.registry import Registry
+from peanchor.core.registry import Registry
 
 __all__ = ["BUILT_IN", "DATASETS"]
 

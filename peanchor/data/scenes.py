@@ -19,7 +19,7 @@ function of its parameters (independent of batch size, workers or call order), a
 chunks of a split do not change when ``n`` grows. Splits are cached as ``.npy`` files and
 memory-mapped on load.
 
-Imports: numpy, torch; :mod:`peanchor.fileio`, :mod:`peanchor.errors`.
+Imports: numpy, torch; :mod:`peanchor.core.fileio`, :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from peanchor.errors import DataError, PeanchorError
-from peanchor.fileio import atomic_path
+from peanchor.core.errors import DataError, PeanchorError
+from peanchor.core.fileio import atomic_path
 
 GENERATOR_VERSION = 4
 CHUNK = 100

@@ -1,6 +1,6 @@
 """What to load (:class:`DataSpec`, stored in a run's config.yaml) and what was loaded (:class:`DataInfo`).
 
-Imports: :mod:`peanchor.errors` only.
+Imports: :mod:`peanchor.core.errors` only.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 # Augmentation policies a DataSpec may name. "auto" picks the dataset's default (see transforms.py).
 AUGMENT_POLICIES: tuple[str, ...] = ("auto", "none", "flip", "translate", "crop_flip", "rrc_flip")

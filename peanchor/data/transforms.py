@@ -16,7 +16,7 @@ arbitrary sizes). :func:`batch_augment` applies the same policy to a whole uint8
 already ``S x S`` in a few vectorised ops (used by array-backed datasets: scenes, CIFAR, prepared),
 on CPU or GPU.
 
-Imports: torch, torchvision; :mod:`peanchor.data.spec`, :mod:`peanchor.errors`.
+Imports: torch, torchvision; :mod:`peanchor.data.spec`, :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torchvision.transforms import v2
 
 from peanchor.data.spec import AUGMENT_POLICIES
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 # The paper normalises with the ImageNet statistics; peanchor uses them for every dataset so that
 # a model's input distribution never depends on which dataset computed its statistics.

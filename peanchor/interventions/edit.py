@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions.spec import INDEX_RULE, IndexSet, index_set, param, show_index_set
 
 __all__ = [

@@ -30,7 +30,7 @@ from typing import Any
 
 from torch import Tensor
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions.edit import BLOCK_SITES, POINTS, Edit, EditPass, HookPoints, PETable, RopeTables
 
 __all__ = ["Hook"]
@@ -47,7 +47,7 @@ class Hook(Edit):
     >>> Hook("blocks.2.nowhere", abs)
     Traceback (most recent call last):
     ...
-    peanchor.errors.ConfigError: Hook point 'blocks.2.nowhere' is not a hook point; they are: pe.table, rope.tables, pe.bias, pe.rotation, input.grid, blocks.{k}.attn.heads, blocks.{k}.attn, blocks.{k}.mlp, blocks.{k}.residual
+    peanchor.core.errors.ConfigError: Hook point 'blocks.2.nowhere' is not a hook point; they are: pe.table, rope.tables, pe.bias, pe.rotation, input.grid, blocks.{k}.attn.heads, blocks.{k}.attn, blocks.{k}.mlp, blocks.{k}.residual
     """
 
     kind = "hook"

@@ -1,11 +1,11 @@
 """Edit kind name → class: :data:`INTERVENTIONS` and the reading of a spec into an edit.
 
-The kinds live in a :class:`peanchor.registry.Registry` that reads a kind's name from its ``kind`` (its spec name):
+The kinds live in a :class:`peanchor.core.registry.Registry` that reads a kind's name from its ``kind`` (its spec name):
 ``@INTERVENTIONS.register`` on the class (:func:`register_intervention` is the older spelling), with a live
 :func:`names` (a kind registered later, by a researcher's own module or an installed plug-in, is listed at once). ``peanchor/interventions/kinds/`` holds one module per kind; importing
 :mod:`peanchor.interventions` imports them all.
 
-Imports: :mod:`peanchor.interventions` (edit, spec), :mod:`peanchor.registry`.
+Imports: :mod:`peanchor.interventions` (edit, spec), :mod:`peanchor.core.registry`.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TypeVar
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions.edit import Edit
 from peanchor.interventions.spec import split_spec
-from peanchor.registry import Registry
+from peanchor.core.registry import Registry
 
 __all__ = ["INTERVENTIONS", "edit_from_spec", "names", "register_intervention"]
 
 #: kind → its class (a frozen dataclass subclassing :class:`~peanchor.interventions.edit.Edit`): the common plug-in
-#: registry (:mod:`peanchor.registry`), so a kind from a researcher's package is found through the entry-point group
+#: registry (:mod:`peanchor.core.registry`), so a kind from a researcher's package is found through the entry-point group
 #: ``peanchor.interventions``, ``--plugin`` or ``PEANCHOR_PLUGINS`` like every other plug-in.
 INTERVENTIONS: Registry[type[Edit]] = Registry("intervention", "peanchor.interventions", name_attribute="kind")
 

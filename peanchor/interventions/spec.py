@@ -7,7 +7,7 @@ with ``+`` (``pe_zero+head_ablate:layers=3``); the CLI's ``--intervention`` may 
 
 Each parameter of a kind is a dataclass field whose metadata (:func:`param`) holds its reader and its rule in
 words; the readers here raise ``ValueError`` with the rule, which the registry turns into one
-:class:`~peanchor.errors.ConfigError` line naming the kind and the key.
+:class:`~peanchor.core.errors.ConfigError` line naming the kind and the key.
 
 Imports: nothing from peanchor but its errors.
 """
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 __all__ = ["INDEX_RULE", "IndexSet", "choice", "flag", "grid_size", "index_set", "integer", "param", "split_edits", "split_spec"]
 

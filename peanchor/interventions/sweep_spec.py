@@ -12,7 +12,7 @@ A dose that is itself a set of several indices and ranges (what ``0-3,7`` is in 
 ``+`` instead of a comma: ``head_ablate:layers=0+2,1+3`` has the doses {0, 2} and {1, 3}. A fixed parameter's value
 is written the same way (``layers=0+2``). Each dose is read by the kind's own parameter readers
 (:func:`peanchor.interventions.registry.edit_from_spec`), so an unknown kind, an unknown key or a bad value is the
-same one :class:`~peanchor.errors.ConfigError` line as in ``--intervention``, led by the sweep's text.
+same one :class:`~peanchor.core.errors.ConfigError` line as in ``--intervention``, led by the sweep's text.
 
 Imports: :mod:`peanchor.interventions` (edit, registry).
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions.edit import Edit
 from peanchor.interventions.registry import INTERVENTIONS, edit_from_spec
 

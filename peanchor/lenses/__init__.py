@@ -2,7 +2,7 @@
 tokens in order and under RPI, from the same passes as accuracy (:mod:`peanchor.lenses.base` is the interface).
 Every module here is imported, in name order, so a lens decorated with ``@LENSES.register`` in a new file of this
 folder is measured, written, logged and reported without editing anything else (docs/ARCHITECTURE.md, "How to add a
-lens"); :data:`LENSES` (a :class:`peanchor.registry.Registry`, with the plug-ins of the entry-point group
+lens"); :data:`LENSES` (a :class:`peanchor.core.registry.Registry`, with the plug-ins of the entry-point group
 ``peanchor.lenses``) holds them in report order, :data:`LENS_NAMES` is a live view of their names.
 
 The accumulators behind the lenses (:mod:`peanchor.metrics`) and torch are imported when a lens measures, not when

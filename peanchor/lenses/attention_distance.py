@@ -6,7 +6,7 @@ patch queries give the prefix tokens, and the distance of attention spread evenl
 It reads every block's attention weights as the model hands them out during a pass, so it is measured only for
 models that can (``has_attention_weights``), reduced block by block instead of keeping ``(B, L, H, T, T)``.
 
-Imports: :mod:`peanchor.lenses` (base, registry), :mod:`peanchor.fileio`; :mod:`peanchor.metrics` when measuring.
+Imports: :mod:`peanchor.lenses` (base, registry), :mod:`peanchor.core.fileio`; :mod:`peanchor.metrics` when measuring.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from peanchor.fileio import Number
+from peanchor.core.fileio import Number
 from peanchor.lenses.base import (
     MODES,
     HeadLayers,

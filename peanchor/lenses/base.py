@@ -26,14 +26,14 @@ A lens that raises, at any of these steps, loses only its own record: the analys
 in its place (``"failed: <error>"`` in the files) and measures everything else. SSDC, the one ``required`` lens, is
 the exception: the study's measures are made of it, so its failure fails the analysis.
 
-A record is a dataclass of JSON types (a measured float is :data:`~peanchor.fileio.Number`); ``analysis.json`` and
+A record is a dataclass of JSON types (a measured float is :data:`~peanchor.core.fileio.Number`); ``analysis.json`` and
 each model of ``results.json`` hold it at the top level under the lens's name, validated against ``record_type``
-when read (:mod:`peanchor.results`). Everything after the analysis reads records only, through the class methods:
+when read (:mod:`peanchor.results.records`). Everything after the analysis reads records only, through the class methods:
 :meth:`Lens.layers` (the per-layer curve of the figures, TensorBoard and the summary), :meth:`Lens.rows` (the CSV),
 :meth:`Lens.scalars` (TensorBoard), :meth:`Lens.summary_lines` (``analyze``) and :meth:`Lens.sentences` (the
 report).
 
-Imports: :mod:`peanchor.fileio` (``Number``); :mod:`peanchor.metrics` (the bootstrap) and numpy lazily; torch only for
+Imports: :mod:`peanchor.core.fileio` (``Number``); :mod:`peanchor.metrics` (the bootstrap) and numpy lazily; torch only for
 type annotations.
 """
 
@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from peanchor.fileio import Number
+from peanchor.core.fileio import Number
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor

@@ -10,7 +10,7 @@ effective rank and is left out of its layer's mean.
 The math, and the mean over images, are :mod:`peanchor.metrics.effective_rank`'s, as every lens's is in
 :mod:`peanchor.metrics`.
 
-Imports: :mod:`peanchor.lenses` (base, registry), :mod:`peanchor.fileio`; :mod:`peanchor.metrics` when measuring.
+Imports: :mod:`peanchor.lenses` (base, registry), :mod:`peanchor.core.fileio`; :mod:`peanchor.metrics` when measuring.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from peanchor.fileio import Number
+from peanchor.core.fileio import Number
 from peanchor.lenses.base import Lens, LensBatch, mean_over_draws
 from peanchor.lenses.registry import LENSES
 

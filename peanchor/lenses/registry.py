@@ -1,12 +1,12 @@
-"""The registry of lenses: :data:`LENSES`, a :class:`peanchor.registry.Registry` of :class:`~peanchor.lenses.base.Lens`
+"""The registry of lenses: :data:`LENSES`, a :class:`peanchor.core.registry.Registry` of :class:`~peanchor.lenses.base.Lens`
 classes by ``name`` in their report order (``order``, then name), with plug-ins from the entry-point group
 ``peanchor.lenses``; ``@LENSES.register`` registers one (:func:`register_lens` is its older spelling).
 
 A lens's record sits beside the result files' own keys (``analysis.json``'s ``settings``, a model's ``seed`` in
 ``results.json``), so those names are reserved (:data:`RESERVED`; a test keeps it in step with
-:mod:`peanchor.results`).
+:mod:`peanchor.results.records`).
 
-Imports: :mod:`peanchor.lenses.base`, :mod:`peanchor.registry`, :mod:`peanchor.errors`.
+Imports: :mod:`peanchor.lenses.base`, :mod:`peanchor.core.registry`, :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from peanchor.lenses.base import Lens, NoOptions
-from peanchor.registry import NamesView, Registry
+from peanchor.core.registry import NamesView, Registry
 
 __all__ = ["LENSES", "LENS_NAMES", "RESERVED", "get_lens", "lens_names", "register_lens"]
 
@@ -59,5 +59,5 @@ def lens_names() -> tuple[str, ...]:
 
 
 def get_lens(name: str) -> type[Lens]:
-    """The lens called ``name``, or one :class:`~peanchor.errors.ConfigError` line listing the registered ones."""
+    """The lens called ``name``, or one :class:`~peanchor.core.errors.ConfigError` line listing the registered ones."""
     return LENSES.lookup(name)

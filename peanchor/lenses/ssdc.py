@@ -11,7 +11,7 @@ replicate is the mean over the draws, so the interval covers images and permutat
 it through :meth:`Lens.curve` and :meth:`SSDCLens.replicates` (it is measured in the truncated passes too:
 ``truncated``).
 
-Imports: :mod:`peanchor.lenses` (base, registry), :mod:`peanchor.fileio`; :mod:`peanchor.metrics` and numpy when
+Imports: :mod:`peanchor.lenses` (base, registry), :mod:`peanchor.core.fileio`; :mod:`peanchor.metrics` and numpy when
 measuring.
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from peanchor.fileio import Number
+from peanchor.core.fileio import Number
 from peanchor.lenses.base import MODE_LABELS, MODES, Lens, LensBatch, Row, layer_value, mean_and_std, plan_option
 from peanchor.lenses.registry import LENSES
 

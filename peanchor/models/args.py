@@ -10,10 +10,10 @@ One dataclass serves three readers, so that a field added here is known to all o
 - a checkpoint's ``model_args`` metadata is :meth:`ViTArgs.to_dict` (JSON), and ``create_model(**model_args)``
   rebuilds the same model even if the size table changes later.
 
-The sizes are a :class:`peanchor.registry.Registry` (``MODEL_SIZES.register(size, name="vit_huge")``; plug-ins
+The sizes are a :class:`peanchor.core.registry.Registry` (``MODEL_SIZES.register(size, name="vit_huge")``; plug-ins
 from the entry-point group ``peanchor.model_sizes``).
 
-Imports: :mod:`peanchor.registry`.
+Imports: :mod:`peanchor.core.registry`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from peanchor.registry import Registry
+from peanchor.core.registry import Registry
 
 __all__ = ["ARCH_FIELDS", "Architecture", "MODEL_SIZES", "ViTArgs", "resolve_args"]
 

@@ -1,7 +1,7 @@
 """Positional encodings behind one small interface (see :mod:`peanchor.pe.base`).
 
 ``create_pe(name, ctx, **kwargs)`` builds one; ``PE_NAMES`` lists the registered names (a live view of
-``PE_REGISTRY``, a :class:`peanchor.registry.Registry`: PEs of plug-ins are in it too). The registry and the names
+``PE_REGISTRY``, a :class:`peanchor.core.registry.Registry`: PEs of plug-ins are in it too). The registry and the names
 load without torch (a name's module is imported on its first lookup, :mod:`peanchor.pe.registry`); the interface
 (``PEContext``, ``PositionalEncoding``, ``RotaryTables``) is imported on first use. A PE class with a ``name``,
 decorated with ``@PE_REGISTRY.register``, in a new file of this folder is registered once its name and module are

@@ -1,4 +1,4 @@
-"""Name → positional-encoding class: :data:`PE_REGISTRY`, a :class:`peanchor.registry.Registry` (plug-ins from the
+"""Name → positional-encoding class: :data:`PE_REGISTRY`, a :class:`peanchor.core.registry.Registry` (plug-ins from the
 entry-point group ``peanchor.pes``), and :func:`create_pe`.
 
 The built-in PEs are listed here by name and module (:data:`BUILT_IN`) without importing them: this module loads no
@@ -7,7 +7,7 @@ of a name imports its module, where its class registers itself (``@PE_REGISTRY.r
 and the classes' names equal). A PE of one's own, in a plug-in, registers the same way and needs no line here.
 :func:`register_pe` is the older spelling of ``PE_REGISTRY.register`` (it also checks the class is a PE).
 
-Imports: :mod:`peanchor.pe.base` (torch) when a PE is looked up or built, :mod:`peanchor.registry`.
+Imports: :mod:`peanchor.pe.base` (torch) when a PE is looked up or built, :mod:`peanchor.core.registry`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from peanchor.registry import NamesView, Registry
+from peanchor.core.registry import NamesView, Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from peanchor.pe.base import PEContext, PositionalEncoding

@@ -1,8 +1,8 @@
 """The report, from result files only (never from models).
 
 ``write_report(results, out_dir)`` writes ``out_dir/figures/*.png|pdf``, ``out_dir/report.md`` and a
-self-contained ``out_dir/report.html`` for a :class:`peanchor.results.Results` (read one with
-:func:`peanchor.results.read_results`), or for analyses and result files gathered into one
+self-contained ``out_dir/report.html`` for a :class:`peanchor.results.records.Results` (read one with
+:func:`peanchor.results.records.read_results`), or for analyses and result files gathered into one
 (:mod:`~peanchor.report.inputs`):
 
 * :mod:`~peanchor.report.summary`: the numbers (grouping, statistics over seeds, the ΔSSDC–FS correlation);
@@ -14,7 +14,7 @@ self-contained ``out_dir/report.html`` for a :class:`peanchor.results.Results` (
 * :mod:`~peanchor.report.figures`: the figures;
 * :mod:`~peanchor.report.markdown`, :mod:`~peanchor.report.html`: the two renderers.
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.fileio` (its modules add the conditions' facts and the statistics).
+Imports: :mod:`peanchor.results.records`, :mod:`peanchor.core.fileio` (its modules add the conditions' facts and the statistics).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from peanchor import fileio
+from peanchor.core import fileio
 from peanchor.report.figures import make_figures
 from peanchor.report.html import render_html
 from peanchor.report.inputs import gather
 from peanchor.report.markdown import render_markdown
 from peanchor.report.mixing import check_comparable
 from peanchor.report.prose import build_report
-from peanchor.results import Results
+from peanchor.results.records import Results
 
 __all__ = ["build_report", "gather", "render_html", "render_markdown", "write_report"]
 
@@ -51,7 +51,7 @@ def write_report(results: Results | Any, out_dir: str | os.PathLike[str], allow_
     and paths to their files, in a mapping ``name → ...`` or a list (names inferred), e.g.
     ``write_report({"ape": "runs/ape", "mine": result}, "out")``. Every file is written atomically; figures whose
     data is missing are skipped. Analyses made on different images or with different permutations behind RPI
-    are refused (one :class:`~peanchor.errors.DataError` line) unless ``allow_mixed``
+    are refused (one :class:`~peanchor.core.errors.DataError` line) unless ``allow_mixed``
     (:mod:`~peanchor.report.mixing`).
     """
     if not isinstance(results, Results):

@@ -3,7 +3,7 @@ the mean from 3 seeds, :class:`~peanchor.report.summary.Summary`); for a single 
 where the file records one; and for a Fragility Score that is undefined (clean accuracy not above chance), the
 word and the reason, never a number.
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.report.summary`.
+Imports: :mod:`peanchor.results.records`, :mod:`peanchor.report.summary`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from peanchor.report.summary import Summary, finite, fmt, summarise
-from peanchor.results import ModelResult, SweepRow
+from peanchor.results.records import ModelResult, SweepRow
 
 __all__ = ["condition_cell", "own_interval", "sweep_cell"]
 

@@ -30,7 +30,7 @@ gets a Fisher-z interval with the Bonett–Wright standard error √((1 + ρ²/2
 
 The thresholds are ours, not the paper's (it gives curves, not cut-offs); docs/study.md explains them.
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.report.summary`, :mod:`peanchor.report.evidence`.
+Imports: :mod:`peanchor.results.records`, :mod:`peanchor.report.summary`, :mod:`peanchor.report.evidence`.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from peanchor.report.evidence import (
     within,
 )
 from peanchor.report.summary import finite, fmt, models_by_condition, primary_shift, shift_keys
-from peanchor.results import ModelResult, Results, SweepRow
+from peanchor.results.records import ModelResult, Results, SweepRow
 
 __all__ = [
     "ANCHORED",

@@ -1,12 +1,12 @@
-"""The report's dose-response sweeps (``--sweep``; :mod:`peanchor.dose_results`): a figure per sweep (top-1, the
+"""The report's dose-response sweeps (``--sweep``; :mod:`peanchor.results.doses`): a figure per sweep (top-1, the
 Fragility Score and SSDC at chosen layers, with tokens in order and under RPI, against the dose) and the section's
-table, from a :class:`~peanchor.results.Results` (never from models).
+table, from a :class:`~peanchor.results.records.Results` (never from models).
 
 Every model that has a sweep is drawn as its own line (its name), since two models' doses of one sweep need not
 mean the same thing (a grid, a frequency index). The doses are categories, in the order the sweep gives them.
 
-Imports: matplotlib, :mod:`peanchor.report` (document, figure_style, summary), :mod:`peanchor.dose_results`,
-:mod:`peanchor.lenses`, :mod:`peanchor.results`, :mod:`peanchor.tables` (a lens's one number).
+Imports: matplotlib, :mod:`peanchor.report` (document, figure_style, summary), :mod:`peanchor.results.doses`,
+:mod:`peanchor.lenses`, :mod:`peanchor.results.records`, :mod:`peanchor.results.tables` (a lens's one number).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from peanchor import tables
-from peanchor.dose_results import DoseSweep
+from peanchor.results import tables
+from peanchor.results.doses import DoseSweep
 from peanchor.lenses import LENSES
 from peanchor.report.document import FigureFile, Table
 from peanchor.report.figure_style import figure_file, finish, select_panels
 from peanchor.report.summary import fmt
-from peanchor.results import Results
+from peanchor.results.records import Results
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -53,7 +53,7 @@ def _chosen(results: Results, sweep: str | None) -> tuple[str, list[tuple[str, D
     if sweep is None:
         sweep = next(iter(sweeps))
     if sweep not in sweeps:
-        from peanchor.errors import DataError
+        from peanchor.core.errors import DataError
 
         raise DataError(f"no dose-response sweep {sweep!r}; measured: {', '.join(sweeps)}")
     return sweep, sweeps[sweep]

@@ -12,7 +12,7 @@ A verdict is *replicates* when the interval clears the threshold on the claim's 
 it lies wholly on the other side, and *inconclusive* otherwise (also when there is no interval). A claim made of
 several conditions replicates when all of them do and fails when one fails (:func:`all_of`).
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.report.summary` (formatting).
+Imports: :mod:`peanchor.results.records`, :mod:`peanchor.report.summary` (formatting).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 from scipy import stats
 
 from peanchor.report.summary import finite, fmt
-from peanchor.results import ModelResult
+from peanchor.results.records import ModelResult
 
 __all__ = [
     "DOES_NOT_REPLICATE",

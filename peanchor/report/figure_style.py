@@ -3,7 +3,7 @@ a new figure with the house layout, one legend under the panels, and writing PNG
 reproducible bytes. :mod:`peanchor.report.figures` and :mod:`peanchor.report.lenses` both draw with these, and
 neither imports the other's internals.
 
-Imports: matplotlib, numpy; :mod:`peanchor.fileio`, :mod:`peanchor.conditions`, :mod:`peanchor.report` (summary,
+Imports: matplotlib, numpy; :mod:`peanchor.core.fileio`, :mod:`peanchor.settings.conditions`, :mod:`peanchor.report` (summary,
 document).
 """
 
@@ -20,8 +20,8 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from peanchor import fileio
-from peanchor.conditions import CONDITIONS, PAPER
+from peanchor.core import fileio
+from peanchor.settings.conditions import CONDITIONS, PAPER
 from peanchor.report.document import FigureFile
 from peanchor.report.summary import finite
 
@@ -152,7 +152,7 @@ def select_panels(what: str, available: Sequence[str], panels: Sequence[str] | N
                   axes: Sequence[Axes] | None) -> list[str]:  # fmt: skip
     """The panels to draw of a figure that has ``available`` ones: ``panels`` (all when None), checked by name, and
     as many as the ``axes`` given to draw them in; one :class:`DataError` line otherwise."""
-    from peanchor.errors import DataError
+    from peanchor.core.errors import DataError
 
     chosen = list(available) if panels is None else [str(p) for p in panels]
     unknown = [p for p in chosen if p not in available]

@@ -1,13 +1,13 @@
-"""Figures for the report, drawn from a :class:`~peanchor.results.Results` (never from models).
+"""Figures for the report, drawn from a :class:`~peanchor.results.records.Results` (never from models).
 
-Every figure is written as PNG and PDF through :func:`peanchor.fileio.atomic_path`. Plots use
+Every figure is written as PNG and PDF through :func:`peanchor.core.fileio.atomic_path`. Plots use
 matplotlib's object API (``Figure`` without pyplot), so importing this module never changes the
 caller's backend and works headless. Each condition has its own marker *and* line style as well as a
-colour (Okabe-Ito, safe for colour blindness; :attr:`peanchor.conditions.Condition.style`), so the figures stay
+colour (Okabe-Ito, safe for colour blindness; :attr:`peanchor.settings.conditions.Condition.style`), so the figures stay
 readable in black and white. What is plotted comes from :mod:`peanchor.report.summary`, as for the text.
 
 Imports: matplotlib, :mod:`peanchor.report` (summary, cells, claims, provenance, document, figure_style, lenses,
-dose_response, resolution), :mod:`peanchor.conditions`, :mod:`peanchor.results`.
+dose_response, resolution), :mod:`peanchor.settings.conditions`, :mod:`peanchor.results.records`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from peanchor.conditions import CONDITIONS, PAPER, label, ordered
+from peanchor.settings.conditions import CONDITIONS, PAPER, label, ordered
 from peanchor.report.cells import own_interval
 from peanchor.report.claims import model_correlation
 from peanchor.report.document import FigureFile
@@ -44,7 +44,7 @@ from peanchor.report.summary import (
     primary_shift,
     shift_keys,
 )
-from peanchor.results import Results
+from peanchor.results.records import Results
 
 __all__ = ["SSDC_PANELS", "draw_alpha_sweep", "draw_ssdc_per_layer", "make_figures"]
 

@@ -1,5 +1,5 @@
 """What a report is made of: analyses and grids, given as objects or as paths, gathered into one
-:class:`~peanchor.results.Results`.
+:class:`~peanchor.results.records.Results`.
 
 :func:`as_results` takes analyses in memory (one, a list, a mapping ``name → result`` or ``name → [results over
 seeds]``); :func:`gather` also takes paths (an analysis directory or ``analysis.json``, a run directory analysed by
@@ -13,7 +13,7 @@ directory; its seed is the one its run recorded. A grid keeps its models' condit
 given for the grid (``cifar/ape``). Two models of one condition and seed are refused, since the report could not
 tell them apart.
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.tables` (reading any result file), :mod:`peanchor.errors`.
+Imports: :mod:`peanchor.results.records`, :mod:`peanchor.results.tables` (reading any result file), :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
 
-from peanchor.errors import DataError
-from peanchor.results import AnalysisResult, CellId, ModelResult, Results, SweepRow, TrainSummary
-from peanchor.tables import default_name, read_result
+from peanchor.core.errors import DataError
+from peanchor.results.records import AnalysisResult, CellId, ModelResult, Results, SweepRow, TrainSummary
+from peanchor.results.tables import default_name, read_result
 
 __all__ = ["Analyses", "as_results", "gather", "gather_items", "input_arg"]
 

@@ -1,6 +1,6 @@
 """The report's section on the lenses (:mod:`peanchor.lenses`: SSDC, the position probe, the mean attention distance,
 and any lens registered since): its numbers, its table and sentences, and its two figures, from a
-:class:`~peanchor.results.Results` (never from models). Everything here loops over the registered lenses; what is
+:class:`~peanchor.results.records.Results` (never from models). Everything here loops over the registered lenses; what is
 particular to a lens (its per-layer curve, its one number per model, its reference line, its sentences) is the
 lens's own (:class:`~peanchor.lenses.Lens`).
 
@@ -8,8 +8,8 @@ Per model, each lens is read normally and under RPI: its per-layer curve (``laye
 value over layers or the mean over layers (``stat``). Models analysed before a lens existed (or where it does not
 apply, e.g. a model that does not hand out its attention weights) simply have no entry.
 
-Imports: matplotlib, :mod:`peanchor.report` (summary, document, figure_style), :mod:`peanchor.conditions`,
-:mod:`peanchor.lenses`, :mod:`peanchor.results`, :mod:`peanchor.tables` (a lens's one number).
+Imports: matplotlib, :mod:`peanchor.report` (summary, document, figure_style), :mod:`peanchor.settings.conditions`,
+:mod:`peanchor.lenses`, :mod:`peanchor.results.records`, :mod:`peanchor.results.tables` (a lens's one number).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from peanchor import tables
-from peanchor.conditions import label
+from peanchor.results import tables
+from peanchor.settings.conditions import label
 from peanchor.lenses import LENSES, Lens
 from peanchor.report.document import FigureFile, Table
 from peanchor.report.figure_style import condition_styles, figure_file, finish, mean_std, select_panels
@@ -31,7 +31,7 @@ from peanchor.report.summary import finite, fmt, models_by_condition, summarise
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-from peanchor.results import ModelResult, Results
+from peanchor.results.records import ModelResult, Results
 
 __all__ = [
     "lens_gaps", "lens_intro", "lens_panels", "lens_sentences", "lens_table", "plot_attention_heads",

@@ -8,7 +8,7 @@ comparison is refused unless the caller allows it (``--allow-mixed``, ``allow_mi
 that differs (the α grid among models that have one, the bootstrap, the lenses, ...) is named but allowed. The
 device is a record, not a setting.
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.errors`.
+Imports: :mod:`peanchor.results.records`, :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from peanchor.errors import DataError
-from peanchor.results import ModelResult, Results
+from peanchor.core.errors import DataError
+from peanchor.results.records import ModelResult, Results
 
 __all__ = ["ALLOW_FLAG", "check_comparable", "setting_values"]
 

@@ -1,8 +1,8 @@
 """The report's figures for a notebook: drawn from one analysis or several, returned as matplotlib figures.
 
-Each function takes one :class:`~peanchor.results.AnalysisResult`, a list of them, a mapping ``name → result``
+Each function takes one :class:`~peanchor.results.records.AnalysisResult`, a list of them, a mapping ``name → result``
 (or ``name → [results over seeds]``, drawn as their mean with a ±1 std band; a result may also be a path to a
-result file, :func:`peanchor.report.inputs.gather`), or a whole :class:`~peanchor.results.Results`, and returns
+result file, :func:`peanchor.report.inputs.gather`), or a whole :class:`~peanchor.results.records.Results`, and returns
 the ``matplotlib.figure.Figure`` that ``peanchor report`` draws (the drawing lives in
 :mod:`peanchor.report.figures` and :mod:`peanchor.report.lenses`; nothing is written to disk). A name that is one of
 the study's conditions (``ape``, ``rope``, ...) gets that condition's style; any other gets a colour, marker and
@@ -20,7 +20,7 @@ Example::
     fig, ax = plt.subplots(); plot_ssdc_per_layer(result, ax=ax, panels=["rpi"])
 
 Imports: matplotlib, numpy, :mod:`peanchor.report` (figures, figure_style, lenses, inputs, dose_response),
-:mod:`peanchor.errors`.
+:mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 from peanchor.report.figure_style import legend_entries
 from peanchor.report.dose_response import draw_dose_response
 from peanchor.report.figures import draw_alpha_sweep, draw_ssdc_per_layer

@@ -1,13 +1,13 @@
-"""The report's text and tables, built from a :class:`~peanchor.results.Results` as a
+"""The report's text and tables, built from a :class:`~peanchor.results.records.Results` as a
 :class:`~peanchor.report.document.Report`.
 
 Every sentence about the results is generated from comparisons of the numbers (:mod:`peanchor.report.summary`), so
-the prose says what these numbers show and nothing more; the paper's numbers come from :mod:`peanchor.conditions`
+the prose says what these numbers show and nothing more; the paper's numbers come from :mod:`peanchor.settings.conditions`
 and are labelled as the paper's.
 
 Imports: :mod:`peanchor.report` (summary, cells, claims, evidence, provenance, document, lenses, dose_response,
 resolution),
-:mod:`peanchor.conditions`, :mod:`peanchor.results`.
+:mod:`peanchor.settings.conditions`, :mod:`peanchor.results.records`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from peanchor.conditions import CONDITIONS, PAPER, label, ordered
+from peanchor.settings.conditions import CONDITIONS, PAPER, label, ordered
 from peanchor.report.cells import condition_cell, sweep_cell
 from peanchor.report.claims import MIN_POINTS, check_claims, claims_scope, model_correlation
 from peanchor.report.evidence import DOES_NOT_REPLICATE, INCONCLUSIVE, NOT_MEASURED, REPLICATES
@@ -38,7 +38,7 @@ from peanchor.report.summary import (
     shift_keys,
     summarise,
 )
-from peanchor.results import Results, SweepRow
+from peanchor.results.records import Results, SweepRow
 
 __all__ = ["build_report"]
 

@@ -6,7 +6,7 @@ model arguments and data; its analysis settings; its environment) and, for a mod
 run's ``config.yaml`` (the training budget), parsed as plain YAML. A fact the files do not hold reads "not
 recorded". When the models differ in a fact, the row lists each value with the models that have it.
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.report.document`, :mod:`peanchor.report.summary`.
+Imports: :mod:`peanchor.results.records`, :mod:`peanchor.report.document`, :mod:`peanchor.report.summary`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import yaml
 
 from peanchor.report.document import Table
 from peanchor.report.summary import models_by_condition
-from peanchor.results import ModelResult, Results
+from peanchor.results.records import ModelResult, Results
 
 __all__ = ["data_text", "interventions_text", "provenance_table", "run_config", "setting_text"]
 

@@ -1,13 +1,13 @@
-"""The report's section on other resolutions (``analysis.resolutions``; :mod:`peanchor.resolution_results`): a
+"""The report's section on other resolutions (``analysis.resolutions``; :mod:`peanchor.results.resolution`): a
 cross-condition table of top-1 and of A(size)/A(native) at every image size, a figure of both against the size,
-and sentences read from their intervals, from a :class:`~peanchor.results.Results` (never from models). Results
+and sentences read from their intervals, from a :class:`~peanchor.results.records.Results` (never from models). Results
 without the record (older files, or analyses that did not ask for it) have no such section.
 
 A cell is the mean over the condition's seeds, as every cell of the report (:func:`~peanchor.report.cells`): ± the
 std from 2 seeds, the bootstrap CI of the mean from 3; one seed shows its analysis's own interval.
 
-Imports: :mod:`peanchor.report` (document, figure_style, summary), :mod:`peanchor.conditions`,
-:mod:`peanchor.resolution_results`, :mod:`peanchor.results`.
+Imports: :mod:`peanchor.report` (document, figure_style, summary), :mod:`peanchor.settings.conditions`,
+:mod:`peanchor.results.resolution`, :mod:`peanchor.results.records`.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from peanchor.conditions import label
+from peanchor.settings.conditions import label
 from peanchor.report.document import FigureFile, Table
 from peanchor.report.figure_style import condition_styles, figure_file, finish, new_figure
 from peanchor.report.summary import Summary, finite, fmt, models_by_condition, summarise
-from peanchor.resolution_results import ResolutionPoint
-from peanchor.results import ModelResult, Results
+from peanchor.results.resolution import ResolutionPoint
+from peanchor.results.records import ModelResult, Results
 
 __all__ = ["RESOLUTION_INTRO", "plot_resolution", "resolution_sentences", "resolution_sizes", "resolution_tables"]
 

@@ -1,4 +1,4 @@
-"""What the report says about a :class:`~peanchor.results.Results`, as numbers: models grouped by condition, the
+"""What the report says about a :class:`~peanchor.results.records.Results`, as numbers: models grouped by condition, the
 shifts present, mean ± std (and bootstrap CIs) over seeds, paired FS differences against ``none``, and the points
 of the ΔSSDC–FS figure (their correlation, over one point per trained model, is in :mod:`~peanchor.report.claims`).
 The prose (:mod:`~peanchor.report.prose`) and the figures (:mod:`~peanchor.report.figures`) both read the results
@@ -8,7 +8,7 @@ Statistics: mean ± sample std over seeds; 95% percentile bootstrap CIs of the m
 condition has at least 3 seeds; paired bootstrap of FS differences against ``none`` (paired by seed). The
 resampling is scipy.stats' (:mod:`peanchor.metrics.stats`).
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.conditions`, :mod:`peanchor.metrics.stats`; never a model.
+Imports: :mod:`peanchor.results.records`, :mod:`peanchor.settings.conditions`, :mod:`peanchor.metrics.stats`; never a model.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from peanchor.conditions import ordered
+from peanchor.settings.conditions import ordered
 from peanchor.metrics.stats import (
     bootstrap_ci,
     mean_std,
     min_sign_flip_p,
     paired_bootstrap_diff,
 )
-from peanchor.results import ModelResult, Results, SweepRow
+from peanchor.results.records import ModelResult, Results, SweepRow
 
 __all__ = [
     "CI_LEVEL",

@@ -5,8 +5,8 @@ It reads result files only (the manifest ``reproduce.json``, each cell's ``summa
 with an analysis is a model; one whose last attempt failed is listed under ``failed``; one never analysed under
 ``missing``.
 
-Imports: :mod:`peanchor.results`, :mod:`peanchor.study.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.analysis`
-(the manifest's plan) and :mod:`peanchor.presets` (the planned shifts of a manifest written before it recorded its
+Imports: :mod:`peanchor.results.records`, :mod:`peanchor.study.cells`, :mod:`peanchor.settings.conditions`, :mod:`peanchor.analysis`
+(the manifest's plan), :mod:`peanchor.core.version` and :mod:`peanchor.presets.catalog` (the planned shifts of a manifest written before it recorded its
 plan).
 """
 
@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from peanchor.conditions import parse_condition, parse_conditions
-from peanchor.errors import SchemaError
-from peanchor.results import (
+from peanchor.settings.conditions import parse_condition, parse_conditions
+from peanchor.core.errors import SchemaError
+from peanchor.results.records import (
     ANALYSIS_JSON,
     RESULTS_JSON,
     CellId,
@@ -62,7 +62,7 @@ def _versions() -> dict[str, str]:
     import torch
     import torchvision
 
-    from peanchor import __version__
+    from peanchor.core.version import __version__
 
     return {
         "peanchor": __version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
@@ -103,7 +103,7 @@ def _planned_shifts(meta: dict[str, Any], img_size: int) -> tuple[dict[str, Any]
         plan = AnalysisPlan.from_dict(recorded)
         return {k: s.describe() for k, s in plan.shifts.items()}, dict(plan.shift_sources)
     from peanchor.analysis.shift_specs import measured_shifts, parse_shift_specs
-    from peanchor.presets import preset_shifts
+    from peanchor.presets.catalog import preset_shifts
 
     specs = parse_shift_specs(list(meta.get("shifts") or []))
     shifts, sources = measured_shifts(img_size, specs, preset_shifts(meta.get("preset"), img_size))

@@ -4,7 +4,7 @@ Cells are ordered seed-major (every condition of seed 0, then seed 1, ...) so th
 compared every condition early. ``--shard i/n`` (1-based) takes cells ``i-1, i-1+n, ...``; ``--shard auto`` reads
 the shard from a Slurm array task's variables, so an array of any base runs every cell exactly once.
 
-Imports: :mod:`peanchor.conditions`, :mod:`peanchor.errors`.
+Imports: :mod:`peanchor.settings.conditions`, :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from peanchor.conditions import Condition
-from peanchor.errors import ConfigError
+from peanchor.settings.conditions import Condition
+from peanchor.core.errors import ConfigError
 
 __all__ = ["Cell", "grid_cells", "parse_shard", "shard_cells", "slurm_array_shard"]
 
@@ -35,7 +35,7 @@ class Cell:
 def grid_cells(conditions: Sequence[Condition], seeds: int | Sequence[int]) -> list[Cell]:
     """Every (condition, seed), seed-major.
 
-    >>> from peanchor.conditions import parse_conditions
+    >>> from peanchor.settings.conditions import parse_conditions
     >>> [c.name for c in grid_cells(parse_conditions("none,rpt"), 2)]
     ['none-s0', 'rpt-s0', 'none-s1', 'rpt-s1']
     """
@@ -111,7 +111,7 @@ def slurm_array_shard(environ: Mapping[str, str]) -> tuple[int, int]:
 def shard_cells(cells: Sequence[Cell], index: int, count: int) -> list[Cell]:
     """The cells of shard ``index`` of ``count`` (1-based): round-robin by cell index.
 
-    >>> from peanchor.conditions import parse_conditions
+    >>> from peanchor.settings.conditions import parse_conditions
     >>> cells = grid_cells(parse_conditions("none,ape,rope"), 2)
     >>> [c.index for c in shard_cells(cells, 1, 4)], [c.index for c in shard_cells(cells, 4, 4)]
     ([0, 4], [3])

@@ -19,10 +19,10 @@ count, and the numbers must not depend on the scheduling.
 
 Imports: :mod:`peanchor.study.pipeline` (what one cell does), :mod:`peanchor.study.options`,
 :mod:`peanchor.study.resources`, :mod:`peanchor.study.cells`, :mod:`peanchor.study.schedule`,
-:mod:`peanchor.interrupts`, :mod:`peanchor.presets`
+:mod:`peanchor.core.interrupts`, :mod:`peanchor.presets.catalog`
 (whether a preset's cells run in parallel), :mod:`peanchor.training` (the run directory's file names),
 :mod:`peanchor.pe` (whether α scales a cell's PE: the cost of its analysis),
-:mod:`peanchor.registry` (the plug-ins a worker loads).
+:mod:`peanchor.core.registry` (the plug-ins a worker loads).
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from peanchor import interrupts
-from peanchor.errors import ConfigError
-from peanchor.interrupts import Interrupted
-from peanchor.presets import get_preset
-from peanchor.registry import plugins_in_environment
+from peanchor.core import interrupts
+from peanchor.core.errors import ConfigError
+from peanchor.core.interrupts import Interrupted
+from peanchor.presets.catalog import get_preset
+from peanchor.core.registry import plugins_in_environment
 from peanchor.study.cells import Cell
 from peanchor.study.options import ReproduceOptions
 from peanchor.study.pipeline import Evaluation, attempt, stderr_log
@@ -343,7 +343,7 @@ def cells_in_workers(options: ReproduceOptions, cells: Sequence[Cell]) -> bool:
     its own too, and a cell killed by the OOM killer is one failed line while the run writes the others' results.
 
     >>> from peanchor.study.cells import grid_cells
-    >>> from peanchor.conditions import parse_conditions
+    >>> from peanchor.settings.conditions import parse_conditions
     >>> cells = grid_cells(parse_conditions("none,ape"), 1)
     >>> [cells_in_workers(ReproduceOptions(preset=p, jobs=j), cells) for p, j in (("smoke", 1), ("smoke", 2), ("cpu", 1))]
     [False, True, True]
@@ -358,7 +358,7 @@ def attempt_cells(
     more than one, progress bars off and one log line per cell), or, with ``--jobs 1`` and a preset whose cells take
     seconds, in order in this process (:func:`cells_in_workers`). On GPUs, worker *k* takes the *k*-th
     visible GPU, round-robin. A worker that dies yields its cell as failed (:func:`death_message`). A stop signal
-    is passed on to the workers, which checkpoint and stop; then :class:`~peanchor.interrupts.Interrupted` is
+    is passed on to the workers, which checkpoint and stop; then :class:`~peanchor.core.interrupts.Interrupted` is
     raised here."""
     if not cells_in_workers(options, cells):
         evaluation = Evaluation(None if options.progress else False)

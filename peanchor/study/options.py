@@ -8,8 +8,8 @@ resolution), then the command line (``--severities``, ``--shift``), then ``--set
 ``analysis.*`` items are split off the ``--set`` items before the training config sees them, and are the same for
 every cell (a condition prefix on one is refused).
 
-Imports: :mod:`peanchor.study.cells`, :mod:`peanchor.conditions`, :mod:`peanchor.presets`, :mod:`peanchor.analysis`
-(``--shift`` and the plan, when resolved), :mod:`peanchor.tracking` (``--tensorboard`` needs TensorBoard).
+Imports: :mod:`peanchor.study.cells`, :mod:`peanchor.settings.conditions`, :mod:`peanchor.presets.catalog`, :mod:`peanchor.analysis`
+(``--shift`` and the plan, when resolved), :mod:`peanchor.core.tracking` (``--tensorboard`` needs TensorBoard).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from peanchor.conditions import DEFAULT_CONDITIONS, Condition, parse_conditions
-from peanchor.errors import ConfigError
-from peanchor.presets import get_preset, preset_shifts, resolve_config
+from peanchor.settings.conditions import DEFAULT_CONDITIONS, Condition, parse_conditions
+from peanchor.core.errors import ConfigError
+from peanchor.presets.catalog import get_preset, preset_shifts, resolve_config
 from peanchor.study.cells import Cell, grid_cells
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,7 +105,7 @@ class ReproduceOptions:
         self.shift_specs()  # a bad --shift fails here, before anything is trained
         self.train_and_plan_items()  # and a condition prefix on an analysis key
         if self.tensorboard:
-            from peanchor.tracking import require_tensorboard
+            from peanchor.core.tracking import require_tensorboard
 
             require_tensorboard()
 

@@ -6,8 +6,8 @@ shifts, lenses: a ``--shift`` or ``--set analysis.*`` that changes one, adds one
 analysing again; where a shift came from does not count). A reused analysis in which a lens failed has that lens
 (and nothing else) measured again.
 
-Imports: :mod:`peanchor.training`, :mod:`peanchor.checkpoint`, :mod:`peanchor.analysis`, :mod:`peanchor.results`,
-:mod:`peanchor.interrupts`, :mod:`peanchor.study.options`, :mod:`peanchor.tracking` (``--tensorboard``),
+Imports: :mod:`peanchor.training`, :mod:`peanchor.checkpoint.files`, :mod:`peanchor.analysis`, :mod:`peanchor.results.records`,
+:mod:`peanchor.core.interrupts`, :mod:`peanchor.study.options`, :mod:`peanchor.core.tracking` (``--tensorboard``),
 :mod:`peanchor.data` (the data spec's paths); torch-heavy
 ones inside the functions that use them.
 """
@@ -22,10 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from peanchor import interrupts
-from peanchor.errors import PeanchorError, SchemaError
-from peanchor.interrupts import Interrupted
-from peanchor.results import ANALYSIS_JSON, AnalysisResult, read_analysis
+from peanchor.core import interrupts
+from peanchor.core.errors import PeanchorError, SchemaError
+from peanchor.core.interrupts import Interrupted
+from peanchor.results.records import ANALYSIS_JSON, AnalysisResult, read_analysis
 from peanchor.study.cells import Cell
 from peanchor.study.options import ReproduceOptions
 
@@ -120,7 +120,7 @@ def _train_cell(options: ReproduceOptions, cell: Cell, log: Callable[[str], None
     status["stage"] = "train"
     tracker = None
     if options.tensorboard:
-        from peanchor.tracking import TrainingLog
+        from peanchor.core.tracking import TrainingLog
 
         tracker = TrainingLog(run_dir)
     try:
@@ -143,8 +143,8 @@ def _analyse_cell(
     options: ReproduceOptions, cell: Cell, evaluation: Evaluation, log: Callable[[str], None], status: dict[str, Any]
 ) -> None:
     from peanchor.analysis.evaluate import evaluate_model, measure_lenses
-    from peanchor.checkpoint import load_model, model_digest
-    from peanchor.results import write_analysis
+    from peanchor.checkpoint.files import load_model, model_digest
+    from peanchor.results.records import write_analysis
 
     run_dir = options.cell_dir(cell)
     status["stage"] = "config"
@@ -186,7 +186,7 @@ def _analyse_cell(
     if result.lens_failures:
         status["failed_lenses"] = dict(result.lens_failures)
     if options.tensorboard:
-        from peanchor.tracking import (
+        from peanchor.core.tracking import (
             TENSORBOARD_DIR,
             TensorBoardLog,
             has_events,

@@ -6,9 +6,9 @@ write the report.
     OUT/
       reproduce.json              the grid and settings of the last invocation (what `peanchor report` assembles)
       runs/<condition>-s<seed>/   a normal training run directory (config.yaml, model.safetensors, summary.json)
-          analysis/               analysis.json + analysis.csv (peanchor.results)
+          analysis/               analysis.json + analysis.csv (peanchor.results.records)
       status/<cell>.json          the outcome of the last attempt at a cell ("ok", or "failed" with the error)
-      results.json                every model and α-sweep point (peanchor.results.Results)
+      results.json                every model and α-sweep point (peanchor.results.records.Results)
       report.md, report.html, figures/
 
 Everything is incremental: a finished run is reused by ``train`` itself (and a half-finished one resumed), an
@@ -16,9 +16,9 @@ analysis is reused when :func:`peanchor.study.pipeline.reusable` says so, and ``
 rewritten only when their content changes. A failing cell is recorded and the others go on; the caller gets a
 non-zero exit at the end.
 
-Imports: the rest of :mod:`peanchor.study`, :mod:`peanchor.interrupts`, :mod:`peanchor.fileio`, :mod:`peanchor.results`,
+Imports: the rest of :mod:`peanchor.study`, :mod:`peanchor.core.interrupts`, :mod:`peanchor.core.fileio`, :mod:`peanchor.results.records`,
 :mod:`peanchor.report` (its public ``write_report``), :mod:`peanchor.training` and :mod:`peanchor.data` (preflight
-checks), :mod:`peanchor.tracking` (``--tensorboard``).
+checks), :mod:`peanchor.core.tracking` (``--tensorboard``).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from peanchor import fileio, interrupts
-from peanchor.errors import ConfigError
-from peanchor.results import Results
+from peanchor.core import fileio, interrupts
+from peanchor.core.errors import ConfigError
+from peanchor.results.records import Results
 from peanchor.study.assemble import MANIFEST, read_json, update_results
 from peanchor.study.cells import Cell, shard_cells
 from peanchor.study.executor import attempt_cells
@@ -137,7 +137,7 @@ def _job_plan(options: ReproduceOptions, cells: Sequence[Cell], eval_images: int
 
 def _log_figures(out: Path, *, again: bool) -> None:
     """The report's figures into OUT/tensorboard: when the report was (re)written, or once for an older report."""
-    from peanchor.tracking import (
+    from peanchor.core.tracking import (
         TENSORBOARD_DIR,
         TensorBoardLog,
         has_events,
@@ -153,7 +153,7 @@ def reproduce(options: ReproduceOptions, log: Callable[[str], None] = stderr_log
     """Run this shard's cells (train + analyse), then (unsharded) assemble results.json and the report.
 
     SIGTERM/SIGINT stop it cleanly: the cell in training writes a resumable checkpoint, every lock is released,
-    and :class:`~peanchor.interrupts.Interrupted` is raised (exit code 143 / 130); rerunning continues.
+    and :class:`~peanchor.core.interrupts.Interrupted` is raised (exit code 143 / 130); rerunning continues.
     """
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError(

@@ -58,7 +58,7 @@ class TaskQueue:
     reported back by :meth:`done`, which says when a cell is finished. ``analysis_cost`` ranks ready analyses
     (higher first; ties in the grid's order).
 
-    >>> from peanchor.conditions import parse_conditions
+    >>> from peanchor.settings.conditions import parse_conditions
     >>> from peanchor.study.cells import grid_cells
     >>> queue = TaskQueue(grid_cells(parse_conditions("none,ape"), 1), split=True)
     >>> [(t.cell.name, t.stage) for t in (queue.next(), queue.next())], queue.next()

@@ -1,6 +1,6 @@
 """Training: the config dataclasses and ``--set``, the resumable loop, its resume state and DDP helpers.
 
-Presets (the configs runs start from) live in :mod:`peanchor.presets`.
+Presets (the configs runs start from) live in :mod:`peanchor.presets.catalog`.
 
 >>> from peanchor.training import TrainConfig, apply_overrides
 >>> apply_overrides(TrainConfig(), {"model.pe": "ape"}, ["optim.lr=3e-4"]).optim.lr

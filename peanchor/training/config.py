@@ -1,18 +1,18 @@
 """Training configuration: nested dataclasses, and dotted ``--set`` overrides checked by pydantic.
 
-A run's config is a :class:`TrainConfig`: a preset's (:mod:`peanchor.presets`), then CLI flags, then
+A run's config is a :class:`TrainConfig`: a preset's (:mod:`peanchor.presets.catalog`), then CLI flags, then
 ``--set key=value`` items (:func:`apply_overrides`). The resolved config is written to ``RUN/config.yaml``;
 rerunning into the same directory must resolve to the same config (apart from :data:`RUNTIME_KEYS`, which do
 not change the result).
 
-``--set`` values are read as YAML once, by :mod:`peanchor.set_items` (``3e-4`` and ``1e9`` are floats, ``null`` is
+``--set`` values are read as YAML once, by :mod:`peanchor.settings.set_items` (``3e-4`` and ``1e9`` are floats, ``null`` is
 None, ``[0.9, 0.95]`` a list; the functions here take the items read or their text) and
 the whole config is then validated by a pydantic ``TypeAdapter`` over these dataclasses in strict mode, so that a
 wrong type or an unknown key is one line naming the dotted key, what was given and what was expected::
 
     peanchor train --preset cpu --set optim.lr=3e-4 --set model.overrides.depth=6
 
-Imports: :mod:`peanchor.data.spec`, :mod:`peanchor.conditions`, :mod:`peanchor.models.args`, :mod:`peanchor.set_items`
+Imports: :mod:`peanchor.data.spec`, :mod:`peanchor.settings.conditions`, :mod:`peanchor.models.args`, :mod:`peanchor.settings.set_items`
 (reading ``--set`` items and YAML), :mod:`peanchor.pe` (lazily, to check a PE name); pydantic lazily (on the first
 override).
 """
@@ -32,11 +32,11 @@ from typing import Any, Union
 import yaml
 from typing_extensions import TypedDict, is_typeddict  # pydantic needs typing_extensions' TypedDict before Python 3.12
 
-from peanchor.conditions import condition_name
+from peanchor.settings.conditions import condition_name
 from peanchor.data.spec import PATH_FIELDS, DataSpec, resolved_path
-from peanchor.errors import ConfigError, did_you_mean
+from peanchor.core.errors import ConfigError, did_you_mean
 from peanchor.models.args import Architecture, field_types
-from peanchor.set_items import SetItem, parse_set_item, parse_set_items, read_yaml
+from peanchor.settings.set_items import SetItem, parse_set_item, parse_set_items, read_yaml
 
 # Keys that change how a run executes but not what it computes: a rerun may change them.
 # ``train.device`` may change (cuda:0 → cuda:1, auto → cuda) as long as the device *type* stays: a resume that
@@ -252,7 +252,7 @@ def check_set_items(items: Iterable[str | SetItem]) -> None:
     >>> check_set_items(["optim.lr=3e-4", "model.overrides.depth=6"])
     >>> check_set_items(["optim.lrr=1"])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    peanchor.errors.ConfigError: unknown config key 'optim.lrr'; valid keys here: optim.lr, ... (did you mean optim.lr?)
+    peanchor.core.errors.ConfigError: unknown config key 'optim.lrr'; valid keys here: optim.lr, ... (did you mean optim.lr?)
     """
     config = TrainConfig()
     for item in parse_set_items(items):
@@ -308,7 +308,7 @@ def apply_overrides(
     set_items: Iterable[str | SetItem] | None = None,
 ) -> TrainConfig:
     """``config`` with ``cli_overrides`` (dotted key → value; None values are skipped), then ``--set`` items,
-    applied in place and validated (the preset layer is :func:`peanchor.presets.resolve_config`).
+    applied in place and validated (the preset layer is :func:`peanchor.presets.catalog.resolve_config`).
 
     >>> apply_overrides(TrainConfig(), {"model.pe": "rope"}, ["optim.lr=3e-4"]).optim.lr
     0.0003
@@ -316,7 +316,7 @@ def apply_overrides(
     for key, value in (cli_overrides or {}).items():
         if value is not None:
             set_value(config, key, value)
-    for item in parse_set_items(set_items or ()):  # read already where a command took them (peanchor.set_items)
+    for item in parse_set_items(set_items or ()):  # read already where a command took them (peanchor.settings.set_items)
         set_value(config, item.key, item.value, item.raw)
     validate(config)
     return config

@@ -3,7 +3,7 @@ rank-0-only sections that stop every rank cleanly when rank 0 fails.
 
 Single-process runs use the same interface with ``world_size == 1``; every call is then a no-op.
 
-Imports: torch; :mod:`peanchor.devices`, :mod:`peanchor.errors`.
+Imports: torch; :mod:`peanchor.core.devices`, :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
-from peanchor import devices
-from peanchor.errors import ConfigError, PeanchorError
+from peanchor.core import devices
+from peanchor.core.errors import ConfigError, PeanchorError
 
 T = TypeVar("T")
 
@@ -76,7 +76,7 @@ class DistContext:
 
 def resolve_device(preference: str, local_rank: int = 0) -> torch.device:
     """``auto`` → the local CUDA device if there is one, else CPU; a device not here is one line
-    (:func:`peanchor.devices.resolve_device`, which ``analyze`` shares)."""
+    (:func:`peanchor.core.devices.resolve_device`, which ``analyze`` shares)."""
     return devices.resolve_device(preference, setting="train.device", local_rank=local_rank)
 
 

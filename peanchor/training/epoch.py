@@ -9,7 +9,7 @@ preceded by a read) and the last good checkpoint stays.
 Every random stream of a step is keyed by where the run is (:func:`seed_step`), so that a run resumed at
 any step continues exactly as it would have.
 
-Imports: torch; :mod:`peanchor.data`, :mod:`peanchor.interrupts`, :mod:`peanchor.bars`, :mod:`peanchor.errors`,
+Imports: torch; :mod:`peanchor.data`, :mod:`peanchor.core.interrupts`, :mod:`peanchor.core.bars`, :mod:`peanchor.core.errors`,
 the rest of :mod:`peanchor.training`.
 """
 
@@ -27,10 +27,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
-from peanchor import interrupts
-from peanchor.bars import progress_bar
+from peanchor.core import interrupts
+from peanchor.core.bars import progress_bar
 from peanchor.data import batch_augment, normalize
-from peanchor.errors import TrainingDiverged
+from peanchor.core.errors import TrainingDiverged
 from peanchor.training.config import TrainConfig
 from peanchor.training.distributed import DistContext
 from peanchor.training.loaders import TrainData
@@ -114,7 +114,7 @@ def train_one_epoch(
     ``session_seconds`` by this session (the throughput).
 
     ``partial``: the epoch's sums up to ``start`` (from a mid-epoch checkpoint). Raises
-    :class:`TrainingDiverged` on a non-finite loss and :class:`~peanchor.interrupts.Interrupted` (after a
+    :class:`TrainingDiverged` on a non-finite loss and :class:`~peanchor.core.interrupts.Interrupted` (after a
     checkpoint) when a stop signal arrived.
     """
     c, ctx, device = run.config, run.ctx, run.ctx.device

@@ -14,7 +14,7 @@ dying first would break the main process's clean stop (torch raises in the main 
 dies). The main process therefore ends its workers itself (:func:`close_loader`), or they notice that it is
 gone.
 
-Imports: torch; :mod:`peanchor.data`, :mod:`peanchor.errors`, :mod:`peanchor.training.config`,
+Imports: torch; :mod:`peanchor.data`, :mod:`peanchor.core.errors`, :mod:`peanchor.training.config`,
 :mod:`peanchor.training.distributed`, :mod:`peanchor.training.sampling`.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from peanchor.data import defer_augmentation
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.training.config import TrainConfig
 from peanchor.training.distributed import DistContext
 from peanchor.training.sampling import EpochBatches, SampleStreams

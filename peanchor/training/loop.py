@@ -8,15 +8,15 @@ and ends with bit-identical weights on CPU, because every random stream is a pur
 of the step, epoch or sample it serves (see :mod:`peanchor.training.sampling` and
 :mod:`peanchor.training.epoch`), whatever the number of DataLoader workers. SIGTERM and SIGINT (Slurm,
 torchrun, Ctrl-C) end the current step, write the resume state, release the lock and raise
-:class:`~peanchor.interrupts.Interrupted` (exit code 143 / 130 from the CLI).
+:class:`~peanchor.core.interrupts.Interrupted` (exit code 143 / 130 from the CLI).
 
 Under ``torchrun`` the model is wrapped in DDP, each process sees ``batch_size / world_size`` images per step
 (the global batch is the same images whatever the world size), metrics are all-reduced, and rank 0 alone
 writes. On CUDA the step runs with fused AdamW, TF32, bf16 autocast, pinned prefetching loaders with
 persistent workers and, for array datasets, augmentation on the device batch (:mod:`peanchor.training.step`).
 
-Imports: :mod:`peanchor.models`, :mod:`peanchor.data`, :mod:`peanchor.checkpoint`, :mod:`peanchor.fileio`,
-:mod:`peanchor.interrupts`, :mod:`peanchor.bars`, the rest of :mod:`peanchor.training`.
+Imports: :mod:`peanchor.models`, :mod:`peanchor.data`, :mod:`peanchor.checkpoint.files`, :mod:`peanchor.core.fileio`,
+:mod:`peanchor.core.interrupts`, :mod:`peanchor.core.bars`, the rest of :mod:`peanchor.training`.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from peanchor import fileio, interrupts
-from peanchor.bars import progress_bar
-from peanchor.checkpoint import MODEL_FILE, save_model
+from peanchor.core import fileio, interrupts
+from peanchor.core.bars import progress_bar
+from peanchor.checkpoint.files import MODEL_FILE, save_model
 from peanchor.data import DataInfo, build_datasets
-from peanchor.errors import ConfigError, RunDirError
+from peanchor.core.errors import ConfigError, RunDirError
 from peanchor.models import create_model
 from peanchor.training.config import TrainConfig, to_dict, to_yaml, validate
 from peanchor.training.distributed import DistContext, main_first, setup_distributed
@@ -125,7 +125,7 @@ def train(
     ``max_epochs`` stops after that many completed epochs without finishing the run (the returned
     dict then has ``status == "stopped"``); rerunning continues it. Rerunning a finished run does
     nothing and returns its summary with ``status == "already_finished"``. ``tracker`` (e.g.
-    :class:`peanchor.tracking.TrainingLog`) and ``hooks`` receive the numbers every log interval and every
+    :class:`peanchor.core.tracking.TrainingLog`) and ``hooks`` receive the numbers every log interval and every
     epoch, on rank 0 (:class:`~peanchor.training.progress.TrainHook`).
     """
     validate(config)

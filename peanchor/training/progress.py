@@ -7,10 +7,10 @@
   and the same lines, time-stamped, appended to ``RUN/train.log`` (with the run's start, resume and stop
   messages), which survives requeues and the terminal.
 * Hooks (:class:`TrainHook`): every log interval (``train.log_every`` steps, when the running loss is read
-  anyway) and every epoch, other loggers get the same numbers: :class:`peanchor.tracking.TrainingLog`
+  anyway) and every epoch, other loggers get the same numbers: :class:`peanchor.core.tracking.TrainingLog`
   (TensorBoard, ``train(..., tracker=...)``), or any object with these two methods (``hooks=[...]``).
 
-Imports: :mod:`peanchor.fileio`, :mod:`peanchor.bars` (whether this is a notebook), :mod:`peanchor.training.distributed`.
+Imports: :mod:`peanchor.core.fileio`, :mod:`peanchor.core.bars` (whether this is a notebook), :mod:`peanchor.training.distributed`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
-from peanchor import fileio
-from peanchor.bars import in_jupyter
+from peanchor.core import fileio
+from peanchor.core.bars import in_jupyter
 from peanchor.training.distributed import DistContext
 
 __all__ = ["LOG_FILE", "TrainHook", "TrainLog", "format_duration"]
@@ -33,7 +33,7 @@ LOG_FILE = "train.log"
 
 
 class TrainHook(Protocol):
-    """Receives the run's numbers on rank 0 (the interface of :class:`peanchor.tracking.TrainingLog`)."""
+    """Receives the run's numbers on rank 0 (the interface of :class:`peanchor.core.tracking.TrainingLog`)."""
 
     def step(self, step: int, *, loss: float, lr: float) -> None:
         """Every ``train.log_every`` steps (``step``: optimisation steps done): the epoch's running mean loss so

@@ -10,8 +10,8 @@
     model.safetensors    final weights + model_args (load with peanchor.load_model)
     summary.json         written last: its presence marks the run as finished
 
-Imports: :mod:`peanchor.training.config`, :mod:`peanchor.training.state`, :mod:`peanchor.checkpoint`,
-:mod:`peanchor.fileio`.
+Imports: :mod:`peanchor.training.config`, :mod:`peanchor.training.state`, :mod:`peanchor.checkpoint.files`,
+:mod:`peanchor.core.fileio`.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import torch
 import yaml
 from torch import nn
 
-from peanchor import fileio
-from peanchor.checkpoint import MODEL_FILE
-from peanchor.errors import RunDirError
+from peanchor.core import fileio
+from peanchor.checkpoint.files import MODEL_FILE
+from peanchor.core.errors import RunDirError
 from peanchor.training.config import RUNTIME_KEYS, TrainConfig, diff_configs, flat_dict, to_dict
 from peanchor.training.distributed import DistContext
 from peanchor.training.state import STATE_FILE, TrainState
@@ -127,7 +127,7 @@ def run_summary(
     n_val: int,
     speed: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    from peanchor import __version__  # the package's own version: imported late, peanchor/__init__ is lazy
+    from peanchor.core.version import __version__  # the package's own version: imported late, peanchor/__init__ is lazy
 
     last = state.history[-1] if state.history else {}
     best = max(state.history, key=lambda r: r["val_acc"]) if state.history else {}

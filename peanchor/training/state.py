@@ -16,7 +16,7 @@ dropout and batch augmentation of ``(step, rank)``, RPT of the step, the sample 
 per-image augmentation of ``(epoch, sample)``. That makes resuming exact at any step. Nothing here
 unpickles.
 
-Imports: torch; :mod:`peanchor.checkpoint`, :mod:`peanchor.errors`.
+Imports: torch; :mod:`peanchor.checkpoint.files`, :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from peanchor.checkpoint import read_checkpoint, state_tensors, write_safetensors
-from peanchor.errors import CheckpointError
+from peanchor.checkpoint.files import read_checkpoint, state_tensors, write_safetensors
+from peanchor.core.errors import CheckpointError
 
 STATE_FORMAT = "peanchor-train-state/1"
 STATE_FILE = "state.safetensors"

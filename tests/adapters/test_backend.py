@@ -11,7 +11,7 @@ import torch
 
 from peanchor.adapters import BACKENDS, Backend, backend_of, wrap_model
 from peanchor.adapters.backend import audit_subject
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.models import create_model
 from peanchor.models.interface import AnalysisInterface
 

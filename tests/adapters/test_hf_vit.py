@@ -15,7 +15,7 @@ T = pytest.importorskip("transformers")
 
 from peanchor.adapters import load_hf_model
 from peanchor.adapters.hf_vit import SUPPORTED_CLASSES, HFViT  # noqa: E402
-from peanchor.errors import CheckpointError, ConfigError  # noqa: E402
+from peanchor.core.errors import CheckpointError, ConfigError  # noqa: E402
 from peanchor.interventions import random_permutation  # noqa: E402
 
 SIZE, PATCH = 32, 8
@@ -281,7 +281,7 @@ def test_the_cli_refuses_a_folder_without_weights_in_one_line(tmp_path, capsys) 
 def test_without_transformers_installed_the_error_says_how_to_install_it(tmp_path, monkeypatch) -> None:
     import sys
 
-    from peanchor.errors import PeanchorError
+    from peanchor.core.errors import PeanchorError
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail as if not installed
     with pytest.raises(PeanchorError, match=r"transformers is not installed: pip install 'peanchor\[transformers\]'"):
@@ -290,7 +290,7 @@ def test_without_transformers_installed_the_error_says_how_to_install_it(tmp_pat
 
 def test_an_imagenet_head_keeps_the_logits_of_an_imagenet_subset() -> None:
     pytest.importorskip("timm")
-    from peanchor.api import match_classes
+    from peanchor.api.analysis import match_classes
 
     torch.manual_seed(0)
     wrapped = HFViT(T.ViTForImageClassification(T.ViTConfig(num_labels=1000, **TINY)).eval())

@@ -10,7 +10,7 @@ import torch
 T = pytest.importorskip("transformers")
 
 from peanchor.adapters.hf_vit import HFViT  # noqa: E402
-from peanchor.errors import ConfigError  # noqa: E402
+from peanchor.core.errors import ConfigError  # noqa: E402
 from peanchor.interventions import Intervention, random_permutation  # noqa: E402
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=16,

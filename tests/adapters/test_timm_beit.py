@@ -10,7 +10,7 @@ import torch
 timm = pytest.importorskip("timm")
 
 from peanchor.adapters import TimmBeit, load_timm_model, wrap_model  # noqa: E402
-from peanchor.errors import ConfigError  # noqa: E402
+from peanchor.core.errors import ConfigError  # noqa: E402
 from peanchor.interventions import Hook, Intervention, random_permutation  # noqa: E402
 from tests.helpers.doses import check_started_passes  # noqa: E402
 

@@ -12,7 +12,7 @@ timm = pytest.importorskip("timm")
 
 from peanchor.adapters import load_timm  # noqa: E402
 from peanchor.cli import main  # noqa: E402
-from peanchor.errors import CheckpointError  # noqa: E402
+from peanchor.core.errors import CheckpointError  # noqa: E402
 
 ARGS = {"img_size": 32, "patch_size": 8, "depth": 2, "embed_dim": 64, "num_heads": 4, "num_classes": 3}
 

@@ -20,7 +20,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 from peanchor.adapters import TimmViT, load_timm_model, read_state_dict  # noqa: E402
 from peanchor.adapters.timm_rope import rope_kinds  # noqa: E402
-from peanchor.errors import CheckpointError, ConfigError, PeanchorError  # noqa: E402
+from peanchor.core.errors import CheckpointError, ConfigError, PeanchorError  # noqa: E402
 from peanchor.interventions import permute_tokens, random_permutation  # noqa: E402
 from peanchor.metrics import SSDCAccumulator  # noqa: E402
 

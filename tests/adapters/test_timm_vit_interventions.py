@@ -12,7 +12,7 @@ from timm.layers import resample_abs_pos_embed  # noqa: E402
 
 from peanchor.adapters import load_timm_model  # noqa: E402
 from tests.helpers.doses import check_started_passes  # noqa: E402
-from peanchor.errors import ConfigError  # noqa: E402
+from peanchor.core.errors import ConfigError  # noqa: E402
 from peanchor.interventions import Intervention, random_permutation  # noqa: E402
 
 SMALL = dict(img_size=32, patch_size=8, depth=2, embed_dim=64, num_heads=4, num_classes=10)  # a 4x4 grid

@@ -9,7 +9,7 @@ import torch
 
 from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.shifts import Shift
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 
 from tests.helpers.images import textured
 

@@ -16,10 +16,10 @@ import peanchor
 import peanchor.analysis.dose_sweep as dose_sweep
 from peanchor.analysis.plan import AnalysisPlan, parse_plan_items, resolve_plan
 from peanchor.cli import main
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.lenses import LensFailure
 from peanchor.lenses.position_probe import PositionProbeLens
-from peanchor.results import read_analysis
+from peanchor.results.records import read_analysis
 from tests.helpers.paths import TEST_DATA
 
 STATS = dict(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
@@ -182,8 +182,8 @@ def test_a_dose_the_model_cannot_take_is_one_line_before_any_pass(data, peaked) 
 @pytest.fixture()
 def run_dir(tmp_path) -> Path:
     """A run directory as `peanchor train --preset smoke --pe rope` leaves it (untrained)."""
-    from peanchor.checkpoint import save_model
-    from peanchor.presets import resolve_config
+    from peanchor.checkpoint.files import save_model
+    from peanchor.presets.catalog import resolve_config
 
     run = tmp_path / "run"
     run.mkdir()
@@ -221,7 +221,7 @@ def test_the_cli_measures_repeated_sweeps_on_its_edits(run_dir, tmp_path) -> Non
 def test_reproduce_sweeps_from_set_and_pe_zero_leaves_no_anchored_structure_in_trained_ape_models(tmp_path) -> None:
     """The oracle on trained smoke models: with the absolute table zeroed, nothing is anchored to the slots, so SSDC
     under RPI is about 0 at every layer of every absolute-PE model (sincos keeps plenty without the edit)."""
-    from peanchor.results import read_results
+    from peanchor.results.records import read_results
 
     out = tmp_path / "grid"
     assert main(["reproduce", "--preset", "smoke", "--conditions", "ape,sincos", "--out", str(out), "--no-progress",

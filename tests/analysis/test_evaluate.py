@@ -15,7 +15,7 @@ from peanchor.analysis.shifts import Shift, paper_shifts
 from peanchor.analysis.evalset import EvalSet, subset_indices
 from peanchor.analysis.evaluate import evaluate_model
 from peanchor.analysis.plan import AnalysisPlan, resolve_plan
-from peanchor.results import analysis_rows, read_analysis, write_analysis
+from peanchor.results.records import analysis_rows, read_analysis, write_analysis
 from peanchor.cli import main
 from peanchor.data import normalize
 from peanchor.interventions.permutation import image_permutations
@@ -246,7 +246,7 @@ def test_tidy_csv_holds_every_number_of_the_json(trained_result, tmp_path):
 
 
 def test_an_older_or_foreign_analysis_is_one_clear_line(trained_result, tmp_path):
-    from peanchor.errors import SchemaError
+    from peanchor.core.errors import SchemaError
 
     write_analysis(trained_result, tmp_path)
     doc = json.loads((tmp_path / "analysis.json").read_text())
@@ -273,7 +273,7 @@ def test_subset_is_deterministic_and_sorted():
 
 
 def test_bad_arguments_are_user_errors(evalset, micro):
-    from peanchor.errors import ConfigError
+    from peanchor.core.errors import ConfigError
 
     with pytest.raises(ConfigError):
         evaluate_model(micro("ape", num_classes=4), evalset, plan(alphas=(1.0, -0.5)), info=INFO, device="cpu", progress=False)
@@ -287,8 +287,8 @@ def test_bad_arguments_are_user_errors(evalset, micro):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, micro):
     """A run directory as `peanchor train --preset smoke --pe rope` leaves it (weights untrained)."""
-    from peanchor.checkpoint import save_model
-    from peanchor.presets import resolve_config
+    from peanchor.checkpoint.files import save_model
+    from peanchor.presets.catalog import resolve_config
 
     run = tmp_path_factory.mktemp("run")
     config = resolve_config("smoke", {"model.pe": "rope"})
@@ -354,7 +354,7 @@ def test_analyze_takes_the_shifts_of_the_runs_preset(run_dir, tmp_path, monkeypa
     """A run is measured under its preset's shifts; changing the preset's shifts changes what analyze measures."""
     import dataclasses
 
-    from peanchor import presets
+    from peanchor.presets import catalog as presets
 
     own = {"jpeg": {"kind": "jpeg", "quality": 30}, "noise": {"kind": "gaussian_noise", "sigma": 0.1, "seed": 0}}
     monkeypatch.setitem(presets.PRESETS, "smoke", dataclasses.replace(presets.PRESETS["smoke"], shifts=own))
@@ -367,8 +367,8 @@ def test_analyze_takes_the_shifts_of_the_runs_preset(run_dir, tmp_path, monkeypa
 
 def test_a_run_away_from_its_presets_resolution_falls_back_to_the_resolution_rule(tmp_path, micro):
     """The smoke preset's shifts are set for 16 px; a smoke run trained at 64 px gets paper_shifts(64) instead."""
-    from peanchor.checkpoint import save_model
-    from peanchor.presets import PRESETS, resolve_config
+    from peanchor.checkpoint.files import save_model
+    from peanchor.presets.catalog import PRESETS, resolve_config
 
     run = tmp_path / "run64"
     run.mkdir()

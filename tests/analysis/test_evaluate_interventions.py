@@ -10,8 +10,8 @@ import torch
 
 import peanchor
 from peanchor.analysis.plan import AnalysisPlan, resolve_plan
-from peanchor.errors import ConfigError
-from peanchor.results import read_analysis
+from peanchor.core.errors import ConfigError
+from peanchor.results.records import read_analysis
 
 STATS = dict(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
 FAST = dict(alphas=(), batch_size=8, progress=False, shifts=["jpeg:quality=10"])
@@ -103,9 +103,9 @@ def test_a_bad_edit_is_one_line_before_any_pass(data, interventions, message) ->
 
 @pytest.mark.slow
 def test_the_cli_measures_under_repeated_interventions(tmp_path, capsys) -> None:
-    from peanchor.checkpoint import save_model
+    from peanchor.checkpoint.files import save_model
     from peanchor.cli import main
-    from peanchor.presets import resolve_config
+    from peanchor.presets.catalog import resolve_config
 
     run = tmp_path / "run"  # a run directory as `peanchor train --preset smoke --pe ape` leaves it (untrained)
     run.mkdir()

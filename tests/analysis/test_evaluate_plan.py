@@ -76,7 +76,7 @@ def test_the_result_counts_the_planned_passes(micro):
 
 
 def test_a_plan_that_is_not_an_analysis_plan_is_refused(micro):
-    from peanchor.errors import ConfigError
+    from peanchor.core.errors import ConfigError
 
     evalset = EvalSet.from_tensors(torch.zeros(2, 3, 16, 16, dtype=torch.uint8), torch.tensor([0, 1]), INFO)
     with pytest.raises(ConfigError, match="plan must be an AnalysisPlan, got a dict"):

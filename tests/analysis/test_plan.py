@@ -20,9 +20,9 @@ from peanchor.analysis.plan import (
     split_plan_items,
 )
 from peanchor.analysis.shifts import Shift
-from peanchor.conditions import parse_conditions
-from peanchor.errors import ConfigError
-from peanchor.results import AnalysisResult, AnalysisSettings, ModelInfo, SSDCLayers
+from peanchor.settings.conditions import parse_conditions
+from peanchor.core.errors import ConfigError
+from peanchor.results.records import AnalysisResult, AnalysisSettings, ModelInfo, SSDCLayers
 from peanchor.study import ReproduceOptions, list_commands
 
 SHIFTS = {"jpeg": Shift("jpeg", quality=10), "blur": Shift("blur", kernel_size=9, sigma=1.0)}
@@ -242,7 +242,7 @@ def test_list_leaves_analysis_keys_out_of_the_train_lines():
 def test_assemble_takes_the_planned_shifts_from_the_manifests_plan(tmp_path):
     """Before any analysis, results.json lists the shifts the grid will be measured under: the plan recorded in
     reproduce.json, or, for a manifest written before it recorded one, the preset's with its --shift specs."""
-    from peanchor import fileio
+    from peanchor.core import fileio
     from peanchor.study.assemble import MANIFEST, assemble_results
 
     recorded = plan(alphas=(1.0, 0.0))

@@ -15,13 +15,13 @@ import peanchor
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.resolution import coordinates_convention, grid_correct, resolution_grid
 from peanchor.data import normalize
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions import Intervention
 from peanchor.interventions.kinds.pe_resample import PEResample, resample_rows
 from peanchor.metrics.bootstrap import bootstrap_counts
 from peanchor.models import create_model
 from peanchor.pe.declaration import PEDeclaration
-from peanchor.results import read_analysis
+from peanchor.results.records import read_analysis
 
 STATS = {"mean": (0.5, 0.5, 0.5), "std": (0.25, 0.25, 0.25)}
 FAST = {"alphas": (), "progress": False, "shifts": ["jpeg:quality=10"], "rpi_draws": 1}
@@ -187,8 +187,8 @@ def test_bad_sizes_are_one_line(micro, images) -> None:
 @pytest.fixture()
 def run_dir(tmp_path):
     """A run directory as `peanchor train --preset smoke --pe rope_dinov3` leaves it (untrained, 16 px, patch 4)."""
-    from peanchor.checkpoint import save_model
-    from peanchor.presets import resolve_config
+    from peanchor.checkpoint.files import save_model
+    from peanchor.presets.catalog import resolve_config
 
     run = tmp_path / "run"
     run.mkdir()

@@ -25,8 +25,8 @@ from peanchor.analysis.shifts import (
 )
 from peanchor.cli import main
 from peanchor.commands.shared import shift_help
-from peanchor.errors import ConfigError
-from peanchor.presets import PRESETS, preset_shifts
+from peanchor.core.errors import ConfigError
+from peanchor.presets.catalog import PRESETS, preset_shifts
 
 
 pytestmark = pytest.mark.usefixtures("private_cache")
@@ -142,7 +142,7 @@ def _accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor
 
 
 def test_analyze_measures_and_records_exactly_the_shifts_asked_for(run_dir, tmp_path, capsys):
-    from peanchor.checkpoint import load_model
+    from peanchor.checkpoint.files import load_model
     from peanchor.data import DataSpec, build_eval_dataset
 
     out = tmp_path / "analysis"

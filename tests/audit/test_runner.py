@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from peanchor.audit import audit
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 timm = pytest.importorskip("timm")
 T = pytest.importorskip("transformers")

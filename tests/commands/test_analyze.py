@@ -16,7 +16,7 @@ import peanchor
 from peanchor.cli import main
 from peanchor.data import DataSpec
 from peanchor.data.folder import imagefolder_samples
-from peanchor.errors import ConfigError, DataError
+from peanchor.core.errors import ConfigError, DataError
 
 FAST = ["--images", "12", "--no-alpha", "--no-progress", "--shift", "jpeg:quality=10"]
 

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from peanchor.commands.analyze import summary_text
-from peanchor.results import AlphaTrend, read_analysis
+from peanchor.results.records import AlphaTrend, read_analysis
 
 TEST_DATA = Path(__file__).parents[1] / "data"
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from peanchor.cli import main
-from peanchor.results import read_analysis
+from peanchor.results.records import read_analysis
 
 FAST = ["--images", "12", "--no-alpha", "--no-progress", "--shift", "jpeg:quality=10"]
 

@@ -57,7 +57,7 @@ def test_analyze_timm_model_writes_the_full_analysis(tmp_path, name, capsys):
 
 def test_imagenet_subset_keeps_its_logits_in_dataset_order(tmp_path):
     from peanchor.adapters import load_timm_model
-    from peanchor.api import match_classes
+    from peanchor.api.analysis import match_classes
 
     weights = tmp_path / "w.safetensors"
     _save_weights(weights, "vit_small_patch16_224", num_classes=1000, **TINY)

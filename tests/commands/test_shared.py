@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from peanchor.cli import main
-from peanchor.errors import did_you_mean
+from peanchor.core.errors import did_you_mean
 
 from tests.helpers.paths import ROOT
 

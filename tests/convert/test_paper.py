@@ -19,13 +19,13 @@ import torch.nn.functional as F
 import yaml
 from safetensors.torch import save_file
 
-from peanchor.checkpoint import load_model, read_metadata
+from peanchor.checkpoint.files import load_model, read_metadata
 from peanchor.cli import main
 from peanchor.commands import import_ as import_command
 from peanchor.convert import paper
 from peanchor.convert.paper import CONDITIONS, convert_paper_state_dict, infer_arch, load_paper_state_dict, map_tensors
 from peanchor.convert.paper_run import import_paper
-from peanchor.errors import CheckpointError, RunDirError
+from peanchor.core.errors import CheckpointError, RunDirError
 from peanchor.interventions import random_permutation
 
 SMALL = dict(dim=96, depth=2, heads=8, patch=16, grid=4, classes=10)  # 8 heads of 12, 64 px, a 4×4 grid

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from peanchor.data import DataSpec, build_datasets, build_eval_dataset
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 

@@ -10,7 +10,7 @@ import torch
 from torchvision.transforms import v2
 
 from peanchor.data import DataSpec, build_datasets
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 
 from tests.helpers.images import (
     write_jpeg as _write_jpeg,

@@ -15,7 +15,7 @@ from torchvision.transforms import v2
 
 from peanchor.cli import main
 from peanchor.data import DataSpec, build_datasets
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 
 CLASSES = ["dark", "mid", "light"]
 

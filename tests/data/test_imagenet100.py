@@ -12,7 +12,7 @@ import pytest
 
 import peanchor.data as data
 from peanchor.data import DataSpec, build_datasets
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 
 from tests.helpers.images import write_jpeg as _write_jpeg
 

@@ -13,7 +13,7 @@ from torchvision.transforms import v2
 
 import peanchor.data as data
 from peanchor.data import DataSpec, build_datasets, build_eval_dataset
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 
 from tests.helpers.images import read_image as _read, all_items as _all, make_folder_tree as _make_folder_tree
 

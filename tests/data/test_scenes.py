@@ -11,7 +11,7 @@ import torch
 
 import peanchor.data as data
 from peanchor.data import DataSpec, build_datasets, build_eval_dataset, scenes
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 
 from tests.helpers.images import read_image as _read
 

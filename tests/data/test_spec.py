@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from peanchor.data import DataSpec
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 

@@ -12,7 +12,7 @@ from torchvision.transforms import v2
 import peanchor.data as data
 from peanchor.data import DataSpec, build_datasets
 from peanchor.data.transforms import batch_augment
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -139,7 +139,7 @@ def test_scenes_train_split_is_translated_by_up_to_s_over_16_and_never_flipped(t
 def test_training_steps_see_their_images_translated_afresh_at_every_step(tmp_path, monkeypatch):
     """The training loop augments each device batch (the smoke preset: scenes, translate): what the model is fed
     is every image of the epoch, each shifted by a fresh uniform draw."""
-    from peanchor.presets import resolve_config
+    from peanchor.presets.catalog import resolve_config
     from peanchor.training import step as training_step
     from peanchor.training.loop import train
 

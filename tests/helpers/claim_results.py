@@ -3,7 +3,7 @@ own intervals (or none, as an older file), an APE α sweep, and optional ``alpha
 
 from __future__ import annotations
 
-from peanchor.results import SCHEMA_VERSION
+from peanchor.results.records import SCHEMA_VERSION
 
 ALPHAS = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)
 
@@ -61,6 +61,6 @@ def claim_results(spec: dict, seeds=(0, 1, 2), sweep: dict | None = None, half: 
     for m in models:
         if trends is not None and m["condition"] == "ape":
             m["alpha_trends"] = trends
-    return {"schema": "peanchor.results", "schema_version": SCHEMA_VERSION, "models": models,
+    return {"schema": "peanchor.results.records", "schema_version": SCHEMA_VERSION, "models": models,
             "alpha_sweep": sweep_rows(seeds, sweep) if "ape" in spec else [],
             "shifts": {"jpeg": {"kind": "jpeg", "quality": 10}, "blur": {"kind": "blur", "sigma": 1.0}}}  # fmt: skip

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from peanchor.api import wrap_model
-from peanchor.errors import ConfigError
+from peanchor.api.analysis import wrap_model
+from peanchor.core.errors import ConfigError
 from peanchor.interventions import Hook, Intervention
 
 timm = pytest.importorskip("timm")

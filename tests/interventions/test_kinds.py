@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions import (
     HeadAblate,
     Intervention,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions import Intervention, PEZero, random_permutation
 from peanchor.pe import PE_NAMES, PE_REGISTRY
 

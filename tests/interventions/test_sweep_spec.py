@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from peanchor.errors import ConfigError, PeanchorError
+from peanchor.core.errors import ConfigError, PeanchorError
 from peanchor.interventions import Intervention, SweepSpec
 
 

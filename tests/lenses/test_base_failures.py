@@ -20,7 +20,7 @@ from peanchor.analysis.evaluate import evaluate_model
 from peanchor.analysis.plan import resolve_plan
 from peanchor.cli import main
 from peanchor.lenses import LensFailure, UnknownLensRecord
-from peanchor.results import (
+from peanchor.results.records import (
     CellId,
     ModelResult,
     Results,
@@ -99,7 +99,7 @@ def test_a_lens_failing_in_a_pass_is_fed_no_more(evalset, micro, monkeypatch):
 def test_a_stop_signal_inside_a_lens_stops_the_analysis(evalset, micro, monkeypatch, where):
     # A SIGTERM raises Interrupted wherever the worker is; caught as a lens failure, it would be spent and the
     # process would run on (a reproduce worker then waited for its next cell while its parent waited for it).
-    from peanchor.interrupts import Interrupted
+    from peanchor.core.interrupts import Interrupted
 
     def stopped(self, *args):
         raise Interrupted(signal.SIGTERM)

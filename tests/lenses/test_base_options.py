@@ -14,7 +14,7 @@ import pytest
 from peanchor.metrics.bootstrap import DEFAULT_REPLICATES
 from peanchor.analysis.plan import AnalysisPlan, parse_plan_items, resolve_plan, split_lens_options
 from peanchor.analysis.shifts import Shift
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.lenses import LENSES, Lens, LensContext, NoOptions, get_lens
 from peanchor.lenses.position_probe import PositionProbeOptions
 from peanchor.lenses.ssdc import SSDCOptions
@@ -112,7 +112,7 @@ def test_the_file_records_the_lenses_own_options_and_reads_them_back(optioned):
 def test_without_options_of_a_lens_own_the_file_is_as_before():
     record = AnalysisPlan(SHIFTS).settings_record("fingerprint", "cpu")
     assert record.lens_options is None  # omitted from analysis.json: the built-in lenses' files do not change
-    from peanchor.results import to_json_dict
+    from peanchor.results.records import to_json_dict
 
     assert "lens_options" not in to_json_dict(record)
 

@@ -15,7 +15,7 @@ from peanchor.data import normalize
 from peanchor.interventions import NO_INTERVENTION
 from peanchor.lenses import LENSES, LensBatch
 from peanchor.lenses.effective_rank import EffectiveRankLayers, effective_rank
-from peanchor.results import analysis_rows, read_analysis
+from peanchor.results.records import analysis_rows, read_analysis
 
 from tests.helpers import builders
 from tests.helpers.builders import tiny_info
@@ -118,7 +118,7 @@ def test_without_a_pe_rpi_only_reorders_the_tokens(evalset, micro):
 
 def test_the_report_shows_it(evalset, micro):
     from peanchor.report.lenses import lens_sentences, lens_table
-    from peanchor.results import CellId, ModelResult, Results, TrainSummary
+    from peanchor.results.records import CellId, ModelResult, Results, TrainSummary
 
     models = []
     for i, pe in enumerate(("none", "ape")):
@@ -139,7 +139,7 @@ def test_an_analysis_written_before_the_lens_existed_reads_and_rewrites_unchange
     ``lenses``) it holds the same measurements."""
     import json
 
-    from peanchor.results import write_analysis
+    from peanchor.results.records import write_analysis
 
     path = TEST_DATA / "analysis-v2-three-lenses.json"
     doc = json.loads(path.read_text())

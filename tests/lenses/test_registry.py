@@ -14,10 +14,10 @@ import torch
 from peanchor.analysis.evalset import EvalSet
 from peanchor.analysis.evaluate import evaluate_model
 from peanchor.analysis.plan import resolve_plan
-from peanchor.errors import ConfigError
-from peanchor.fileio import Number
+from peanchor.core.errors import ConfigError
+from peanchor.core.fileio import Number
 from peanchor.lenses import LENSES, Lens, LensBatch, get_lens, lens_names, register_lens
-from peanchor.results import analysis_rows, read_analysis
+from peanchor.results.records import analysis_rows, read_analysis
 
 from tests.helpers.builders import tiny_info
 
@@ -78,8 +78,8 @@ def evalset() -> EvalSet:
 def test_a_registered_lens_goes_everywhere_by_itself(token_norm, evalset, micro, tmp_path):
     from peanchor.commands.analyze import summary_text
     from peanchor.report.lenses import lens_table
-    from peanchor.results import CellId, ModelResult, Results, TrainSummary
-    from peanchor.tracking import log_analysis
+    from peanchor.results.records import CellId, ModelResult, Results, TrainSummary
+    from peanchor.core.tracking import log_analysis
 
     assert lens_names()[-1] == "token_norm"  # its order (50) puts it after the built-ins
     model = micro("ape", num_classes=3)

@@ -135,7 +135,7 @@ def test_the_paper_models_probe_in_a_supervised_worker(tmp_path, capsys):
     from PIL import Image
 
     from peanchor.cli import main
-    from peanchor.results import read_analysis
+    from peanchor.results.records import read_analysis
 
     rng = np.random.default_rng(0)
     for split, n in (("train", 2), ("val", 3)):

@@ -9,8 +9,8 @@ import typing
 import pytest
 import torch
 
-from peanchor.checkpoint import load_model, read_metadata, save_model
-from peanchor.errors import ConfigError
+from peanchor.checkpoint.files import load_model, read_metadata, save_model
+from peanchor.core.errors import ConfigError
 from peanchor.interventions import Intervention, random_permutation
 from peanchor.models import create_model
 from peanchor.models.args import ARCH_FIELDS, Architecture, ViTArgs
@@ -133,7 +133,7 @@ def test_the_checkpoint_stores_the_args_and_rebuilds_them(tmp_path):
 def test_a_model_is_built_from_its_args_and_carries_them(tmp_path):
     """``VisionTransformer(args: ViTArgs)``: the arguments are spelled once, in ViTArgs, and the model keeps them, so
     a model built without create_model saves and loads like any other; anything else is refused in one line."""
-    from peanchor.checkpoint import load_model
+    from peanchor.checkpoint.files import load_model
     from peanchor.models import VisionTransformer, ViTArgs
 
     args = ViTArgs(name="vit_micro", pe="rope", num_classes=2, img_size=8, patch_size=4, embed_dim=8, depth=1, num_heads=2)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions import Intervention
 from peanchor.models.interface import AnalysisInterface
 from peanchor.pe import PE_NAMES

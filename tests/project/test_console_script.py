@@ -1,7 +1,7 @@
 """The installed `peanchor` console script, run as a user runs it: train, analyze, reproduce and report on the
 smoke preset, each a real process, checked by its exit code and the files it writes.
 
-The other subprocess tests are about failures (tests/test_cli.py: one-line errors; tests/test_interrupts.py,
+The other subprocess tests are about failures (tests/test_cli.py: one-line errors; tests/core/test_interrupts.py,
 also through this script: stop signals; tests/project/test_reliability.py: kills). These are the successful runs.
 """
 
@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
-from peanchor.checkpoint import model_digest
-from peanchor.results import read_analysis
+from peanchor.checkpoint.files import model_digest
+from peanchor.results.records import read_analysis
 
 from tests.helpers.paths import ROOT as REPO
 

@@ -27,7 +27,7 @@ from peanchor.analysis.shifts import Shift, severity_shift
 from peanchor.analysis.shifts.base import KINDS
 from peanchor.lenses import LENSES
 from peanchor.pe import PE_REGISTRY
-from peanchor.results import read_analysis
+from peanchor.results.records import read_analysis
 
 from tests.helpers.builders import tiny_info
 
@@ -184,7 +184,7 @@ def peanchor(env, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_installed_it_trains_analyses_and_logs(env, tmp_path):
-    from tests.test_tracking import events
+    from tests.core.test_tracking import events
 
     help_text = peanchor(env, "analyze", "--help").stdout + peanchor(env, "train", "--help").stdout
     assert "brightness:c=C" in help_text and "rowcol" in help_text

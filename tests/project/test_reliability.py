@@ -46,9 +46,9 @@ import torch
 import yaml
 from safetensors import safe_open
 
-from peanchor import fileio
+from peanchor.core import fileio
 from peanchor.cli import main
-from peanchor.errors import PeanchorError, RunDirError
+from peanchor.core.errors import PeanchorError, RunDirError
 
 SMOKE = ["--preset", "smoke", "--no-progress"]
 SLOW_REPLACE_S = "0.25"
@@ -595,7 +595,7 @@ def test_unwritable_directory_is_a_clear_error(tmp_path: Path, monkeypatch: pyte
 def test_checkpoint_write_failing_stops_training_and_the_previous_checkpoint_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from peanchor.presets import resolve_config
+    from peanchor.presets.catalog import resolve_config
     from peanchor.training.loop import build_model, param_groups, train
     from peanchor.training.state import load_train_state
 

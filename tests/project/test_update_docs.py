@@ -114,7 +114,7 @@ def test_update_docs_regenerates_the_block_and_the_figures_from_the_run(tmp_path
     assert "Shifts: jpeg(quality=58) (preset smoke); blur(kernel_size=7, sigma=0.7) (preset smoke)." in text
     # the report's verdict on every claim the run can speak to, with its evidence, inside the block
     from peanchor.report.claims import check_claims
-    from peanchor.results import read_results
+    from peanchor.results.records import read_results
 
     for claim in check_claims(read_results(out)):
         if claim.verdict != "not measured":

@@ -7,7 +7,7 @@ import math
 
 from peanchor.report.cells import condition_cell, own_interval, sweep_cell
 from peanchor.report.summary import summarise
-from peanchor.results import SCHEMA_VERSION, results_from_dict
+from peanchor.results.records import SCHEMA_VERSION, results_from_dict
 
 
 def _results(n: int = 1, undefined: bool = False) -> object:
@@ -25,7 +25,7 @@ def _results(n: int = 1, undefined: bool = False) -> object:
             rows[-1]["fragility"] = {"jpeg": None}
             rows[-1]["fragility_undefined"] = {"jpeg": "clean accuracy not above chance"}
         models.append(m)
-    return results_from_dict({"schema": "peanchor.results", "schema_version": SCHEMA_VERSION, "models": models,
+    return results_from_dict({"schema": "peanchor.results.records", "schema_version": SCHEMA_VERSION, "models": models,
                               "alpha_sweep": rows})  # fmt: skip
 
 

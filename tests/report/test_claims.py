@@ -13,7 +13,7 @@ from scipy import stats
 from peanchor.report import claims as C
 from peanchor.report.claims import check_claims, model_correlation
 from peanchor.report.evidence import DOES_NOT_REPLICATE, INCONCLUSIVE, NOT_MEASURED, REPLICATES, over_seeds
-from peanchor.results import results_from_dict
+from peanchor.results.records import results_from_dict
 from tests.helpers.claim_results import ALPHAS, PAPER_LIKE, claim_results
 
 _results = claim_results

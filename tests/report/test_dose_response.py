@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import peanchor
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 from peanchor.report.dose_response import dose_panels, dose_table
 from peanchor.report.inputs import as_results
 

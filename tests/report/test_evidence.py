@@ -23,7 +23,7 @@ from peanchor.report.evidence import (
     over_seeds,
     within,
 )
-from peanchor.results import results_from_dict
+from peanchor.results.records import results_from_dict
 from tests.helpers.claim_results import PAPER_LIKE, claim_results
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from peanchor.report import build_report, write_report
 from peanchor.report.document import Bullets, Heading, Table
-from peanchor.results import SCHEMA_VERSION, read_results, results_from_dict, write_results
+from peanchor.results.records import SCHEMA_VERSION, read_results, results_from_dict, write_results
 
 LAYERS, HEADS = 3, 2
 UNIFORM = 2.5  # a 4x4 grid
@@ -41,7 +41,7 @@ def model(condition: str, seed: int, lenses: bool = True) -> dict:
 
 def results(lenses: bool = True) -> dict:
     models = [model(c, s, lenses) for c in ("none", "ape", "rope") for s in (0, 1)]
-    return {"schema": "peanchor.results", "schema_version": SCHEMA_VERSION, "preset": "cpu", "dataset": "scenes",
+    return {"schema": "peanchor.results.records", "schema_version": SCHEMA_VERSION, "preset": "cpu", "dataset": "scenes",
             "img_size": 32, "shifts": {"jpeg": {"kind": "jpeg", "quality": 30}, "blur": {"kind": "blur", "sigma": 1.0}},
             "models": models}  # fmt: skip
 
@@ -93,7 +93,7 @@ def test_results_without_lens_data_leave_the_section_out(tmp_path):
 
 
 def test_a_damaged_lens_entry_is_one_line_naming_it(tmp_path):
-    from peanchor.errors import SchemaError
+    from peanchor.core.errors import SchemaError
 
     doc = results()
     del doc["models"][0]["position_probe"]["col"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from peanchor.cli import main
-from peanchor.errors import DataError
+from peanchor.core.errors import DataError
 from peanchor.report import write_report
 from peanchor.report.inputs import gather_items
 from peanchor.report.mixing import check_comparable

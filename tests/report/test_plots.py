@@ -14,8 +14,8 @@ from matplotlib.figure import Figure
 
 import peanchor
 from peanchor.data import normalize
-from peanchor.conditions import CONDITIONS
-from peanchor.errors import DataError
+from peanchor.settings.conditions import CONDITIONS
+from peanchor.core.errors import DataError
 from peanchor.report.figure_style import condition_styles
 
 matplotlib.use("Agg")

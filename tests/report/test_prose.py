@@ -9,7 +9,7 @@ from peanchor.report.claims import check_claims
 from peanchor.report.document import Paragraph, Table
 from peanchor.report.markdown import render_markdown
 from peanchor.report.prose import build_report
-from peanchor.results import results_from_dict
+from peanchor.results.records import results_from_dict
 from tests.helpers.claim_results import PAPER_LIKE
 from tests.helpers.claim_results import claim_results as _results
 

@@ -7,7 +7,7 @@ import copy
 
 from peanchor.report.prose import build_report
 from peanchor.report.provenance import provenance_table, setting_text
-from peanchor.results import SCHEMA_VERSION, results_from_dict
+from peanchor.results.records import SCHEMA_VERSION, results_from_dict
 
 ARGS = {"name": "vit_tiny", "pe": "ape", "img_size": 32, "patch_size": 8, "embed_dim": 128, "depth": 3, "num_heads": 4}
 SETTINGS = {"alphas": [1.0, 0.0], "rpi_draws": 1, "seed": 0, "batch_size": 25, "bootstrap": 200,
@@ -28,7 +28,7 @@ def _model(cond: str, seed: int, run_dir: str = "", record: bool = True) -> dict
 
 
 def _results(models: list[dict]) -> dict:
-    return {"schema": "peanchor.results", "schema_version": SCHEMA_VERSION, "models": models,
+    return {"schema": "peanchor.results.records", "schema_version": SCHEMA_VERSION, "models": models,
             "shifts": {"jpeg": {"kind": "jpeg", "quality": 10}}}  # fmt: skip
 
 

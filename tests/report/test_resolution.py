@@ -10,7 +10,7 @@ from peanchor.report import write_report
 from peanchor.report.document import Heading
 from peanchor.report.prose import build_report
 from peanchor.report.resolution import plot_resolution, resolution_sentences, resolution_tables
-from peanchor.results import results_from_dict
+from peanchor.results.records import results_from_dict
 from tests.helpers.claim_results import PAPER_LIKE, claim_results
 from tests.helpers.resolution_results import ACC, with_resolution
 

@@ -128,7 +128,7 @@ def test_closing_the_cells_early_stops_the_workers_and_starts_no_other_cell(tmp_
     import contextlib
     import multiprocessing
 
-    from peanchor.conditions import parse_conditions
+    from peanchor.settings.conditions import parse_conditions
     from peanchor.study import ReproduceOptions
     from peanchor.study.executor import attempt_cells
 

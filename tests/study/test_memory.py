@@ -41,7 +41,7 @@ def test_the_estimated_peak_of_a_cell_covers_its_measured_peak(tmp_path):
     from peanchor.study import ReproduceOptions
     from peanchor.study.executor import attempt_cells
     from peanchor.study.memory import cell_peak_bytes
-    from peanchor.conditions import parse_conditions
+    from peanchor.settings.conditions import parse_conditions
 
     options = ReproduceOptions(preset="smoke", out=tmp_path, conditions=parse_conditions("ape,none"), seeds=1, jobs=2,
                                progress=False)  # fmt: skip

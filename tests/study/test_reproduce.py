@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from peanchor.cli import build_parser, main
-from peanchor.errors import ConfigError
-from peanchor.conditions import CONDITIONS, DEFAULT_CONDITIONS, parse_condition, parse_conditions
-from peanchor.presets import PRESETS
-from peanchor.results import ANALYSIS_SCHEMA_VERSION
+from peanchor.core.errors import ConfigError
+from peanchor.settings.conditions import CONDITIONS, DEFAULT_CONDITIONS, parse_condition, parse_conditions
+from peanchor.presets.catalog import PRESETS
+from peanchor.results.records import ANALYSIS_SCHEMA_VERSION
 from peanchor.study import ReproduceOptions, grid_cells, list_commands, parse_shard, shard_cells, split_set_items
 
 TOP_KEYS = {"preset", "dataset", "img_size", "shifts", "conditions", "seeds", "models", "alpha_sweep", "failed",
@@ -261,7 +261,7 @@ def test_list_prints_one_train_command_per_cell(tmp_path, capsys):
         assert Path(parsed.out) == out / "runs" / cell.name
         assert (parsed.pe, parsed.seed, bool(parsed.rpt)) == (cell.condition.pe, cell.seed, cell.condition.rpt)
         # Exactly the config reproduce would train: same preset, flags and --set items.
-        from peanchor.presets import resolve_config
+        from peanchor.presets.catalog import resolve_config
 
         overrides = {"model.pe": parsed.pe, "train.seed": parsed.seed, "train.rpt": parsed.rpt}
         assert resolve_config(parsed.preset, overrides, parsed.set).to_dict() == options.cell_config(cell).to_dict()
@@ -380,7 +380,7 @@ def test_an_analysis_is_reused_only_for_the_same_weights_data_settings_and_shift
     from peanchor.analysis.plan import LEGACY_LENSES, LENS_NAMES, AnalysisPlan
     from peanchor.analysis.shifts import Shift
     from peanchor.study.pipeline import reusable
-    from peanchor.results import AnalysisResult, AnalysisSettings, ModelInfo, SSDCLayers
+    from peanchor.results.records import AnalysisResult, AnalysisSettings, ModelInfo, SSDCLayers
 
     shifts = {"jpeg": {"kind": "jpeg", "quality": 58}}
     data = {"name": "scenes", "img_size": 16, "val_size": 200, "train_size": 512, "augment": "auto"}

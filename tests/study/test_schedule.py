@@ -8,7 +8,7 @@ import heapq
 
 import pytest
 
-from peanchor.conditions import parse_conditions
+from peanchor.settings.conditions import parse_conditions
 from peanchor.study.cells import Cell, grid_cells
 from peanchor.study.schedule import Task, TaskQueue, merge_statuses
 

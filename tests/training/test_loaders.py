@@ -6,7 +6,7 @@ from __future__ import annotations
 def test_a_cells_loader_workers_are_capped_by_the_cpus_it_was_given(monkeypatch):
     import torch
 
-    from peanchor.presets import resolve_config
+    from peanchor.presets.catalog import resolve_config
     from peanchor.training.distributed import DistContext
     from peanchor.training.loaders import CELL_CPUS_ENV, _loader_options
 

@@ -5,7 +5,7 @@ A kind is one module under :mod:`peanchor.analysis.shifts.kinds`; see docs/ARCHI
 Kernels map a uint8 batch ``(B, C, H, W)`` to a uint8 batch of the same shape and are deterministic; a noise kind
 seeds its draws per image index (:func:`image_generator`), so chunking a set never changes its result.
 
-Imports: :mod:`peanchor.errors`, :mod:`peanchor.registry`; torch only inside :func:`image_generator` and
+Imports: :mod:`peanchor.core.errors`, :mod:`peanchor.core.registry`; torch only inside :func:`image_generator` and
 :func:`to_uint8`'s callers (building the CLI's help reads the registry and must not load torch).
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from peanchor.errors import ConfigError
-from peanchor.registry import Registry
+from peanchor.core.errors import ConfigError
+from peanchor.core.registry import Registry
 
 if TYPE_CHECKING:
     import torch

@@ -4,7 +4,7 @@ everything else reads the kinds from here (:func:`get_kind`, :data:`SHIFT_KINDS`
 :data:`SEVERITY_TABLES`, :func:`shift_help`). The three data views are live: they read the registry when used.
 
 Imports: :mod:`peanchor.analysis.shifts.base`, :mod:`peanchor.analysis.shifts.kinds` (all of it),
-:mod:`peanchor.registry`, :mod:`peanchor.errors`.
+:mod:`peanchor.core.registry`, :mod:`peanchor.core.errors`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 from peanchor.analysis.shifts import kinds as _kinds
 from peanchor.analysis.shifts.base import KINDS, TABLE_NAMES, ShiftKind
-from peanchor.errors import ConfigError
-from peanchor.registry import DerivedView, NamesView
+from peanchor.core.errors import ConfigError
+from peanchor.core.registry import DerivedView, NamesView
 
 __all__ = ["KINDS", "SEVERITY_TABLES", "SHIFT_KINDS", "SHIFT_PARAMS", "get_kind", "kinds_line", "shift_help"]
 

@@ -1,6 +1,6 @@
 """:class:`Shift`: one kind with its parameters, a frozen, hashable, JSON-describable corruption of uint8 batches.
 
-Imports: :mod:`peanchor.analysis.shifts.registry`, :mod:`peanchor.errors`; torch and
+Imports: :mod:`peanchor.analysis.shifts.registry`, :mod:`peanchor.core.errors`; torch and
 :mod:`peanchor.analysis.corrupted_sets` (the batch check) only when a shift is applied.
 """
 
@@ -10,7 +10,7 @@ from dataclasses import FrozenInstanceError
 from typing import TYPE_CHECKING, Any
 
 from peanchor.analysis.shifts.registry import KINDS, get_kind
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch

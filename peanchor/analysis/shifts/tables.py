@@ -6,7 +6,7 @@ Severity tables are the ones in Hendrycks & Dietterich's generation scripts (``h
 ``make_imagenet_c.py`` for 224 px, ``make_tinyimagenet_c.py`` for 64 px, ``make_cifar_c.py`` for 32 px); each kind
 holds its own (:mod:`peanchor.analysis.shifts.kinds`).
 
-Imports: :mod:`peanchor.analysis.shifts` (registry, shift), :mod:`peanchor.conditions` (the paper's shifts).
+Imports: :mod:`peanchor.analysis.shifts` (registry, shift), :mod:`peanchor.settings.conditions` (the paper's shifts).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from peanchor.analysis.shifts.registry import KINDS, get_kind
 from peanchor.analysis.shifts.shift import Shift
-from peanchor.conditions import PAPER
-from peanchor.errors import ConfigError
+from peanchor.settings.conditions import PAPER
+from peanchor.core.errors import ConfigError
 
 __all__ = ["PAPER_SHIFTS", "TABLE_RESOLUTION", "paper_shifts", "paper_shifts_source", "severity_shift",
            "severity_table", "table_name"]  # fmt: skip

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions.edit import EditPass, HookPoints, LayersAndHeads
 from peanchor.interventions.record import Record
 from peanchor.interventions.registry import INTERVENTIONS

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions.edit import Edit, EditPass, HookPoints
 from peanchor.interventions.permutation import random_permutation
 from peanchor.interventions.registry import INTERVENTIONS

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions.edit import Edit, HookPoints, PETable
 from peanchor.interventions.registry import INTERVENTIONS
 from peanchor.interventions.spec import choice, flag, grid_size, param

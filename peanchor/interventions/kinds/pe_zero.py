@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions.edit import Edit, HookPoints, PETable, RopeTables
 from peanchor.interventions.registry import INTERVENTIONS
 from peanchor.interventions.spec import choice, param

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 from peanchor.interventions.edit import HookPoints, LayersAndHeads, RopeTables, check_indices
 from peanchor.interventions.registry import INTERVENTIONS
 from peanchor.interventions.spec import INDEX_RULE, IndexSet, choice, index_set, param

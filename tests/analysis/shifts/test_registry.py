@@ -14,7 +14,7 @@ from peanchor.analysis.shift_specs import parse_shift_spec, parse_shift_specs
 from peanchor.analysis.shifts import SHIFT_KINDS, Shift, severity_table, shift_help
 from peanchor.analysis.shifts.base import KINDS, Param, ShiftKind, register
 from peanchor.analysis.shifts.registry import kinds_line
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 
 def test_every_module_of_the_kinds_package_is_one_registered_kind():

@@ -15,7 +15,7 @@ import torch
 from peanchor.analysis import shifts as C
 from peanchor.analysis.corrupted_sets import corrupt
 from peanchor.analysis.shifts import Shift, severity_shift, severity_table
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 from tests.helpers.images import textured
 

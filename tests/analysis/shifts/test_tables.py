@@ -8,7 +8,7 @@ import pytest
 
 from peanchor.analysis import shifts as C
 from peanchor.analysis.shifts import Shift, paper_shifts, severity_shift, severity_table, table_name
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 
 TABLE_SIZES = {"imagenet-c": 224, "cifar-10-c": 32, "tiny-imagenet-c": 64}

@@ -197,7 +197,7 @@ def test_a_silent_upcast_of_the_rotation_is_caught(monkeypatch: pytest.MonkeyPat
 
 
 def test_an_unsupported_dtype_is_one_line() -> None:
-    from peanchor.errors import ConfigError
+    from peanchor.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="fp8.*fp32, bf16, fp16"):
         audit(timm_model(APE), dtype="fp8")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from peanchor.fileio import Number
+from peanchor.core.fileio import Number
 from peanchor.lenses import LENSES, Lens, LensBatch, LensContext
 from peanchor.lenses.base import mean_over_draws
 

@@ -5,7 +5,7 @@ square kernel of odd size ``kernel_size`` and standard deviation ``sigma``, refl
 size not above the image side. skimage padded with ``nearest`` where torchvision reflects, so the outermost pixels
 differ slightly from ImageNet-C's files.
 
-Imports: :mod:`peanchor.analysis.shifts.base`, :mod:`peanchor.errors`; torchvision inside the kernel.
+Imports: :mod:`peanchor.analysis.shifts.base`, :mod:`peanchor.core.errors`; torchvision inside the kernel.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from peanchor.analysis.shifts.base import Param, ShiftKind, register
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch

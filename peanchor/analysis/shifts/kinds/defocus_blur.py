@@ -7,7 +7,7 @@ deviation ``alias_blur`` and a 3 × 3 kernel (5 × 5 for a radius above 8), refl
 (OpenCV's ``filter2D``); the disk's all-zero border rows and columns are dropped first, which changes nothing but
 lets small images take small disks.
 
-Imports: :mod:`peanchor.analysis.shifts.base`, :mod:`peanchor.errors`; torch, torchvision inside the kernel.
+Imports: :mod:`peanchor.analysis.shifts.base`, :mod:`peanchor.core.errors`; torch, torchvision inside the kernel.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from peanchor.analysis.shifts.base import Param, ShiftKind, register, to_uint8
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch

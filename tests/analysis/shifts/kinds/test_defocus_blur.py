@@ -10,7 +10,7 @@ import pytest
 import scipy.ndimage
 
 from peanchor.analysis.shifts import TABLE_RESOLUTION, Shift, severity_table
-from peanchor.errors import ConfigError
+from peanchor.core.errors import ConfigError
 
 # defocus_blur() in hendrycks/robustness at 8190fe329f5f072a06e3a2aea02bb5dda69aed9f, ImageNet-C/create_c/:
 # (radius, alias_blur) per severity.
