@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from peanchor.analysis.shifts.base import Param, ShiftKind, register
+from peanchor.analysis.shifts.base import KINDS, Param, ShiftKind
 from peanchor.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def _check_fits(kernel_size: int, side: int) -> None:
                           f"(needs kernel_size // 2 < {side})")  # fmt: skip
 
 
-@register
+@KINDS.register
 class Blur(ShiftKind):
     name = "blur"
     summary = "Gaussian blur (torchvision's gaussian_blur, reflect padding)"

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from peanchor.analysis.shifts.base import Param, ShiftKind, register, to_uint8
+from peanchor.analysis.shifts.base import KINDS, Param, ShiftKind, to_uint8
 
 if TYPE_CHECKING:
     import torch
 
 
-@register
+@KINDS.register
 class Contrast(ShiftKind):
     name = "contrast"
     summary = "each channel scaled about its own mean (ImageNet-C)"

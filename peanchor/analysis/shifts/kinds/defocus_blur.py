@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from peanchor.analysis.shifts.base import Param, ShiftKind, register, to_uint8
+from peanchor.analysis.shifts.base import KINDS, Param, ShiftKind, to_uint8
 from peanchor.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def _on_the_grid(radius: float) -> bool:
     return radius > 0 and (radius <= 8 or radius == int(radius))
 
 
-@register
+@KINDS.register
 class DefocusBlur(ShiftKind):
     name = "defocus_blur"
     summary = "convolution with an anti-aliased disk of radius R px (ImageNet-C)"

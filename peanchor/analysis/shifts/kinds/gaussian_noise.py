@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from peanchor.analysis.shifts.base import NOISE_SEED, Param, ShiftKind, image_generator, register, to_uint8
+from peanchor.analysis.shifts.base import KINDS, NOISE_SEED, Param, ShiftKind, image_generator, to_uint8
 
 if TYPE_CHECKING:
     import torch
 
 
-@register
+@KINDS.register
 class GaussianNoise(ShiftKind):
     name = "gaussian_noise"
     summary = "additive Gaussian noise, σ on the [0, 1] scale (ImageNet-C), seeded per image"

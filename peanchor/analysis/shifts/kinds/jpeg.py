@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from peanchor.analysis.shifts.base import Param, ShiftKind, register
+from peanchor.analysis.shifts.base import KINDS, Param, ShiftKind
 
 if TYPE_CHECKING:
     import torch
 
 
-@register
+@KINDS.register
 class Jpeg(ShiftKind):
     name = "jpeg"
     summary = "JPEG encode + decode (libjpeg, as torchvision's v2.JPEG)"

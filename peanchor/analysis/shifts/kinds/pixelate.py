@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from peanchor.analysis.shifts.base import Param, ShiftKind, register, to_uint8
+from peanchor.analysis.shifts.base import KINDS, Param, ShiftKind, to_uint8
 
 if TYPE_CHECKING:
     import torch
@@ -47,7 +47,7 @@ def box_weights(n: int, m: int) -> torch.Tensor:
     return inside / inside.sum(dim=1, keepdim=True)
 
 
-@register
+@KINDS.register
 class Pixelate(ShiftKind):
     name = "pixelate"
     summary = "box-filter shrink to factor × the side and enlarge back (ImageNet-C, Pillow's BOX)"

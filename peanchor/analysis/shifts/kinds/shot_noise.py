@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from peanchor.analysis.shifts.base import NOISE_SEED, Param, ShiftKind, image_generator, register, to_uint8
+from peanchor.analysis.shifts.base import KINDS, NOISE_SEED, Param, ShiftKind, image_generator, to_uint8
 
 if TYPE_CHECKING:
     import torch
 
 
-@register
+@KINDS.register
 class ShotNoise(ShiftKind):
     name = "shot_noise"
     summary = "Poisson noise, photons = the expected count of a white pixel (ImageNet-C), seeded per image"
