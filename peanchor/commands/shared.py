@@ -106,10 +106,8 @@ def check_set_items(items: Iterable[str | SetItem], rest: str, conditions: str |
             from peanchor.pe import PE_NAMES
             from peanchor.study.options import split_set_items
 
-            texts = [item.text for item in items]
-            common, per = split_set_items(texts, parse_conditions(conditions, tuple(PE_NAMES)))
-            checked = [item for item in common if not SetItem.parse(item).for_plan] + [
-                item for part in per.values() for item in part]  # fmt: skip
+            common, per = split_set_items([item.text for item in items], parse_conditions(conditions, tuple(PE_NAMES)))
+            checked = [item for item in common if not item.for_plan] + [item for part in per.values() for item in part]
         check_config_items(checked)
     return others, plan_items
 

@@ -13,7 +13,7 @@ Launch examples::
     peanchor train --preset paper --data-root /data/imagenet100 --pe rope
     peanchor reproduce --preset cpu --seeds 3              # every condition, trained, analysed and reported
 
-Imports: :mod:`peanchor.training.config` (the config dataclasses and ``--set``), :mod:`peanchor.settings.conditions` (the
+Imports: :mod:`peanchor.training.config` (the config dataclasses), :mod:`peanchor.settings.set_items` (``--set``), :mod:`peanchor.settings.conditions` (the
 paper's shifts), :mod:`peanchor.core.registry`. The config dataclasses are imported inside the functions that build
 configs (importing :mod:`peanchor.data` imports torch), so that building the command line from :data:`PRESETS` stays
 fast.
@@ -282,7 +282,7 @@ def named_dataset(cli_overrides: Mapping[str, Any] | None, set_items: list[str] 
     >>> named_dataset({"data.name": "cifar10"}, ["optim.lr=1e-3"]), named_dataset(None, ["data.name=hf"])
     ('cifar10', 'hf')
     """
-    from peanchor.training.config import parse_set_item
+    from peanchor.settings.set_items import parse_set_item
 
     name = (cli_overrides or {}).get("data.name")
     for item in set_items or []:

@@ -8,7 +8,7 @@ resolution), then the command line (``--severities``, ``--shift``), then ``--set
 ``analysis.*`` items are split off the ``--set`` items before the training config sees them, and are the same for
 every cell (a condition prefix on one is refused).
 
-Imports: :mod:`peanchor.study.cells`, :mod:`peanchor.settings.conditions`, :mod:`peanchor.presets.catalog`, :mod:`peanchor.analysis`
+Imports: :mod:`peanchor.study.cells`, :mod:`peanchor.settings.conditions`, :mod:`peanchor.settings.set_items` (the ``--set`` items, read once), :mod:`peanchor.presets.catalog`, :mod:`peanchor.analysis`
 (``--shift`` and the plan, when resolved), :mod:`peanchor.core.tracking` (``--tensorboard`` needs TensorBoard).
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from peanchor.settings.conditions import DEFAULT_CONDITIONS, Condition, parse_conditions
+from peanchor.settings.set_items import SetItem
 from peanchor.core.errors import ConfigError
 from peanchor.presets.catalog import get_preset, preset_shifts, resolve_config
 from peanchor.study.cells import Cell, grid_cells
@@ -33,37 +34,38 @@ __all__ = ["ReproduceOptions", "list_commands", "split_set_items"]
 
 # --set analysis.KEY=VALUE goes to the analysis plan (peanchor.analysis.plan.SET_PREFIX; spelled here too so that
 # --list and the option checks import no torch).
-ANALYSIS_KEYS = "analysis."
 # The options that neither a cell's config nor its plan depends on: a copy that changes only these keeps what was
 # resolved (ReproduceOptions.with_runtime).
 RUNTIME = frozenset({"jobs", "jobs_auto", "progress", "debug"})
 
 
-def split_set_items(items: Sequence[str], conditions: Sequence[Condition]) -> tuple[list[str], dict[str, list[str]]]:
-    """``--set`` items for every cell, and those prefixed ``<condition>:`` for one condition only. An analysis
+def split_set_items(items: Sequence[str | SetItem], conditions: Sequence[Condition]
+                    ) -> tuple[list[SetItem], dict[str, list[SetItem]]]:  # fmt: skip
+    """``--set`` items for every cell, and those prefixed ``<condition>:`` for one condition only, each read once
+    (:class:`~peanchor.settings.set_items.SetItem`; a prefixed item is read without its prefix). An analysis
     setting is the same for every cell, so it takes no prefix.
 
-    >>> split_set_items(["optim.lr=3e-4", "ape:optim.pe_lr_mult=10"], parse_conditions("none,ape"))
-    (['optim.lr=3e-4'], {'ape': ['optim.pe_lr_mult=10']})
+    >>> common, per = split_set_items(["optim.lr=3e-4", "ape:optim.pe_lr_mult=10"], parse_conditions("none,ape"))
+    >>> [(i.key, i.value) for i in common], {c: [str(i) for i in items] for c, items in per.items()}
+    ([('optim.lr', 0.0003)], {'ape': ['optim.pe_lr_mult=10']})
     """
     names = {c.name for c in conditions}
-    common: list[str] = []
-    per: dict[str, list[str]] = {}
+    common: list[SetItem] = []
+    per: dict[str, list[SetItem]] = {}
     for item in items:
-        key = item.partition("=")[0]
-        if ":" in key:
-            prefix, _, rest = item.partition(":")
-            cond = prefix.strip().lower()
-            if cond not in names:
-                raise ConfigError(
-                    f"--set {item!r}: {cond!r} is not a condition of this grid ({', '.join(sorted(names))})"
-                )
-            if rest.strip().startswith(ANALYSIS_KEYS):
-                raise ConfigError(f"--set {item!r}: the analysis plan is the same for every cell; drop the "
-                                  f"'{prefix}:' prefix")  # fmt: skip
-            per.setdefault(cond, []).append(rest)
-        else:
-            common.append(item)
+        text = str(item)
+        if isinstance(item, SetItem) or ":" not in text.partition("=")[0]:
+            common.append(SetItem.parse(item))
+            continue
+        prefix, _, rest = text.partition(":")
+        cond = prefix.strip().lower()
+        if cond not in names:
+            raise ConfigError(f"--set {text!r}: {cond!r} is not a condition of this grid ({', '.join(sorted(names))})")
+        read = SetItem.parse(rest)
+        if read.for_plan:
+            raise ConfigError(f"--set {text!r}: the analysis plan is the same for every cell; drop the "
+                              f"'{prefix}:' prefix")  # fmt: skip
+        per.setdefault(cond, []).append(read)
     return common, per
 
 
@@ -76,7 +78,7 @@ class ReproduceOptions:
     data: str | None = None
     data_root: str | None = None
     class_list: str | None = None
-    set_items: list[str] = field(default_factory=list)  # training config keys, and analysis.KEY for the plan
+    set_items: list[str | SetItem] = field(default_factory=list)  # config keys, analysis.KEY for the plan
     shifts: list[str] = field(default_factory=list)  # --shift specs (peanchor.analysis.shift_specs)
     severities: bool | None = None  # None: the preset's analysis defaults decide (then --set analysis.severities)
     shard: tuple[int, int] = (1, 1)
@@ -91,6 +93,9 @@ class ReproduceOptions:
     _specs: list[Any] | None = field(default=None, init=False, repr=False, compare=False)
     _configs: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     _plans: dict[str, AnalysisPlan] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # The --set items, read once: (the training config's for every cell, by condition, the analysis plan's).
+    _set: tuple[list[SetItem], dict[str, list[SetItem]], list[SetItem]] = field(
+        default=((), {}, ()), init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.seeds is None:
@@ -103,7 +108,8 @@ class ReproduceOptions:
             raise ConfigError(f"--jobs {self.jobs}: expected >= 1")
         self.out = Path(self.out) if self.out is not None else Path("runs") / f"reproduce-{self.preset}"
         self.shift_specs()  # a bad --shift fails here, before anything is trained
-        self.train_and_plan_items()  # and a condition prefix on an analysis key
+        common, per = split_set_items(self.set_items, self.conditions)  # a bad item or prefix fails here too
+        self._set = ([i for i in common if not i.for_plan], per, [i for i in common if i.for_plan])
         if self.tensorboard:
             from peanchor.core.tracking import require_tensorboard
 
@@ -125,14 +131,9 @@ class ReproduceOptions:
             self._specs = parse_shift_specs(self.shifts)
         return self._specs
 
-    def train_and_plan_items(self) -> tuple[list[str], list[str]]:
-        """The ``--set`` items: (the training config's, the analysis plan's ``analysis.*``)."""
-        split_set_items(self.set_items, self.conditions)  # a condition prefix on an analysis key is refused
-        train: list[str] = []
-        plan: list[str] = []
-        for item in self.set_items:
-            (plan if item.partition("=")[0].strip().startswith(ANALYSIS_KEYS) else train).append(item)
-        return train, plan
+    def plan_items(self) -> list[SetItem]:
+        """The ``--set analysis.*`` items, read."""
+        return list(self._set[2])
 
     @property
     def out_dir(self) -> Path:
@@ -157,10 +158,10 @@ class ReproduceOptions:
             "train.device": self.device,
         }
 
-    def cell_set_items(self, cell: Cell) -> list[str]:
-        """The training config's ``--set`` items for ``cell`` (the common ones, then its condition's)."""
-        common, per = split_set_items(self.train_and_plan_items()[0], self.conditions)
-        return common + per.get(cell.condition.name, [])
+    def cell_set_items(self, cell: Cell) -> list[SetItem]:
+        """The training config's ``--set`` items for ``cell`` (the common ones, then its condition's), read."""
+        common, per, _ = self._set
+        return [*common, *per.get(cell.condition.name, [])]
 
     def cell_config(self, cell: Cell) -> Any:  # -> TrainConfig
         """``cell``'s training config, resolved once (the caller must not change it)."""
@@ -180,7 +181,7 @@ class ReproduceOptions:
             self._plans[cell.name] = resolve_plan(
                 size, defaults=defaults, preset_shifts=preset_shifts(config.preset, size),
                 shift_specs=self.shift_specs(), given={"severities": self.severities},
-                set_items=self.train_and_plan_items()[1],
+                set_items=self.plan_items(),
             )  # fmt: skip
         return self._plans[cell.name]
 
@@ -207,7 +208,7 @@ def list_commands(options: ReproduceOptions, argv_tail: Sequence[str] = ()) -> l
             if value is not None:
                 parts += [flag, value]
         for item in options.cell_set_items(cell):
-            parts += ["--set", item]
+            parts += ["--set", str(item)]
         parts += ["--out", str(options.cell_dir(cell))]
         lines.append(" ".join(q(p) for p in parts))
     tail = [a for a in argv_tail]

@@ -84,7 +84,7 @@ def _manifest(options: ReproduceOptions) -> dict[str, Any]:
         "conditions": [c.name for c in options.conditions],
         "seeds": list(range(options.seeds or 1)),
         "data": options.cell_config(first).data.to_dict(),
-        "set": list(options.set_items),
+        "set": [str(item) for item in options.set_items],
         "shifts": list(options.shifts),
         # The grid's analysis plan, at the first cell's config: its α grid as planned, also where that cell is an
         # RPT model (analysed without the sweep, ReproduceOptions.plan_for) or its PE is not scalable.
