@@ -440,6 +440,9 @@ def load_hf_model(folder: str | Path, *, img_size: int | None = None) -> HFViT:
     Read with ``local_files_only=True`` (nothing is downloaded) and without ``trust_remote_code``. The class comes
     from ``config.json``'s ``architectures``; a class outside :data:`SUPPORTED_CLASSES`, a folder without
     ``config.json`` or without weights is one :class:`~peanchor.errors.PeanchorError` line.
+
+    Returns:
+        The :class:`HFViT` wrapping the model, in eval mode.
     """
     transformers = _require_transformers()
     path = Path(folder)

@@ -34,7 +34,11 @@ def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None =
     """Audit ``model`` (a peanchor ViT, a timm ViT/Eva or a transformers vision model, wrapped or not): the
     checks named in ``checks`` (default: all of :data:`~peanchor.audit.registry.CHECKS`, in order).
     ``dtype`` (``fp32``, ``bf16``, ``fp16``): the dtype ``reference_parity`` runs the model in, a copy where it
-    differs from the model's own (default: the dtype of the model's parameters); the other checks run in float32."""
+    differs from the model's own (default: the dtype of the model's parameters); the other checks run in float32.
+
+    Returns:
+        The :class:`~peanchor.audit.result.AuditReport`: ``.passed`` and one result per check.
+    """
     run_dtype = _dtype(dtype) if dtype is not None else None
     chosen = list(CHECKS) if checks is None else list(checks)
     unknown = [c for c in chosen if c not in CHECKS]

@@ -47,7 +47,11 @@ LENS_NAMES = NamesView(LENSES)
 
 
 def register_lens(cls: type[Lens]) -> type[Lens]:
-    """Class decorator: register ``cls`` under ``cls.name`` (a taken or reserved name is one line's refusal)."""
+    """Class decorator: register ``cls`` under ``cls.name`` (a taken or reserved name is one line's refusal).
+
+    Returns:
+        ``cls`` itself, now registered.
+    """
     return LENSES.register(cls)
 
 
