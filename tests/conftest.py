@@ -7,6 +7,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from _pytest.doctest import DoctestModule
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Iterator[list[pytest.Collector]]:
+    """``--doctest-modules`` (pyproject.toml) is for peanchor/'s docstrings: a test file holds no doctest, and
+    searching each one's objects for them cost every xdist worker seconds of its collection."""
+    collectors = yield
+    return [c for c in collectors if not isinstance(c, DoctestModule)]
 
 
 @pytest.fixture(scope="session", autouse=True)

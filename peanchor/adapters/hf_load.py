@@ -37,6 +37,9 @@ def load_hf_model(folder: str | Path, *, img_size: int | None = None) -> HFViT:
     Read with ``local_files_only=True`` (nothing is downloaded) and without ``trust_remote_code``. The class comes
     from ``config.json``'s ``architectures``; a class outside :data:`SUPPORTED_CLASSES`, a folder without
     ``config.json`` or without weights is one :class:`~peanchor.core.errors.PeanchorError` line.
+
+    Returns:
+        The :class:`~peanchor.adapters.hf_vit.HFViT` wrapping the model, in eval mode.
     """
     transformers = require_transformers()
     path = Path(folder)

@@ -106,19 +106,19 @@ def load_timm_model(
     img_size: int | None = None,
     **kwargs: Any,
 ) -> Any:
-    """Build timm model ``name`` (never downloading), load local ``weights``, wrap it; eval mode.
+    """Build timm model ``name`` (never downloading), load local ``weights`` and wrap it.
 
-    ``num_classes`` defaults to the rows of ``head.weight`` in ``weights`` (else timm's default);
-    ``img_size`` and ``kwargs`` (e.g. ``depth``, ``embed_dim``, ``pos_embed='none'``) go to
-    ``timm.create_model``. Weights load strictly: a missing file, an unsafe pickle, or keys/shapes
-    that do not fit raise :class:`CheckpointError`.
+    ``num_classes`` defaults to the rows of ``head.weight`` in ``weights`` (else timm's default); ``img_size`` and
+    ``kwargs`` (e.g. ``depth``, ``embed_dim``, ``pos_embed='none'``) go to ``timm.create_model``. Weights load
+    strictly: a missing file, an unsafe pickle, or keys/shapes that do not fit raise :class:`CheckpointError`.
 
-    Example (a tiny random model)::
+    Returns:
+        The :class:`~peanchor.adapters.timm_vit.TimmViT` wrapping the model, in eval mode.
 
-        m = load_timm_model("vit_small_patch16_rope_mixed_224", img_size=32, patch_size=8, depth=2,
-                            embed_dim=64, num_heads=4, num_classes=10)
-        m.pe_name, m.grid, m.depth  # ('timm:rope_mixed', (4, 4), 2)
-        tokens = m.spatial_tokens(images, token_perm=perm, pe_scale=0.5)  # (B, 2, 16, 64)
+    Examples:
+        ```python
+        m = load_timm_model("vit_small_patch16_rope_mixed_224", img_size=32, patch_size=8, depth=2, num_classes=10)
+        ```
     """
     with _hub_offline():
         timm = require_timm()

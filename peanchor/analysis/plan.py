@@ -84,13 +84,14 @@ class AnalysisPlan(PlanSettings):
     """How one model is analysed. Build one with :func:`resolve_plan` (the layers), or directly for a script;
     either way the values are checked here.
 
-    >>> from peanchor.analysis.shifts import Shift
-    >>> plan = AnalysisPlan({"jpeg": Shift("jpeg", quality=10)}, alphas=[1, 0.5, 1], rpi_draws=2)
-    >>> plan.alphas, plan.for_model(scalable=False).alphas, AnalysisPlan.from_dict(plan.to_dict()) == plan
-    ((1.0, 0.5), (), True)
-    >>> AnalysisPlan({"jpeg": Shift("jpeg", quality=10)}, rpi_draws=0)
-    Traceback (most recent call last):
-    peanchor.core.errors.ConfigError: analysis.rpi_draws=0: expected an integer >= 1
+    Examples:
+        >>> from peanchor.analysis.shifts import Shift
+        >>> plan = AnalysisPlan({"jpeg": Shift("jpeg", quality=10)}, alphas=[1, 0.5, 1], rpi_draws=2)
+        >>> plan.alphas, plan.for_model(scalable=False).alphas, AnalysisPlan.from_dict(plan.to_dict()) == plan
+        ((1.0, 0.5), (), True)
+        >>> AnalysisPlan({"jpeg": Shift("jpeg", quality=10)}, rpi_draws=0)
+        Traceback (most recent call last):
+        peanchor.core.errors.ConfigError: analysis.rpi_draws=0: expected an integer >= 1
     """
 
     shifts: Mapping[str, Shift]  # name → the resolved shift, in measuring order
@@ -446,10 +447,14 @@ def resolve_plan(
     kind or adding one (:func:`measured_shifts`); with
     ``only_given_shifts``, just the specs' shifts (the API's ``shifts=[...]``: the whole list).
 
-    >>> plan = resolve_plan(32, defaults={"rpi_draws": 2, "batch_size": 100}, given={"rpi_draws": 3, "seed": None},
-    ...                     shift_specs=["jpeg:quality=10"], set_items=["analysis.batch_size=50"])
-    >>> plan.rpi_draws, plan.batch_size, plan.seed, plan.shift_sources["jpeg"], list(plan.shifts)
-    (3, 50, 0, '--shift jpeg:quality=10', ['jpeg', 'blur'])
+    Returns:
+        The checked :class:`AnalysisPlan`.
+
+    Examples:
+        >>> plan = resolve_plan(32, defaults={"rpi_draws": 2, "batch_size": 100}, given={"rpi_draws": 3, "seed": None},
+        ...                     shift_specs=["jpeg:quality=10"], set_items=["analysis.batch_size=50"])
+        >>> plan.rpi_draws, plan.batch_size, plan.seed, plan.shift_sources["jpeg"], list(plan.shifts)
+        (3, 50, 0, '--shift jpeg:quality=10', ['jpeg', 'blur'])
     """
     specs = given_shift_specs(shift_specs)
     if only_given_shifts and not specs:

@@ -243,10 +243,12 @@ def analyze(
             (the CLI's ``--shift`` syntax, parsed once), one per kind, the whole list; None: ``plan``'s shifts, else the ``preset``'s (its name: its shifts at its own
             resolution), else the resolution rule.
         preset: a preset's name, whose shifts the model is measured under.
-        device, progress: where to run (None: a GPU when there is one) and progress bars (None: only on a terminal).
-        mean, std: the normalisation the model expects; default the model's own (a model from
+        device: where to run; None: a GPU when there is one.
+        progress: progress bars; None: only on a terminal.
+        mean: the per-channel normalisation mean the model expects; None: the model's own (a model from
             :func:`peanchor.load_model` carries its dataset's; timm's and transformers' adapters theirs), else the
-            named dataset's. Tensors for a peanchor model from ``create_model`` need them.
+            named dataset's. Tensors for a peanchor model from ``create_model`` need it, and ``std``.
+        std: the per-channel normalisation standard deviation, taken like ``mean``.
         **settings: the analysis plan's settings by name, each over ``plan``'s (None: not given), with their
             defaults, flags and help in docs/python.md's table (the fields of
             :class:`~peanchor.settings.plan.PlanSettings`): ``alphas``, ``rpi_draws``, ``rpi_mode``, ``seed``,
@@ -257,11 +259,16 @@ def analyze(
             one ``ConfigError`` line with the closest one. ``lenses`` leaves the lenses not asked for out of the
             result; ``lens_options`` (``{"ssdc": {"bootstrap": 200}}``) merges with ``plan``'s option by option.
 
-    Example::
+    Returns:
+        The :class:`~peanchor.results.AnalysisResult`: every number above, the plan it was measured with and where
+        the images came from; ``.save(dir)`` writes ``analysis.json`` and ``analysis.csv``.
 
+    Examples:
+        ```python
         result = peanchor.analyze(model, images, labels, shifts=["jpeg:quality=10"], alphas=[1.0, 0.0])
         result.ssdc.rpi, result.delta_ssdc, result.fragility["jpeg"]
         result.save("runs/my-analysis")  # analysis.json + analysis.csv
+        ```
     """
     check_setting_names(settings)
     if plan is not None and preset is not None:

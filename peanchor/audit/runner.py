@@ -37,7 +37,11 @@ def audit(model: Any, *, checks: Iterable[str] | None = None, name: str | None =
     ``dtype`` (``fp32``, ``bf16``, ``fp16``): the dtype the checks that read a timm or transformers model's own
     forward run it in (a copy where it differs from the model's own; default: the dtype of its parameters), with
     tolerances by dtype; the checks of peanchor's intervention path (``alpha_behaves``, ``resampling``'s
-    ``pe_resample``) and peanchor's own ViT run in float32."""
+    ``pe_resample``) and peanchor's own ViT run in float32.
+
+    Returns:
+        The :class:`~peanchor.audit.result.AuditReport`: ``.passed`` and one result per check.
+    """
     run_dtype = _dtype(dtype) if dtype is not None else None
     chosen = list(CHECKS) if checks is None else list(checks)
     unknown = [c for c in chosen if c not in CHECKS]

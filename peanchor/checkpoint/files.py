@@ -81,6 +81,9 @@ def save_model(model: nn.Module, path: str | os.PathLike[str], extra_metadata: d
     """Write the weights of ``model`` and its ``model_args`` to ``path`` (a ``.safetensors`` file).
 
     ``extra_metadata`` values are stored as strings (non-strings as JSON). The write is atomic.
+
+    Returns:
+        ``path``, as a ``Path``.
     """
     model = unwrap_model(model)
     model_args = getattr(model, "model_args", None)
@@ -141,6 +144,9 @@ def load_model(path: str | os.PathLike[str], map_location: str | torch.device = 
     normalisation of the dataset it was trained on (from the training config in its metadata; absent without
     one), which :func:`peanchor.analyze` uses. A missing, truncated or foreign file
     (no ``model_args``, different parameter names or shapes) raises :class:`CheckpointError`.
+
+    Returns:
+        The rebuilt :class:`~peanchor.models.VisionTransformer`, in eval mode on ``map_location``.
     """
     from peanchor.models import create_model
 

@@ -76,23 +76,8 @@ def _train_config(conv: Conversion, seed: int) -> Any:
     return config
 
 
-def import_paper(
-    checkpoint: str | os.PathLike[str],
-    out_dir: str | os.PathLike[str],
-    condition: str | None = None,
-    *,
-    num_heads: int | None = None,
-    spe_table: SpeTableMode = "check",
-) -> dict[str, Any]:
-    """Convert one released checkpoint into the run directory ``out_dir``; return its summary.
-
-    ``condition`` defaults to the one in the file name (``ape3_imagenet_100_60`` → ``ape``); a
-    ``condition`` that contradicts the name is refused, because the weights cannot tell APE, RPT,
-    RoPE and ablated models apart. Rerunning the same import is a no-op (``status``
-    ``"already_imported"``); an ``out_dir`` holding anything else is a :class:`RunDirError`.
-    """
-    src = Path(checkpoint)
-    named, replicate = condition_from_name(src)
+def _resolve_condition(src: Path, named: str | None, condition: str | None) -> str:
+    """The condition of ``src``: the one its file name says (``named``), checked against ``condition``."""
     if condition is None:
         if named is None:
             raise CheckpointError(
@@ -108,18 +93,14 @@ def import_paper(
             f"{src.name} is named as a {named!r} checkpoint but --condition is {condition!r}; the weights cannot "
             "tell these apart, so the name wins: fix the flag (or rename the file if the name is wrong)"
         )
-    out = Path(out_dir)
-    _refuse_foreign_run_dir(out)  # before reading a large file for nothing
-    sd = load_paper_state_dict(src)
-    try:
-        conv = convert_paper_state_dict(sd, condition, num_heads=num_heads, spe_table=spe_table)
-    except CheckpointError as e:  # say which file does not fit
-        raise CheckpointError(f"{src}: {e}") from None
-    sha = file_sha256(src)
-    config = _train_config(conv, replicate or 0)
-    config_text = config.to_yaml()
+    return condition
+
+
+def _summary(src: Path, out: Path, conv: Conversion, config: Any, condition: str, replicate: int | None,
+             sha: str) -> dict[str, Any]:  # fmt: skip
+    """summary.json of the imported run: where it came from, what the conversion found, the model's shape."""
     model = conv.model
-    summary: dict[str, Any] = {
+    return {
         "status": "finished",
         "run_dir": str(out.resolve()),
         "imported_from": str(src.resolve()),
@@ -145,6 +126,38 @@ def import_paper(
         "num_patches": model.num_patches,
         "model_args": model.model_args,
     }
+
+
+def import_paper(
+    checkpoint: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    condition: str | None = None,
+    *,
+    num_heads: int | None = None,
+    spe_table: SpeTableMode = "check",
+) -> dict[str, Any]:
+    """Convert one released checkpoint into the run directory ``out_dir``; return its summary.
+
+    ``condition`` defaults to the one in the file name (``ape3_imagenet_100_60`` → ``ape``); a
+    ``condition`` that contradicts the name is refused, because the weights cannot tell APE, RPT,
+    RoPE and ablated models apart. Rerunning the same import is a no-op (``status``
+    ``"already_imported"``); an ``out_dir`` holding anything else is a :class:`RunDirError`.
+    """
+    src = Path(checkpoint)
+    named, replicate = condition_from_name(src)
+    condition = _resolve_condition(src, named, condition)
+    out = Path(out_dir)
+    _refuse_foreign_run_dir(out)  # before reading a large file for nothing
+    sd = load_paper_state_dict(src)
+    try:
+        conv = convert_paper_state_dict(sd, condition, num_heads=num_heads, spe_table=spe_table)
+    except CheckpointError as e:  # say which file does not fit
+        raise CheckpointError(f"{src}: {e}") from None
+    sha = file_sha256(src)
+    config = _train_config(conv, replicate or 0)
+    config_text = config.to_yaml()
+    model = conv.model
+    summary = _summary(src, out, conv, config, condition, replicate, sha)
     metadata = {
         "imported_from": summary["imported_from"],
         "source_sha256": sha,

@@ -75,7 +75,11 @@ def forward_doses(
 ) -> tuple[Any, list[Any]]:
     """The pass under ``base`` and one pass per dose; each output equals (bit for bit)
     ``model.forward_intermediates(images, iv, layers=layers, head=head)`` for iv in (base, *doses), an
-    :class:`~peanchor.models.interface.Intermediates` each. The work they share runs once (the module docstring)."""
+    :class:`~peanchor.models.interface.Intermediates` each. The work they share runs once (the module docstring).
+
+    Returns:
+        ``(base_output, [dose_output, ...])``: one output per dose, in the order of ``doses``.
+    """
     hooks: HookPoints = model.hook_points
     count = hooks.depth if layers is None else layers
     for iv in (base, *doses):  # a bad edit fails in one line before any pass, as the first separate call would

@@ -29,10 +29,11 @@ class Intervention:
     ``token_perm``: ``(N,)`` shared by the batch or ``(B, N)`` per sample; slot ``i`` receives the patch content
     from position ``token_perm[i]`` (None: tokens in order). ``pe_scale``: α, 1 = the PE as trained, 0 = none.
 
-    >>> Intervention().pe_scale, Intervention(pe_scale=0.5).token_perm is None, Intervention().edits
-    (1.0, True, ())
-    >>> " + ".join(e.spec for e in Intervention.parse("pe_zero+pe_shuffle:seed=3").edits)
-    'pe_zero:prefix=zero + pe_shuffle:seed=3'
+    Examples:
+        >>> Intervention().pe_scale, Intervention(pe_scale=0.5).token_perm is None, Intervention().edits
+        (1.0, True, ())
+        >>> " + ".join(e.spec for e in Intervention.parse("pe_zero+pe_shuffle:seed=3").edits)
+        'pe_zero:prefix=zero + pe_shuffle:seed=3'
     """
 
     token_perm: Tensor | None = None

@@ -26,12 +26,16 @@ def random_permutation(
 ) -> Tensor:
     """A random permutation of ``n`` token slots: ``(n,)``, or ``(batch, n)`` with one per sample.
 
-    >>> g = torch.Generator().manual_seed(0)
-    >>> p = random_permutation(5, generator=g)
-    >>> sorted(p.tolist())
-    [0, 1, 2, 3, 4]
-    >>> random_permutation(4, batch=3, generator=g).shape
-    torch.Size([3, 4])
+    Returns:
+        An int64 tensor ``(n,)``, or ``(batch, n)``, on ``device``.
+
+    Examples:
+        >>> g = torch.Generator().manual_seed(0)
+        >>> p = random_permutation(5, generator=g)
+        >>> sorted(p.tolist())
+        [0, 1, 2, 3, 4]
+        >>> random_permutation(4, batch=3, generator=g).shape
+        torch.Size([3, 4])
     """
     if batch is None:
         perm = torch.randperm(n, generator=generator)
@@ -91,9 +95,13 @@ def permute_tokens(tokens: Tensor, perm: Tensor) -> Tensor:
 
     ``tokens`` is ``(B, N, D)``; ``perm`` is ``(N,)`` or ``(B, N)``.
 
-    >>> t = torch.arange(6.).view(1, 3, 2)
-    >>> permute_tokens(t, torch.tensor([2, 0, 1]))[0, :, 0].tolist()
-    [4.0, 0.0, 2.0]
+    Returns:
+        ``(B, N, D)``: the reordered tokens.
+
+    Examples:
+        >>> t = torch.arange(6.).view(1, 3, 2)
+        >>> permute_tokens(t, torch.tensor([2, 0, 1]))[0, :, 0].tolist()
+        [4.0, 0.0, 2.0]
     """
     b, n, d = tokens.shape
     if perm.shape[-1] != n or perm.dim() not in (1, 2) or (perm.dim() == 2 and perm.shape[0] != b):

@@ -38,11 +38,12 @@ class SweepSpec:
     """A parsed sweep: ``kind``, the ``fixed`` parameters (key, value as an edit's spec writes it), the swept
     ``parameter`` and its ``doses`` (each as written, a union joined with ``+``; ranges ``A..B`` expanded).
 
-    >>> s = SweepSpec.parse("head_ablate:heads=0,layers=0..2,5+7")
-    >>> s.parameter, s.doses, s.text
-    ('layers', ('0', '1', '2', '5+7'), 'head_ablate:heads=0,layers=0,1,2,5+7')
-    >>> s.edits()[-1].spec
-    'head_ablate:layers=5,7,heads=0,value=zero'
+    Examples:
+        >>> s = SweepSpec.parse("head_ablate:heads=0,layers=0..2,5+7")
+        >>> s.parameter, s.doses, s.text
+        ('layers', ('0', '1', '2', '5+7'), 'head_ablate:heads=0,layers=0,1,2,5+7')
+        >>> s.edits()[-1].spec
+        'head_ablate:layers=5,7,heads=0,value=zero'
     """
 
     kind: str

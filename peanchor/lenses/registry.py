@@ -49,7 +49,11 @@ LENS_NAMES = NamesView(LENSES)
 
 def register_lens(cls: type[Lens]) -> type[Lens]:
     """The older spelling of ``@LENSES.register``: ``cls`` under ``cls.name`` (a taken or reserved name is one line's
-    refusal)."""
+    refusal).
+
+    Returns:
+        ``cls`` itself, now registered.
+    """
     return LENSES.register(cls)
 
 

@@ -75,12 +75,16 @@ def attention_distance(
     and as keys (the patch weights of each query are renormalised to sum to 1); the result is the mean over
     query patches of ``sum_j A_ij D_ij / sum_j A_ij``.
 
-    >>> eye = torch.eye(5).expand(1, 5, 5)  # every token attends to itself only
-    >>> attention_distance(eye, (2, 2)).item()
-    0.0
-    >>> neighbour = torch.tensor([[[1., 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 1, 0, 0]]])  # (1, 4, 4)
-    >>> attention_distance(neighbour, (1, 3), num_prefix=1).item()  # slots 0→1, 1→2, 2→0
-    1.3333333730697632
+    Returns:
+        ``(..., H)``: one mean distance per head, in patches: float64 for float64 ``weights``, else float32.
+
+    Examples:
+        >>> eye = torch.eye(5).expand(1, 5, 5)  # every token attends to itself only
+        >>> attention_distance(eye, (2, 2)).item()
+        0.0
+        >>> neighbour = torch.tensor([[[1., 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 1, 0, 0]]])  # (1, 4, 4)
+        >>> attention_distance(neighbour, (1, 3), num_prefix=1).item()  # slots 0→1, 1→2, 2→0
+        1.3333333730697632
     """
     h, w = check_grid(grid)
     index = METRICS.index(check_metric(metric))
@@ -119,11 +123,12 @@ class AttentionDistanceAccumulator:
     (it is an :data:`~peanchor.models.interface.AttentionSink`), then :meth:`compute`. Every (image, query patch)
     counts once. Sums stay on the device of the weights (no sync per batch); they are float64.
 
-    >>> acc = AttentionDistanceAccumulator((2, 2))
-    >>> acc.update(0, torch.softmax(torch.randn(3, 2, 5, 5), dim=-1))  # (B, H, T, T)
-    >>> out = acc.compute()
-    >>> sorted(out), tuple(out["manhattan"].shape)
-    (['euclidean', 'manhattan', 'prefix_mass'], (1, 2))
+    Examples:
+        >>> acc = AttentionDistanceAccumulator((2, 2))
+        >>> acc.update(0, torch.softmax(torch.randn(3, 2, 5, 5), dim=-1))  # (B, H, T, T)
+        >>> out = acc.compute()
+        >>> sorted(out), tuple(out["manhattan"].shape)
+        (['euclidean', 'manhattan', 'prefix_mass'], (1, 2))
     """
 
     def __init__(self, grid: tuple[int, int], num_prefix: int = 1) -> None:

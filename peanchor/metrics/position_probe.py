@@ -79,10 +79,11 @@ class PositionProbeAccumulator:
     ``(L, 2)`` (row, col) on the held-out ones. Sums are float64 on the device of the first batch; the products
     of a batch are taken in float32 (float64 for float64 tokens).
 
-    >>> acc = PositionProbeAccumulator((2, 2))
-    >>> acc.update(torch.randn(6, 3, 4, 8), torch.tensor([0, 1, 0, 1, 0, 1], dtype=torch.bool))
-    >>> acc.compute().shape
-    torch.Size([3, 2])
+    Examples:
+        >>> acc = PositionProbeAccumulator((2, 2))
+        >>> acc.update(torch.randn(6, 3, 4, 8), torch.tensor([0, 1, 0, 1, 0, 1], dtype=torch.bool))
+        >>> acc.compute().shape
+        torch.Size([3, 2])
     """
 
     def __init__(self, grid: tuple[int, int], ridge: float = DEFAULT_RIDGE, groups: int = 0) -> None:

@@ -28,14 +28,19 @@ def fragility_score(acc_clean, acc_shift):  # type: ignore[no-untyped-def]
     Undefined (NaN, no exception) where ``acc_clean == 0``. Works on floats, and elementwise
     (with broadcasting) on torch tensors or numpy arrays / sequences.
 
-    >>> fragility_score(0.5, 0.375)
-    0.25
-    >>> fragility_score(0.0, 0.0)
-    nan
-    >>> fragility_score(torch.tensor([0.5, 0.0]), torch.tensor([0.25, 0.1]))
-    tensor([0.5000,    nan])
-    >>> fragility_score(np.array([1.0, 0.5]), 0.5)
-    array([0.5, 0. ])
+    Returns:
+        score (float | Tensor | numpy.ndarray): a float for two numbers, else a tensor or array of the
+            broadcast shape; NaN where ``acc_clean == 0``.
+
+    Examples:
+        >>> fragility_score(0.5, 0.375)
+        0.25
+        >>> fragility_score(0.0, 0.0)
+        nan
+        >>> fragility_score(torch.tensor([0.5, 0.0]), torch.tensor([0.25, 0.1]))
+        tensor([0.5000,    nan])
+        >>> fragility_score(np.array([1.0, 0.5]), 0.5)
+        array([0.5, 0. ])
     """
     if isinstance(acc_clean, Real) and isinstance(acc_shift, Real):
         clean, shift = float(acc_clean), float(acc_shift)

@@ -87,11 +87,12 @@ def spearman(x: Tensor, y: Tensor) -> Tensor:
     Returns:
         ``(...)``: one coefficient per row.
 
-    >>> spearman(torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([10.0, 20.0, 30.0, 40.0]))
-    tensor(1.)
-    >>> x = torch.tensor([[1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]])
-    >>> spearman(x, torch.tensor([1.0, 2.0, 2.0, 3.0]))
-    tensor([ 0.9487, -0.9487])
+    Examples:
+        >>> spearman(torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([10.0, 20.0, 30.0, 40.0]))
+        tensor(1.)
+        >>> x = torch.tensor([[1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]])
+        >>> spearman(x, torch.tensor([1.0, 2.0, 2.0, 3.0]))
+        tensor([ 0.9487, -0.9487])
     """
     if x.dim() == 0 or y.dim() == 0:
         raise ValueError("spearman needs tensors with at least one dimension (..., P)")

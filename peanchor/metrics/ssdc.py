@@ -60,13 +60,14 @@ def ssdc(similarity: Tensor, grid: tuple[int, int], metric: Metric = "manhattan"
     Returns:
         float64 tensor ``(...)`` on the device of ``similarity``.
 
-    >>> d = grid_distances((3, 3))
-    >>> round(ssdc(-d, (3, 3)).item(), 12)
-    1.0
-    >>> ssdc(torch.stack([-d, d]), (3, 3)).round(decimals=6)  # one value per leading index
-    tensor([ 1., -1.], dtype=torch.float64)
-    >>> ssdc(torch.stack([torch.ones(9, 9), torch.full((9, 9), float("nan"))]), (3, 3))
-    tensor([nan, nan], dtype=torch.float64)
+    Examples:
+        >>> d = grid_distances((3, 3))
+        >>> round(ssdc(-d, (3, 3)).item(), 12)
+        1.0
+        >>> ssdc(torch.stack([-d, d]), (3, 3)).round(decimals=6)  # one value per leading index
+        tensor([ 1., -1.], dtype=torch.float64)
+        >>> ssdc(torch.stack([torch.ones(9, 9), torch.full((9, 9), float("nan"))]), (3, 3))
+        tensor([nan, nan], dtype=torch.float64)
     """
     h, w = _check_grid(grid)
     _check_metric(metric)
@@ -108,10 +109,11 @@ class SSDCAccumulator:
     may be bf16/fp16/fp32 (similarities are computed in float32) or float64 (kept in float64).
     Note that the float32 similarity matmul follows torch's global TF32 settings on CUDA.
 
-    >>> acc = SSDCAccumulator((2, 2))
-    >>> acc.update(torch.randn(3, 2, 4, 8))  # (B, L, N, D)
-    >>> acc.num_images, acc.compute().shape
-    (3, torch.Size([2]))
+    Examples:
+        >>> acc = SSDCAccumulator((2, 2))
+        >>> acc.update(torch.randn(3, 2, 4, 8))  # (B, L, N, D)
+        >>> acc.num_images, acc.compute().shape
+        (3, torch.Size([2]))
     """
 
     def __init__(

@@ -30,9 +30,13 @@ def create_model(name: str, **kwargs: Any) -> VisionTransformer:
     ``model_args`` (their JSON form, as checkpoints store it) rebuild it through ``create_model(**model.model_args)``
     even if the size table changes later. ``overrides`` are fields of :class:`~peanchor.models.args.Architecture`.
 
-    >>> m = create_model("vit_micro", pe="rope", num_classes=3)
-    >>> m.grid, m.depth, m.pe_name
-    ((4, 4), 2, 'rope')
+    Returns:
+        The :class:`~peanchor.models.VisionTransformer`, in training mode, with random weights.
+
+    Examples:
+        >>> m = create_model("vit_micro", pe="rope", num_classes=3)
+        >>> m.grid, m.depth, m.pe_name
+        ((4, 4), 2, 'rope')
     """
     from peanchor.models.vit import VisionTransformer
 

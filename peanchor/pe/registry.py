@@ -61,7 +61,12 @@ def register_pe(cls: str) -> Callable[[T], T]: ...
 
 def register_pe(cls: Any) -> Any:
     """The older spelling of ``@PE_REGISTRY.register``: register a :class:`PositionalEncoding` subclass under its
-    ``name``. (``@register_pe("name")``, which sets ``name``, still works.)"""
+    ``name``. (``@register_pe("name")``, which sets ``name``, still works.)
+
+    Returns:
+        ``cls`` itself, now registered; given a name (the older spelling), the decorator that registers a class
+        under it.
+    """
     if isinstance(cls, str):
         return PE_REGISTRY.register(name=cls)
     return PE_REGISTRY.register(cls)
@@ -73,7 +78,11 @@ def pe_names() -> tuple[str, ...]:
 
 
 def create_pe(name: str, ctx: PEContext, **kwargs: Any) -> PositionalEncoding:
-    """Build the PE registered as ``name``; an unknown name raises a ``ValueError`` listing the valid ones."""
+    """Build the PE registered as ``name``; an unknown name raises a ``ValueError`` listing the valid ones.
+
+    Returns:
+        A new instance of the registered :class:`PositionalEncoding` subclass.
+    """
     cls = PE_REGISTRY.lookup(name)
     params = list(inspect.signature(cls.__init__).parameters.values())[2:]  # after self and ctx
     takes = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]

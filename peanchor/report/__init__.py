@@ -53,6 +53,9 @@ def write_report(results: Results | Any, out_dir: str | os.PathLike[str], allow_
     data is missing are skipped. Analyses made on different images or with different permutations behind RPI
     are refused (one :class:`~peanchor.core.errors.DataError` line) unless ``allow_mixed``
     (:mod:`~peanchor.report.mixing`).
+
+    Returns:
+        The paths of the files written.
     """
     if not isinstance(results, Results):
         results = gather(results)

@@ -43,7 +43,11 @@ def _name(result: AnalysisResult, index: int) -> str:
 
 def as_results(analyses: Analyses) -> Results:
     """One or several analyses as a :class:`Results` (each name is a condition, each list entry a seed); paths
-    to result files are read as :func:`gather` reads them."""
+    to result files are read as :func:`gather` reads them.
+
+    Returns:
+        The :class:`Results` grid the report's figures and tables read.
+    """
     if not isinstance(analyses, (Results, AnalysisResult, Mapping, Sequence)) or isinstance(analyses, str):
         raise DataError(f"cannot plot a {type(analyses).__name__}: expected AnalysisResult(s), a mapping name → "
                         "result(s), or Results")  # fmt: skip

@@ -11,13 +11,7 @@ dash pattern of its own.
 A figure has named panels (``plot_ssdc_per_layer``: ``normal`` and ``rpi``); ``panels=[...]`` draws some of them.
 ``ax=`` draws into your own Axes instead, one per panel (one Axes for one panel), and returns the figure they belong
 to, with a legend on the first; without it the figure is new and laid out by matplotlib's constrained layout, the
-legend under the panels, so that ``savefig`` clips no label.
-
-Example::
-
-    fig = plot_ssdc_per_layer({"mine": read_analysis("runs/x/analysis"), "theirs": result})
-    fig.savefig("ssdc.png")
-    fig, ax = plt.subplots(); plot_ssdc_per_layer(result, ax=ax, panels=["rpi"])
+legend under the panels, so that ``savefig`` clips no label (an example in :func:`plot_ssdc_per_layer`).
 
 Imports: matplotlib, numpy, :mod:`peanchor.report` (figures, figure_style, lenses, inputs, dose_response),
 :mod:`peanchor.core.errors`.
@@ -89,7 +83,18 @@ def _draw(draw: Callable[..., Figure | None], analyses: Analyses, missing: str, 
 
 def plot_ssdc_per_layer(analyses: Analyses, *, ax: AxesArg = None, panels: Sequence[str] | None = None) -> Figure:
     """SSDC per layer, tokens in order (panel ``normal``) and under RPI (``rpi``), one line per name; a single
-    result's band is its spread over RPI draws or its bootstrap CI."""
+    result's band is its spread over RPI draws or its bootstrap CI.
+
+    Returns:
+        The matplotlib ``Figure``: a new one, or the one ``ax`` belongs to.
+
+    Examples:
+        ```python
+        fig = plot_ssdc_per_layer({"mine": read_analysis("runs/x/analysis"), "theirs": result})
+        fig.savefig("ssdc.png")
+        fig, ax = plt.subplots(); plot_ssdc_per_layer(result, ax=ax, panels=["rpi"])
+        ```
+    """
     return _draw(draw_ssdc_per_layer, analyses, "no models", ax, panels)
 
 
@@ -97,19 +102,31 @@ def plot_alpha_sweep(analyses: Analyses, paper_reference: bool = False, *, ax: A
                      panels: Sequence[str] | None = None) -> Figure:  # fmt: skip
     """ΔSSDC under RPI (panel ``delta_ssdc``) and the Fragility Score of each shift (a panel per shift name)
     against α; ``paper_reference`` adds the paper's APE sweep (ImageNet-100, 224 px) as a dotted grey line, as the
-    report does."""
+    report does.
+
+    Returns:
+        The matplotlib ``Figure``: a new one, or the one ``ax`` belongs to.
+    """
     return _draw(lambda r, **kw: draw_alpha_sweep(r, paper_reference, **kw), analyses,
                  "no α sweep (alphas=() or a PE that α does not scale)", ax, panels)  # fmt: skip
 
 
 def plot_lenses(analyses: Analyses, *, ax: AxesArg = None, panels: Sequence[str] | None = None) -> Figure:
     """Every lens per layer: in order (a panel per lens name, the top row) and under RPI (``<name>_rpi``, the
-    bottom row)."""
+    bottom row).
+
+    Returns:
+        The matplotlib ``Figure``: a new one, or the one ``ax`` belongs to.
+    """
     return _draw(draw_lenses_per_layer, analyses, "no lens records", ax, panels)
 
 
 def plot_attention_heads(analyses: Analyses, *, ax: AxesArg = None, panels: Sequence[str] | None = None) -> Figure:
-    """Every head's mean attention distance against its layer, a panel per name."""
+    """Every head's mean attention distance against its layer, a panel per name.
+
+    Returns:
+        The matplotlib ``Figure``: a new one, or the one ``ax`` belongs to.
+    """
     return _draw(draw_attention_heads, analyses, "no attention distances (the model could not hand them out)", ax,
                  panels)  # fmt: skip
 
@@ -118,6 +135,10 @@ def plot_dose_response(analyses: Analyses, sweep: str | None = None, layers: Seq
                        ax: AxesArg = None, panels: Sequence[str] | None = None) -> Figure:  # fmt: skip
     """A dose-response sweep (``sweep``: its text, None: the first measured) against its doses: top-1 in order and
     under RPI (panel ``top1``), the FS of each shift (``fs_<shift>``) and SSDC at ``layers`` (``ssdc``; None: the
-    first, middle and last), solid in order and dashed under RPI; one line per name."""
+    first, middle and last), solid in order and dashed under RPI; one line per name.
+
+    Returns:
+        The matplotlib ``Figure``: a new one, or the one ``ax`` belongs to.
+    """
     return _draw(lambda r, **kw: draw_dose_response(r, sweep=sweep, layers=layers, **kw), analyses,
                  "no dose-response sweeps (analyse with sweeps=[...] or --sweep)", ax, panels)  # fmt: skip

@@ -456,6 +456,9 @@ def read_analysis(path: str | os.PathLike[str]) -> AnalysisResult:
     """The analysis at ``path`` (``analysis.json`` or the directory holding it).
 
     A missing or unreadable file is a :class:`DataError`; another schema or a damaged one a :class:`SchemaError`.
+
+    Returns:
+        The :class:`AnalysisResult` the file holds.
     """
     p = _analysis_path(path)
     return _from_document(read_document(p), AnalysisResult, ANALYSIS_SCHEMA, str(p))
@@ -474,7 +477,11 @@ def write_results(results: Results, path: str | os.PathLike[str]) -> Path:
 
 
 def read_results(path: str | os.PathLike[str]) -> Results:
-    """``results.json`` (or ``DIR/results.json``), checked; a missing file says how to make one."""
+    """``results.json`` (or ``DIR/results.json``), checked; a missing file says how to make one.
+
+    Returns:
+        The :class:`Results` grid the file holds.
+    """
     p = Path(path)
     p = p / RESULTS_JSON if p.is_dir() else p
     if not p.exists():

@@ -91,6 +91,9 @@ def compare(sources: Mapping[str, Source] | Sequence[Source]) -> Any:  # pandas.
     ``sources`` maps a name to an analysis (``AnalysisResult``, a path to ``analysis.json`` or its directory, or
     a run directory), or to a grid (``Results`` or a path to ``results.json``: one row per model, named
     ``name/model``); a list takes its names from the paths, or ``model #i``.
+
+    Returns:
+        A ``pandas.DataFrame`` of float64: one row per model, indexed by ``model``.
     """
     pd = _pandas()
     if not isinstance(sources, Mapping):

@@ -105,6 +105,45 @@ def _check_finite(values: list[float], local: torch.Tensor, epoch: int, first: i
     )
 
 
+def _train_step(run: EpochRun, images: torch.Tensor, labels: torch.Tensor, step: int, lr: float,
+                params: list[torch.Tensor], augment_gen: torch.Generator,
+                rpt_gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """One optimizer step at global ``step`` with learning rate ``lr``; returns the (undetached) loss and logits.
+
+    Every random draw (dropout, augmentation, the RPT permutation) is seeded from ``step``, so a resumed run
+    draws exactly what the uninterrupted one would have."""
+    o, t, ctx = run.config.optim, run.config.train, run.ctx
+    for g in run.optimizer.param_groups:
+        g["lr"] = lr * g["lr_mult"]
+    seed_step(t.seed, step, ctx.rank)
+    if run.data.device_augment != "none":  # (B, 3, S, S) uint8, augmented where it lies
+        augment_gen.manual_seed(derive_seed(t.seed, "augment", step, ctx.rank))
+        images = batch_augment(images, run.data.device_augment, generator=augment_gen)
+    perm = None
+    if t.rpt:  # one fresh permutation per step, shared by the batch and the ranks; the PE stays on slots
+        rpt_gen.manual_seed(derive_seed(t.seed, "rpt", step))
+        perm = torch.randperm(run.num_patches, generator=rpt_gen, device=ctx.device)  # (N,)
+    loss, logits = run.forward(images, labels, perm)  # (), (B, C)
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if o.clip_grad is not None:
+        torch.nn.utils.clip_grad_norm_(params, o.clip_grad)
+    run.optimizer.step()
+    return loss, logits
+
+
+def _accumulate(acc: torch.Tensor, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> None:
+    """Add one step's numbers to the device accumulator ``acc`` (slots LOSS..GOOD), without a host sync."""
+    n = labels.numel()
+    loss = loss.detach()
+    acc[LOSS] += loss.double() * n
+    acc[CORRECT] += (logits.detach().argmax(-1) == labels).sum()
+    acc[COUNT] += n
+    acc[BAD] += ~torch.isfinite(loss)
+    acc[NAN] += torch.isnan(loss)
+    acc[GOOD] += acc[BAD] == 0
+
+
 def train_one_epoch(
     run: EpochRun, epoch: int, *, start: int = 0, partial: list[float] | None = None, seconds: float = 0.0,
     kept: str = "", progress: bool = True,
@@ -135,30 +174,8 @@ def train_one_epoch(
         for i, (images, labels) in enumerate(DeviceBatches(run.data.loader, device), start):
             step = epoch * steps + i
             lr = lr_at(step, run.total_steps, run.warmup_steps, o.lr, o.min_lr)
-            for g in run.optimizer.param_groups:
-                g["lr"] = lr * g["lr_mult"]
-            seed_step(t.seed, step, ctx.rank)
-            if run.data.device_augment != "none":  # (B, 3, S, S) uint8, augmented where it lies
-                augment_gen.manual_seed(derive_seed(t.seed, "augment", step, ctx.rank))
-                images = batch_augment(images, run.data.device_augment, generator=augment_gen)
-            perm = None
-            if t.rpt:  # one fresh permutation per step, shared by the batch and the ranks; the PE stays on slots
-                rpt_gen.manual_seed(derive_seed(t.seed, "rpt", step))
-                perm = torch.randperm(run.num_patches, generator=rpt_gen, device=device)
-            loss, logits = run.forward(images, labels, perm)
-            run.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if o.clip_grad is not None:
-                torch.nn.utils.clip_grad_norm_(params, o.clip_grad)
-            run.optimizer.step()
-            n = labels.numel()
-            loss = loss.detach()
-            acc[LOSS] += loss.double() * n
-            acc[CORRECT] += (logits.detach().argmax(-1) == labels).sum()
-            acc[COUNT] += n
-            acc[BAD] += ~torch.isfinite(loss)
-            acc[NAN] += torch.isnan(loss)
-            acc[GOOD] += acc[BAD] == 0
+            loss, logits = _train_step(run, images, labels, step, lr, params, augment_gen, rpt_gen)
+            _accumulate(acc, loss, logits, labels)
             bar.update(1)
 
             done = i + 1

@@ -214,20 +214,89 @@ def _train_locked(
         close_loader(val_data)
 
 
-def _run(
-    config: TrainConfig, out_dir: Path, ctx: DistContext, log: TrainLog, code: int, data: TrainData,
-    val_data: DataLoader, val_ds: Dataset, info: DataInfo, progress: bool, max_epochs: int | None,
-) -> dict[str, Any]:  # fmt: skip
-    """Model, optimizer, resume state and the epochs of a run whose data is built (``code``: 0 fresh, 1 resume)."""
-    t = config.train
-
-    torch.manual_seed(derive_seed(t.seed, "init"))  # the same initial weights on every rank
+def _model_and_optimizer(
+    config: TrainConfig, ctx: DistContext, info: DataInfo
+) -> tuple[nn.Module, torch.optim.Optimizer, dict[str, Any]]:
+    """The model (the same initial weights on every rank), its AdamW and the backend settings (``speed``)."""
+    torch.manual_seed(derive_seed(config.train.seed, "init"))
     model = build_model(config, info.num_classes, info.img_size).to(ctx.device)
     o = config.optim
     groups = param_groups(model, o.weight_decay, o.pe_lr_mult, o.pe_weight_decay, o.decay_norms_biases)
     speed = configure_backends(config, ctx.device)
     optimizer = build_optimizer(groups, o, ctx.device)
+    return model, optimizer, speed
 
+
+def _training_forward(config: TrainConfig, model: nn.Module, info: DataInfo, amp: bool, ctx: DistContext) -> nn.Module:
+    """The step's forward (normalise → model → loss), compiled if asked, DDP-wrapped under torchrun."""
+    forward: nn.Module = TrainingForward(model, tuple(info.mean), tuple(info.std), config.optim.label_smoothing, amp)
+    if config.train.compile:
+        forward = torch.compile(forward)  # the whole step's forward; AOTAutograd compiles its backward
+    return wrap_ddp(forward, ctx)
+
+
+def _open_run_dir(config: TrainConfig, out_dir: Path, ctx: DistContext, log: TrainLog, code: int,
+                  steps_per_epoch: int) -> None:  # fmt: skip
+    """Write the resolved config (once) and start the log of a fresh run."""
+    if ctx.is_main and not (out_dir / CONFIG_FILE).exists():
+        # Written once data and model are known to build, so a typo never pins a directory to a bad config.
+        fileio.write_text(out_dir / CONFIG_FILE, to_yaml(config))
+    log.open_file()
+    if code == 0:
+        log.message(f"training {config.condition} ({config.model.name}, {config.train.epochs} epochs of "
+                    f"{steps_per_epoch} steps) on {ctx.device}" + (f" × {ctx.world_size}" if ctx.enabled else ""),
+                    echo=False, hold=True)  # fmt: skip
+
+
+def _epoch_row(epoch: int, stats: dict[str, Any], val: dict[str, float], eval_seconds: float) -> dict[str, Any]:
+    """One line of metrics.csv: the epoch's training numbers, its validation and its time."""
+    return {
+        "epoch": epoch + 1,
+        "train_loss": stats["train_loss"],
+        "train_acc": stats["train_acc"],
+        "val_acc": val["acc"],
+        "val_loss": val["loss"],
+        "lr": stats["lr"],
+        "seconds": stats["seconds"] + eval_seconds,
+    }
+
+
+def _stop_if_asked(ctx: DistContext, epochs_done: int, epochs: int) -> None:
+    """Raise :class:`~peanchor.interrupts.Interrupted` after a saved epoch when a stop signal arrived (any rank)."""
+    signum = interrupts.requested()
+    if ctx.enabled and not ctx.all_agree(signum is None):  # every rank takes part, and all stop together
+        signum = signum or signal.SIGTERM
+    if signum and epochs_done < epochs:
+        raise interrupts.Interrupted(signum, f"saved after epoch {epochs_done}/{epochs}; rerun the same command "
+                                             "to resume")  # fmt: skip
+
+
+def _finish(
+    config: TrainConfig, out_dir: Path, ctx: DistContext, log: TrainLog, model: nn.Module, state: TrainState,
+    info: DataInfo, n_train: int, n_val: int, speed: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """Write the final model and summary.json (last: it marks the run finished); return the summary."""
+    summary = run_summary(config, out_dir, model, info, state, ctx, n_train, n_val, speed)
+    if ctx.is_main:
+        if state.history:
+            write_metrics(out_dir / METRICS_FILE, state.history)
+        save_model(model, out_dir / MODEL_FILE, extra_metadata={
+            "config": to_dict(config), "condition": config.condition, "val_acc": summary["val_acc"],
+            "epochs": config.train.epochs,
+        })  # fmt: skip
+        fileio.write_json(out_dir / SUMMARY_FILE, summary)  # last: marks the run finished
+        log.message(f"finished: val acc {summary['val_acc']:.4f}")
+    ctx.barrier()
+    return summary
+
+
+def _run(
+    config: TrainConfig, out_dir: Path, ctx: DistContext, log: TrainLog, code: int, data: TrainData,
+    val_data: DataLoader, val_ds: Dataset, info: DataInfo, progress: bool, max_epochs: int | None,
+) -> dict[str, Any]:  # fmt: skip
+    """Model, optimizer, resume state and the epochs of a run whose data is built (``code``: 0 fresh, 1 resume)."""
+    t, o = config.train, config.optim
+    model, optimizer, speed = _model_and_optimizer(config, ctx, info)
     steps_per_epoch = data.steps_per_epoch
     state = TrainState(world_size=ctx.world_size, steps_per_epoch=steps_per_epoch, device_type=ctx.device.type)
     if code == 1:
@@ -235,22 +304,9 @@ def _run(
         state = _resume_state(config, out_dir, model, optimizer, ctx, log, steps_per_epoch)
     state.steps_per_epoch, state.device_type = steps_per_epoch, ctx.device.type
     state_path = out_dir / CHECKPOINT_DIR / STATE_FILE
-    mean, std = tuple(info.mean), tuple(info.std)
-    amp = speed["amp_bf16"]
-
-    forward: nn.Module = TrainingForward(model, mean, std, o.label_smoothing, amp)
-    if t.compile:
-        forward = torch.compile(forward)  # the whole step's forward; AOTAutograd compiles its backward
-    forward = wrap_ddp(forward, ctx)
-
-    if ctx.is_main and not (out_dir / CONFIG_FILE).exists():
-        # Written once data and model are known to build, so a typo never pins a directory to a bad config.
-        fileio.write_text(out_dir / CONFIG_FILE, to_yaml(config))
-    log.open_file()
-    if code == 0:
-        log.message(f"training {config.condition} ({config.model.name}, {t.epochs} epochs of {steps_per_epoch} steps) "
-                    f"on {ctx.device}" + (f" × {ctx.world_size}" if ctx.enabled else ""), echo=False,
-                    hold=True)  # fmt: skip
+    mean, std, amp = tuple(info.mean), tuple(info.std), speed["amp_bf16"]
+    forward = _training_forward(config, model, info, amp, ctx)
+    _open_run_dir(config, out_dir, ctx, log, code, steps_per_epoch)
     speed.update(fused_adamw=is_fused(optimizer), compile=t.compile, augment_on_device=data.device_augment,
                  num_workers=t.num_workers, persistent_workers=t.num_workers > 0,
                  pin_memory=ctx.device.type == "cuda", prefetch="cuda side stream" if ctx.device.type == "cuda"
@@ -285,15 +341,7 @@ def _run(
             )  # fmt: skip
             start = time.perf_counter()
             val = evaluate(model, val_data, mean=mean, std=std, device=ctx.device, amp=amp, ctx=ctx)
-            row = {
-                "epoch": epoch + 1,
-                "train_loss": stats["train_loss"],
-                "train_acc": stats["train_acc"],
-                "val_acc": val["acc"],
-                "val_loss": val["loss"],
-                "lr": stats["lr"],
-                "seconds": stats["seconds"] + time.perf_counter() - start,
-            }
+            row = _epoch_row(epoch, stats, val, time.perf_counter() - start)
             state = TrainState(
                 epoch=epoch + 1, global_step=(epoch + 1) * steps_per_epoch, history=[*state.history, row],
                 world_size=ctx.world_size, steps_per_epoch=steps_per_epoch, device_type=ctx.device.type,
@@ -306,32 +354,14 @@ def _run(
                       eta_s=(t.epochs - epoch - 1) * row["seconds"])  # fmt: skip
             epochs_bar.update(1)
             epochs_bar.set_postfix(loss=f"{row['train_loss']:.4f}", val_acc=f"{row['val_acc']:.4f}")
-            signum = interrupts.requested()
-            if ctx.enabled and not ctx.all_agree(signum is None):  # every rank takes part, and all stop together
-                signum = signum or signal.SIGTERM
-            if signum and state.epoch < t.epochs:
-                raise interrupts.Interrupted(
-                    signum, f"saved after epoch {state.epoch}/{t.epochs}; rerun the same command to resume"
-                )
+            _stop_if_asked(ctx, state.epoch, t.epochs)
 
     if state.epoch < t.epochs:
         ctx.barrier()
         log.message(f"stopped after epoch {state.epoch}/{t.epochs}; rerun the same command to continue")
         return {"status": "stopped", "epochs_done": state.epoch, "epochs": t.epochs, "run_dir": str(out_dir)}
-
     n_val = len(val_ds)  # type: ignore[arg-type]
-    summary = run_summary(config, out_dir, model, info, state, ctx, data.size, n_val, speed)
-    if ctx.is_main:
-        if state.history:
-            write_metrics(out_dir / METRICS_FILE, state.history)
-        save_model(model, out_dir / MODEL_FILE, extra_metadata={
-            "config": to_dict(config), "condition": config.condition, "val_acc": summary["val_acc"],
-            "epochs": t.epochs,
-        })  # fmt: skip
-        fileio.write_json(out_dir / SUMMARY_FILE, summary)  # last: marks the run finished
-        log.message(f"finished: val acc {summary['val_acc']:.4f}")
-    ctx.barrier()
-    return summary
+    return _finish(config, out_dir, ctx, log, model, state, info, data.size, n_val, speed)
 
 
 __all__ = [

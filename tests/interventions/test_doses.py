@@ -104,16 +104,32 @@ def check_equal_to_separate_calls(model: torch.nn.Module, x: torch.Tensor, block
                 assert same(g.tokens, w.tokens), what
 
 
-@pytest.mark.parametrize("pe", PE_NAMES)
+# The development loop (-m "not slow") checks one PE of each mechanism and each backend family; CI runs them all.
+# Left to CI: sincos, factorized and fourier (tables, like ape); rope_mixed and rope_dinov3 (rope tables, like rope);
+# liere and string (rotations without tables, like comrope); alibi (an attention bias, like relbias); any new PE.
+FAST_PES = {"none", "ape", "rope", "rope_ape", "comrope", "relbias", "peg"}
+
+
+def fast_or_slow(names: list[str], fast: set[str]) -> list:  # type: ignore[type-arg]
+    return [n if n in fast else pytest.param(n, marks=pytest.mark.slow) for n in names]
+
+
+def test_the_development_loop_keeps_a_pe_of_each_mechanism() -> None:
+    assert FAST_PES <= set(PE_NAMES) and FAST_TIMM <= set(TIMM)
+
+
+@pytest.mark.parametrize("pe", fast_or_slow(list(PE_NAMES), FAST_PES))
 def test_forward_doses_equals_separate_passes_on_our_vit(pe: str, micro) -> None:
     model = sibling("interventions/test_kinds").lively(micro(pe, depth=3))
     check_equal_to_separate_calls(model, torch.randn(2, 3, 16, 16, generator=seeded(1)), model.blocks)
 
 
 TIMM = ["ape_cls", "ape_cls_reg4", "ape_parallel_block", "rope_mixed", "eva02", "rope_dinov3"]
+FAST_TIMM = {"ape_cls_reg4", "ape_parallel_block", "rope_mixed", "eva02"}  # ape_cls: ape_cls_reg4 without registers;
+# rope_dinov3: an Eva with rope tables, as eva02
 
 
-@pytest.mark.parametrize("tid", TIMM)
+@pytest.mark.parametrize("tid", fast_or_slow(TIMM, FAST_TIMM))
 def test_forward_doses_equals_separate_passes_on_timm(tid: str) -> None:
     pytest.importorskip("timm")
     mod = sibling("adapters/test_timm_vit_interventions")

@@ -43,7 +43,7 @@ def test_analyze_takes_the_settings_as_keywords_and_its_docstring_names_them():
     assert explicit == NOT_SETTINGS and not explicit & set(SETTINGS_KEYS)
     assert parameters["settings"].kind is inspect.Parameter.VAR_KEYWORD
     doc = inspect.getdoc(peanchor.analyze) or ""
-    paragraph = doc[doc.index("**settings:") : doc.index("Example::")]
+    paragraph = doc[doc.index("**settings:") : doc.index("Returns:")]
     listed = paragraph[paragraph.index("PlanSettings`):") : paragraph.index("An unknown name")]
     named = re.findall(r"``(\w+)``", listed)
     assert named == list(SETTINGS_KEYS)

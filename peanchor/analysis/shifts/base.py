@@ -163,7 +163,11 @@ KINDS: Registry[ShiftKind] = Registry("shift kind", "peanchor.shifts", make=lamb
 
 def register(cls: type[ShiftKind]) -> type[ShiftKind]:
     """Class decorator: add a :class:`ShiftKind` to the registry under its ``name`` (its tables are checked here,
-    once)."""
+    once).
+
+    Returns:
+        ``cls`` itself, now registered.
+    """
     if not (isinstance(cls, type) and issubclass(cls, ShiftKind)):
         raise TypeError(f"register takes a ShiftKind subclass, got {cls!r}")
     return KINDS.register(cls)

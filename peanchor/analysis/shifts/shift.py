@@ -29,14 +29,15 @@ class Shift:
     refused. A blur without ``kernel_size`` picks its kernel for the image it is applied to; :meth:`resolved` fixes
     it in advance so that :meth:`describe` records the kernel actually used.
 
-    >>> s = Shift("jpeg", quality=58)
-    >>> s.name, s.describe()
-    ('jpeg_q58', {'kind': 'jpeg', 'quality': 58})
-    >>> Shift.from_dict(s.describe()) == s, s.sigma
-    (True, None)
-    >>> import torch
-    >>> Shift("blur", kernel_size=5, sigma=2.5)(torch.zeros(2, 3, 32, 32, dtype=torch.uint8)).shape
-    torch.Size([2, 3, 32, 32])
+    Examples:
+        >>> s = Shift("jpeg", quality=58)
+        >>> s.name, s.describe()
+        ('jpeg_q58', {'kind': 'jpeg', 'quality': 58})
+        >>> Shift.from_dict(s.describe()) == s, s.sigma
+        (True, None)
+        >>> import torch
+        >>> Shift("blur", kernel_size=5, sigma=2.5)(torch.zeros(2, 3, 32, 32, dtype=torch.uint8)).shape
+        torch.Size([2, 3, 32, 32])
     """
 
     __slots__ = ("kind", "_values")
