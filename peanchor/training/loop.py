@@ -262,7 +262,7 @@ def _epoch_row(epoch: int, stats: dict[str, Any], val: dict[str, float], eval_se
 
 
 def _stop_if_asked(ctx: DistContext, epochs_done: int, epochs: int) -> None:
-    """Raise :class:`~peanchor.interrupts.Interrupted` after a saved epoch when a stop signal arrived (any rank)."""
+    """Raise :class:`~peanchor.core.interrupts.Interrupted` after a saved epoch when a stop signal arrived (any rank)."""
     signum = interrupts.requested()
     if ctx.enabled and not ctx.all_agree(signum is None):  # every rank takes part, and all stop together
         signum = signum or signal.SIGTERM

@@ -213,7 +213,8 @@ def test_reproduce_resolves_each_cells_plan_once_in_layers():
     assert p.rpi_draws == 3 and p.severities  # --set analysis.* beats --no-severities, which beats the preset
     assert list(p.shifts) == ["jpeg", "blur", "contrast"] and p.shift_sources["jpeg"] == "preset cpu"
     assert options.plan_for(rpt).alphas == () and options.grid_plan(rpt).alphas == p.alphas  # no sweep for RPT
-    assert options.cell_set_items(ape) == ["optim.lr=3e-4"]  # the training config sees no analysis key
+    assert [str(i) for i in options.cell_set_items(ape)] == ["optim.lr=3e-4"]  # the config sees no analysis key
+    assert [(i.key, i.value) for i in options.plan_items()] == [("analysis.rpi_draws", 3), ("analysis.severities", True)]
     assert options.cell_config(ape).optim.lr == 3e-4
     smoke = ReproduceOptions(preset="smoke", conditions=parse_conditions("none"), severities=True)
     assert smoke.plan_for(smoke.cells()[0]).severities and smoke.plan_for(smoke.cells()[0]).batch_size == 25
@@ -221,11 +222,22 @@ def test_reproduce_resolves_each_cells_plan_once_in_layers():
     assert paper.plan_for(paper.cells()[0]).batch_size == 256  # no batch size of its own: train.eval_batch_size
 
 
-def test_reproduce_splits_off_the_plans_own_keys():
-    from peanchor.analysis.plan import SET_PREFIX
-    from peanchor.study.options import ANALYSIS_KEYS
+def test_reproduce_reads_its_set_items_once_and_splits_off_the_plans_own_keys(monkeypatch):
+    from peanchor.settings import set_items
 
-    assert ANALYSIS_KEYS == SET_PREFIX  # spelled twice so that building reproduce's options imports no torch
+    reads = []
+    monkeypatch.setattr(set_items.SetItem, "parse", classmethod(
+        lambda cls, item, _parse=set_items.SetItem.parse.__func__: (
+            reads.append(item) if isinstance(item, str) else None) or _parse(cls, item)))  # text read (not a read item)
+    options = ReproduceOptions(preset="smoke", conditions=parse_conditions("none,ape"),
+                               set_items=["optim.lr=3e-4", "ape:optim.pe_lr_mult=10", "analysis.rpi_draws=2"])
+    cells = options.cells()
+    for cell in cells:
+        options.cell_config(cell), options.plan_for(cell)
+    list_commands(options)
+    assert sorted(reads) == sorted(["optim.lr=3e-4", "optim.pe_lr_mult=10", "analysis.rpi_draws=2"])  # once each
+    ape = next(c for c in cells if c.condition.name == "ape")
+    assert options.cell_config(ape).optim.pe_lr_mult == 10 and options.plan_for(ape).rpi_draws == 2
 
 
 def test_list_leaves_analysis_keys_out_of_the_train_lines():

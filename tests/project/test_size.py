@@ -12,11 +12,6 @@ from tests.helpers.paths import ROOT
 PACKAGE = ROOT / "peanchor"
 MAX_LINES = 80
 
-# TEMPORARY ALLOWLIST: the lead removes this entry once the branch that splits ``api.analyze`` is merged (issue 37).
-# An entry that is no longer over the limit fails the test below, so that it cannot outlive its reason.
-ALLOWED_FOR_NOW = {"api.py::analyze"}
-
-
 def long_functions(source: str, where: str, limit: int = MAX_LINES) -> dict[str, int]:
     """``"<where>::<qualified name>"`` → lines, for every function or method of ``source`` over ``limit`` lines."""
     found: dict[str, int] = {}
@@ -44,14 +39,9 @@ def package_long_functions() -> dict[str, int]:
 
 
 def test_no_function_is_over_80_lines() -> None:
-    over = {name: n for name, n in package_long_functions().items() if name not in ALLOWED_FOR_NOW}
+    over = package_long_functions()
     assert not over, "split into named steps (≤ 80 lines each): " + ", ".join(
         f"peanchor/{name} ({n} lines)" for name, n in sorted(over.items()))
-
-
-def test_the_temporary_allowlist_holds_only_functions_still_over() -> None:
-    stale = ALLOWED_FOR_NOW - set(package_long_functions())
-    assert not stale, f"remove {sorted(stale)} from ALLOWED_FOR_NOW in {Path(__file__).name}: no longer over 80 lines"
 
 
 def test_the_count_finds_nested_functions_and_methods_and_names_them() -> None:
