@@ -1,0 +1,116 @@
+"""The audit on BEiT's own forward (timm ``timm.models.beit``, transformers ``BeitModel``): healthy tiny BEiTs with an
+absolute table beside their relative bias pass every check, and faults patched into the bias code the model calls
+(the bias transposed, zeroed, gathered through a permuted index) fail the checks that read it, ``pe_identity``
+(the bias its own attention adds, in the softmax of one token everywhere) and ``reference_parity`` (the weights
+against softmax(q·kᵀ·scale + the declared bias)), with the measured values."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import peanchor.audit
+
+timm = pytest.importorskip("timm")
+T = pytest.importorskip("transformers")
+
+from timm.models import beit as timm_beit  # noqa: E402
+from transformers.models.beit import modeling_beit  # noqa: E402
+
+SMALL = dict(img_size=32, patch_size=8, depth=2, embed_dim=64, num_heads=4, num_classes=10)
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
+            patch_size=8, num_labels=5)  # fmt: skip
+READERS = ["pe_identity", "reference_parity"]
+
+
+def timm_model(**options: Any) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return timm.create_model("beit_base_patch16_224", pretrained=False, **SMALL, **options).eval()
+
+
+def hf_model(**options: Any) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = T.BeitForImageClassification(T.BeitConfig(**TINY, **options)).eval()
+    with torch.no_grad():
+        for key, p in model.named_parameters():
+            if key.endswith("relative_position_bias_table"):  # zero at init: nothing to see
+                torch.nn.init.normal_(p, std=0.5)
+    return model
+
+
+def statuses(model: torch.nn.Module, checks: list[str] | None = None) -> dict[str, Any]:
+    return {c.name: c for c in peanchor.audit(model, checks=checks).checks}
+
+
+@pytest.mark.parametrize("build", [lambda: timm_model(use_abs_pos_emb=True),
+                                   lambda: hf_model(use_shared_relative_position_bias=True,
+                                                    use_absolute_position_embeddings=True)], ids=["timm", "hf"])
+def test_a_beit_with_a_relative_bias_and_a_table_passes_every_check(build: Callable) -> None:
+    seen = statuses(build())
+    assert all(c.status in ("pass", "n/a") for c in seen.values()), [(c.name, c.message) for c in seen.values()]
+    assert seen["pe_identity"].status == seen["reference_parity"].status == "pass"
+    assert seen["no_hidden_position"].status == seen["alpha_behaves"].status == "pass"  # pe_zero removes the bias
+    assert "pe_zero" in seen["alpha_behaves"].message and "bias" in seen["pe_identity"].message
+
+
+def _faulty(kind: str, own: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
+    """The bias code ``own`` with one fault: its result transposed, zeroed, or its index table permuted."""
+
+    def wrong(self: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if kind == "permuted_index":
+            index = self.relative_position_index
+            g = torch.Generator().manual_seed(0)
+            self.relative_position_index = index.flatten()[torch.randperm(index.numel(), generator=g)].view_as(index)
+            try:
+                return own(self, *args, **kwargs)
+            finally:
+                self.relative_position_index = index
+        bias = own(self, *args, **kwargs)
+        return bias.transpose(-2, -1).contiguous() if kind == "transposed" else torch.zeros_like(bias)
+
+    return wrong
+
+
+@pytest.mark.parametrize("kind", ["transposed", "zeroed", "permuted_index"])
+def test_a_fault_in_timm_beit_s_own_bias_fails_the_checks_that_read_it(kind: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    model = timm_model()
+    with torch.no_grad():
+        for block in model.blocks:
+            torch.nn.init.normal_(block.attn.relative_position_bias_table, std=0.5)
+    assert all(c.status == "pass" for c in statuses(model, READERS).values())
+    monkeypatch.setattr(timm_beit.Attention, "_get_rel_pos_bias",
+                        _faulty(kind, timm_beit.Attention._get_rel_pos_bias))  # fmt: skip
+    seen = statuses(model, READERS)
+    assert seen["pe_identity"].status == "fail" and seen["pe_identity"].measured > 1e-2, seen["pe_identity"].message
+    assert seen["reference_parity"].status == "fail", seen["reference_parity"].message
+    if kind == "transposed":
+        assert "transposed" in seen["reference_parity"].message
+    if kind == "zeroed":
+        assert "no bias added" in seen["reference_parity"].message
+
+
+def test_a_fault_in_timm_beit_s_shared_bias_module_fails_the_checks_that_read_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    model = timm_model(use_rel_pos_bias=False, use_shared_rel_pos_bias=True)
+    with torch.no_grad():
+        torch.nn.init.normal_(model.rel_pos_bias.relative_position_bias_table, std=0.5)
+    monkeypatch.setattr(timm_beit.RelativePositionBias, "forward",
+                        _faulty("transposed", timm_beit.RelativePositionBias.forward))  # fmt: skip
+    seen = statuses(model, READERS)
+    assert seen["pe_identity"].status == seen["reference_parity"].status == "fail"
+    assert seen["pe_identity"].measured > 1e-2
+
+
+@pytest.mark.parametrize("kind", ["transposed", "zeroed"])
+def test_a_fault_in_transformers_beit_s_own_bias_fails_the_checks_that_read_it(kind: str,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    model = hf_model(use_relative_position_bias=True)
+    monkeypatch.setattr(modeling_beit.BeitRelativePositionBias, "forward",
+                        _faulty(kind, modeling_beit.BeitRelativePositionBias.forward))  # fmt: skip
+    seen = statuses(model, READERS)
+    assert seen["pe_identity"].status == "fail" and seen["pe_identity"].measured > 1e-2, seen["pe_identity"].message
+    assert seen["reference_parity"].status == "fail", seen["reference_parity"].message
