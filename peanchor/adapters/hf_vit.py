@@ -373,6 +373,7 @@ def _claim(wrapped: HFViT) -> Any:
         table = wrapped.has_table
         return Claim("relative bias", None, family.extra_prefix if table else None, prefix,
                      source=f"transformers {family.name}: {shared} relative position bias, "
-                     f"absolute table={'yes' if table else 'no'}")  # fmt: skip
+                     f"absolute table={'yes' if table else 'no'}",
+                     also=("learned table",) if table else ())  # fmt: skip
     return Claim("learned table", None, family.extra_prefix, prefix,
                  source=f"transformers {family.name}: a learned table, {registers} registers")  # fmt: skip

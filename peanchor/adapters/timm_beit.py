@@ -198,7 +198,8 @@ class TimmBeitBackend(Backend):
         table = inner.pos_embed is not None
         said = (f"timm {type(inner).__name__}: {'a shared' if shared else 'per-block'} relative position bias, "
                 f"pos_embed={'yes' if table else 'none'}, num_prefix_tokens={inner.num_prefix_tokens}")  # fmt: skip
-        claim = Claim("relative bias", None, 1 if table else None, int(inner.num_prefix_tokens), source=said)
+        claim = Claim("relative bias", None, 1 if table else None, int(inner.num_prefix_tokens), source=said,
+                      also=("learned table",) if table else ())  # fmt: skip
         return AuditSubject(wrapped, wrapped.pe_name, "timm", claim, wrapped.img_size[0] // wrapped.grid[0],
                             wrapped.pe_scalable, None, wrapped.has_bias, lambda images: inner(images),
                             observer=beit_observer(wrapped))  # fmt: skip

@@ -28,12 +28,12 @@ READERS = ["pe_identity", "reference_parity"]
 
 def timm_model(**options: Any) -> torch.nn.Module:
     torch.manual_seed(0)
-    return timm.create_model("beit_base_patch16_224", pretrained=False, **SMALL, **options).eval()
+    return timm.create_model("beit_base_patch16_224", pretrained=False, **{**SMALL, **options}).eval()
 
 
 def hf_model(**options: Any) -> torch.nn.Module:
     torch.manual_seed(0)
-    model = T.BeitForImageClassification(T.BeitConfig(**TINY, **options)).eval()
+    model = T.BeitForImageClassification(T.BeitConfig(**{**TINY, **options})).eval()
     with torch.no_grad():
         for key, p in model.named_parameters():
             if key.endswith("relative_position_bias_table"):  # zero at init: nothing to see
@@ -75,8 +75,8 @@ def _faulty(kind: str, own: Callable[[Any], torch.Tensor]) -> Callable[[Any], to
 
 
 @pytest.mark.parametrize("kind", ["transposed", "zeroed", "permuted_index"])
-def test_a_fault_in_timm_beit_s_own_bias_fails_the_checks_that_read_it(kind: str,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_fault_in_timm_beit_s_own_bias_fails_the_checks_that_read_it(
+        kind: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     model = timm_model()
     with torch.no_grad():
         for block in model.blocks:
@@ -106,11 +106,38 @@ def test_a_fault_in_timm_beit_s_shared_bias_module_fails_the_checks_that_read_it
 
 
 @pytest.mark.parametrize("kind", ["transposed", "zeroed"])
-def test_a_fault_in_transformers_beit_s_own_bias_fails_the_checks_that_read_it(kind: str,
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_fault_in_transformers_beit_s_own_bias_fails_the_checks_that_read_it(
+        kind: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     model = hf_model(use_relative_position_bias=True)
     monkeypatch.setattr(modeling_beit.BeitRelativePositionBias, "forward",
                         _faulty(kind, modeling_beit.BeitRelativePositionBias.forward))  # fmt: skip
     seen = statuses(model, READERS)
     assert seen["pe_identity"].status == "fail" and seen["pe_identity"].measured > 1e-2, seen["pe_identity"].message
     assert seen["reference_parity"].status == "fail", seen["reference_parity"].message
+
+
+def test_a_timm_beit_on_a_non_square_grid_passes_every_check() -> None:
+    model = timm_model(img_size=(32, 48))
+    with torch.no_grad():
+        for block in model.blocks:
+            torch.nn.init.normal_(block.attn.relative_position_bias_table, std=0.5)
+    seen = statuses(model)
+    assert all(c.status in ("pass", "n/a") for c in seen.values()), [(c.name, c.message) for c in seen.values()]
+    assert "4x6" in seen["reference_parity"].message
+
+
+def test_transformers_beit_s_bias_on_a_non_square_grid_is_a_finding_not_silenced() -> None:
+    """transformers 5.25.0's ``BeitRelativePositionBias.forward`` reshapes the offset rows as (2w-1, 2h-1) and
+    resizes them to (2h-1, 2w-1) even at the native window: on a non-square grid the bias it adds is not its
+    table's gather (docs/audit.md). The audit fails it in both checks that read the bias."""
+    model = hf_model(image_size=(32, 48), use_relative_position_bias=True)
+    module = model.beit.layers[0].relative_position_bias
+    index = module.generate_relative_position_index((4, 6))
+    gather = module.relative_position_bias_table[index.view(-1)].view(25, 25, -1).permute(2, 0, 1)  # (H, T, T)
+    own_gap = float((module((4, 6))[0] - gather).abs().max())
+    seen = statuses(model, READERS)
+    if own_gap < 1e-6:  # a transformers that fixed it: the audit passes
+        assert all(c.status == "pass" for c in seen.values())
+        return
+    assert seen["pe_identity"].status == seen["reference_parity"].status == "fail"
+    assert seen["pe_identity"].measured > 1e-2

@@ -8,8 +8,8 @@ of position.
 
 On timm and transformers models both read the model's own forward (hooks on its own modules,
 :mod:`peanchor.audit.observe`, in the audit's dtype): its table parameter zeroed, BEiT's relative bias tables
-zeroed and every block handed the rotary table of no rotation (what ``pe_zero`` and ``rope_planes`` remove), the content permuted by a hook on its patch
-embedding. Position the model's own code adds besides its declared table (an instance's ``_pos_embed``, an
+zeroed and every block handed the rotary table of no rotation (what ``pe_zero`` and ``rope_planes`` remove), the
+content permuted by a hook on its patch embedding. Position the model's own code adds besides its declared table (an instance's ``_pos_embed``, an
 embeddings' ``forward``) is then what breaks equivariance. On peanchor's ViT the edits act on its own pass.
 
 Imports: torch; :mod:`peanchor.interventions` (the removal edits, random_permutation).

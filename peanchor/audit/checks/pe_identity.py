@@ -19,7 +19,7 @@ import torch
 from peanchor.audit.probes import PROBES, captured, max_diff, own_rope_angles, random_images, tolerance, watcher
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
-from peanchor.audit.subject import AuditSubject
+from peanchor.audit.subject import AuditSubject, Claim
 from peanchor.pe.absolute import sincos_2d
 
 NAME = "pe_identity"
@@ -156,7 +156,7 @@ def _own(subject: AuditSubject, said: str) -> CheckResult:
         if handed:
             return CheckResult(NAME, "fail", None, f"the model rotates q and k; {said}")
         if obs.declared_bias(grid) is not None:
-            return _own_bias(obs, grid, gap, text, said)
+            return _own_bias(obs, claim, grid, gap, text, said)
         return CheckResult(NAME, "pass", gap, f"{claim.kind}: {text}; {said}")
     angles = own_rope_angles(obs, seen, grid)
     if angles is None:
@@ -168,7 +168,7 @@ def _own(subject: AuditSubject, said: str) -> CheckResult:
                        f"{text}; {said}")  # fmt: skip
 
 
-def _own_bias(obs: object, grid: tuple[int, int], gap: float, text: str, said: str) -> CheckResult:
+def _own_bias(obs: object, claim: Claim, grid: tuple[int, int], gap: float, text: str, said: str) -> CheckResult:
     """A relative bias, each component checked: the tokens entering block 0 (above) and the bias each block's
     attention adds in the model's own forward. Every attention is handed one token at every position, so that
     ``q·k`` is the same for every pair and the weights the model's eager attention computes are
@@ -188,4 +188,5 @@ def _own_bias(obs: object, grid: tuple[int, int], gap: float, text: str, said: s
     bias = f"the bias its own attention adds is {worst:.2g} (relative, in the softmax of one token everywhere) " \
            "from the declared gather of its tables by slot offset"
     status = "pass" if worst <= tol and gap <= tol else "fail"
-    return CheckResult(NAME, status, max(worst, gap), f"relative bias: {bias}; {text}; {said}")
+    table = "learned table" if "learned table" in claim.also else "prefix tokens"
+    return CheckResult(NAME, status, max(worst, gap), f"relative bias: {bias}; {table}: {text}; {said}")
