@@ -56,6 +56,14 @@ def test_a_beit_with_a_relative_bias_and_a_table_passes_every_check(build: Calla
     assert "pe_zero" in seen["alpha_behaves"].message and "bias" in seen["pe_identity"].message
 
 
+def test_a_transformers_beit_configured_with_no_position_code_is_audited_as_one() -> None:
+    """transformers' default ``BeitConfig`` has neither a bias nor a table: the claim says none, nothing raises."""
+    seen = statuses(hf_model())
+    assert all(c.status in ("pass", "n/a") for c in seen.values()), [(c.name, c.message) for c in seen.values()]
+    assert "none" in seen["pe_identity"].message and seen["alpha_behaves"].status == "n/a"
+    assert seen["no_hidden_position"].status == "pass"
+
+
 def _faulty(kind: str, own: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
     """The bias code ``own`` with one fault: its result transposed, zeroed, or its index table permuted."""
 
