@@ -17,12 +17,12 @@ import peanchor.audit
 timm = pytest.importorskip("timm")
 T = pytest.importorskip("transformers")
 
-from timm.models import beit as timm_beit  # noqa: E402
-from transformers.models.beit import modeling_beit  # noqa: E402
+from timm.models import beit as timm_beit
+from transformers.models.beit import modeling_beit
 
-SMALL = dict(img_size=32, patch_size=8, depth=2, embed_dim=64, num_heads=4, num_classes=10)
-TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
-            patch_size=8, num_labels=5)  # fmt: skip
+SMALL = {"img_size": 32, "patch_size": 8, "depth": 2, "embed_dim": 64, "num_heads": 4, "num_classes": 10}
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
+        "image_size": 32, "patch_size": 8, "num_labels": 5}  # fmt: skip
 READERS = ["pe_identity", "reference_parity"]
 
 
