@@ -149,3 +149,24 @@ def test_transformers_beit_s_bias_on_a_non_square_grid_is_a_finding_not_silenced
         return
     assert seen["pe_identity"].status == seen["reference_parity"].status == "fail"
     assert seen["pe_identity"].measured > 1e-2
+
+
+def test_beit_s_verdicts_and_values_do_not_move_with_the_thread_count() -> None:
+    model = timm_model(use_abs_pos_emb=True)
+    with torch.no_grad():
+        for block in model.blocks:
+            torch.nn.init.normal_(block.attn.relative_position_bias_table, std=0.5)
+    before = torch.get_num_threads()
+    runs = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            runs.append({c.name: (c.status, c.measured) for c in peanchor.audit(model).checks})
+    finally:
+        torch.set_num_threads(before)
+    for name, (status, value) in runs[0].items():
+        other_status, other_value = runs[1][name]
+        assert status == other_status, name
+        assert (value is None) == (other_value is None), name
+        if value is not None:
+            assert abs(value - other_value) <= 1e-5, (name, value, other_value)  # rounding, far below every tolerance
