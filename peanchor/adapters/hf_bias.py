@@ -82,14 +82,33 @@ def edited_bias(backbone: nn.Module, layers: nn.ModuleList, run: EditPass, grid:
 
 def beit_observer(wrapped: Any) -> Any:
     """The audit's observer of a transformers BEiT: :class:`~peanchor.audit.observe.HFObserver`, whose declared
-    embedding is BEiT's: CLS, then the patches, plus the absolute table where the model has one (BEiT runs at its
-    native grid only, so the table is never resampled)."""
+    embedding is BEiT's (CLS, then the patches, plus the absolute table where the model has one; BEiT runs at its
+    native grid only, so the table is never resampled), whose bias tables (shared and per layer) are what removing
+    the PE zeroes, and whose declared bias is peanchor's gather of those tables by slot offset
+    (:func:`peanchor.audit.reference.relative_bias`), shared plus own in each layer."""
     from peanchor.audit.observe import HFObserver
+    from peanchor.audit.reference import relative_bias
 
     class BeitObserver(HFObserver):
         def reference_embedding(self, patches: Tensor, grid: tuple[int, int], resample: tuple | None = None) -> Tensor:
             e = self.backbone.embeddings
             x = torch.cat([e.cls_token.expand(patches.shape[0], -1, -1), patches], dim=1)  # (B, 1 + N, D)
             return x if e.position_embeddings is None else x + e.position_embeddings
+
+        def tables(self) -> list[Tensor]:
+            table = self.backbone.embeddings.position_embeddings
+            return [] if table is None else [table]
+
+        def bias_tables(self) -> list[Tensor]:
+            shared, own = bias_modules(self.backbone, self.layers)
+            return [m.relative_position_bias_table for m in [shared, *own] if m is not None]
+
+        def declared_bias(self, grid: tuple[int, int]) -> Tensor | None:
+            shared, own = bias_modules(self.backbone, self.layers)
+            common = relative_bias(shared.relative_position_bias_table, grid) if shared is not None else 0.0
+            if all(m is None for m in own):
+                return None if shared is None else common[None]  # type: ignore[index]  # (1, H, T, T)
+            return torch.stack([common + (relative_bias(m.relative_position_bias_table, grid) if m is not None
+                                          else 0.0) for m in own])  # type: ignore[misc]  # (L, H, T, T)
 
     return BeitObserver(wrapped)

@@ -134,13 +134,23 @@ class HFViT(AnalysisInterface, nn.Module):
 
     @property
     def pe_name(self) -> str:
-        if self.family.bias:
+        if self.has_bias:
             return "hf:rel_bias_ape" if self.has_table else "hf:rel_bias"
+        if self.family.bias and not self.has_table:  # a BEiT configured with neither bias nor table
+            return "hf:none"
         return "hf:rope" if self.family.rope else "hf:ape"
 
     @property
     def pe_scalable(self) -> bool:
-        return True  # every supported family has a learned table, a rope or a relative bias
+        return self.pe_name != "hf:none"  # every other has a learned table, a rope or a relative bias
+
+    @property
+    def has_bias(self) -> bool:
+        """Whether the model has a relative position bias (BEiT's is optional: shared, per layer or none)."""
+        if not self.family.bias:
+            return False
+        shared, own = bias_modules(self._backbone, self._layers)
+        return shared is not None or any(m is not None for m in own)
 
     @property
     def has_table(self) -> bool:
@@ -188,7 +198,7 @@ class HFViT(AnalysisInterface, nn.Module):
         planes: tuple = ()
         if self.has_table and not self._interpolate:
             points |= {"pe.table"} if self.family.bias else {"pe.table", "input.grid"}  # BEiT: no pe_resample
-        if self.family.bias:
+        if self.has_bias:
             points.add("pe.bias")
         if self.family.rope is not None:
             rope = _attr(self._backbone, self.family.rope)
@@ -339,7 +349,7 @@ class TransformersBackend(Backend):
 
         subject = AuditSubject(wrapped, wrapped.pe_name.replace("hf:", f"hf:{family.name}:"), "transformers",
                                _claim(wrapped), wrapped.img_size[0] // wrapped.grid[0], wrapped.pe_scalable, None,
-                               family.bias, native,
+                               wrapped.has_bias, native,
                                observer=beit_observer(wrapped) if family.bias else HFObserver(wrapped))  # fmt: skip
         if family.table is not None and "input.grid" in wrapped.hook_points.points:
             kwargs = {"interpolate_pos_encoding": True} if family.interpolate_kwarg else {}
@@ -370,9 +380,12 @@ def _claim(wrapped: HFViT) -> Any:
         return Claim("rotary", "dinov3", None, prefix, source=said)
     if family.bias:
         shared = "a shared" if getattr(config, "use_shared_relative_position_bias", False) else "per-layer"
+        shared = shared if wrapped.has_bias else "no"
         table = wrapped.has_table
-        return Claim("relative bias", None, family.extra_prefix if table else None, prefix,
+        kind = "relative bias" if wrapped.has_bias else "learned table" if table else "none"
+        return Claim(kind, None, family.extra_prefix if table else None, prefix,
                      source=f"transformers {family.name}: {shared} relative position bias, "
-                     f"absolute table={'yes' if table else 'no'}")  # fmt: skip
+                     f"absolute table={'yes' if table else 'no'}",
+                     also=("learned table",) if table and wrapped.has_bias else ())  # fmt: skip
     return Claim("learned table", None, family.extra_prefix, prefix,
                  source=f"transformers {family.name}: a learned table, {registers} registers")  # fmt: skip

@@ -26,6 +26,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from peanchor.adapters.backend import BACKENDS, Backend
@@ -34,7 +35,7 @@ from peanchor.adapters.timm_load import describe, require_timm
 from peanchor.adapters.timm_vit import TimmPE, TimmViT
 from peanchor.interventions import EditPass, HookPoints, Intervention, PETable, permute_tokens
 
-__all__ = ["TimmBeit", "TimmBeitBackend"]
+__all__ = ["TimmBeit", "TimmBeitBackend", "beit_observer"]
 
 
 class TimmBeit(TimmViT):
@@ -129,6 +130,47 @@ def _silenced(attn: nn.Module) -> Iterator[None]:
         attn._parameters["relative_position_bias_table"] = table
 
 
+def beit_observer(wrapped: TimmBeit) -> Any:
+    """The audit's observer of timm's BEiT (:class:`~peanchor.audit.observe.TimmObserver` on BEiT's modules): its
+    q and k are read off the attention's input and its own projection weights (timm's BEiT makes them in one
+    ``F.linear``, no module to watch), its bias tables are what removing the PE zeroes, and its declared bias is
+    peanchor's gather of those tables by slot offset (:func:`peanchor.audit.reference.relative_bias`)."""
+    from peanchor.audit.observe import TimmObserver
+    from peanchor.audit.reference import relative_bias
+
+    class BeitObserver(TimmObserver):
+        def missing(self) -> str | None:
+            return None
+
+        def qk_hooks(self, attn: nn.Module, layer: int, seen: Any) -> list[Any]:
+            def hook(_m: nn.Module, args: tuple, kwargs: dict) -> None:
+                x = args[0] if args else kwargs["x"]  # (B, T, D)
+                qkv = F.linear(x, attn.qkv.weight, attn.qkv.bias)  # (B, T, 3D)
+                if attn.q_bias is not None:
+                    qkv = qkv + torch.cat((attn.q_bias, attn.k_bias, attn.v_bias))
+                q, k, _ = qkv.reshape(x.shape[0], x.shape[1], 3, attn.num_heads, -1).permute(2, 0, 3, 1, 4)
+                seen.q[layer], seen.k[layer] = q, k  # (B, H, T, hd) each
+
+            return [attn.register_forward_pre_hook(hook, with_kwargs=True)]
+
+        def bias_tables(self) -> list[Tensor]:
+            shared = self.inner.rel_pos_bias
+            own = [a.relative_position_bias_table for a in self.attns if a.relative_position_bias_table is not None]
+            return own + ([shared.relative_position_bias_table] if shared is not None else [])
+
+        def declared_bias(self, grid: tuple[int, int]) -> Tensor | None:
+            shared = self.inner.rel_pos_bias
+            common = relative_bias(shared.relative_position_bias_table, grid) if shared is not None else None
+            own = [relative_bias(a.relative_position_bias_table, grid)
+                   if a.relative_position_bias_table is not None else None for a in self.attns]  # fmt: skip
+            if all(o is None for o in own):
+                return None if common is None else common[None]  # (1, H, T, T)
+            return torch.stack([o if common is None else common if o is None else o + common  # type: ignore[operator]
+                                for o in own])  # (L, H, T, T)
+
+    return BeitObserver(wrapped)
+
+
 @BACKENDS.register
 class TimmBeitBackend(Backend):
     """timm's BEiT (``timm.models.beit.Beit``)."""
@@ -149,7 +191,6 @@ class TimmBeitBackend(Backend):
     def audit_subject(self, wrapped: Any) -> Any:
         """The claim read off timm's attributes (``use_rel_pos_bias`` / ``rel_pos_bias``, ``pos_embed``) and timm's
         own forward."""
-        from peanchor.audit.observe import TimmObserver
         from peanchor.audit.subject import AuditSubject, Claim
 
         inner = wrapped.model
@@ -157,10 +198,11 @@ class TimmBeitBackend(Backend):
         table = inner.pos_embed is not None
         said = (f"timm {type(inner).__name__}: {'a shared' if shared else 'per-block'} relative position bias, "
                 f"pos_embed={'yes' if table else 'none'}, num_prefix_tokens={inner.num_prefix_tokens}")  # fmt: skip
-        claim = Claim("relative bias", None, 1 if table else None, int(inner.num_prefix_tokens), source=said)
+        claim = Claim("relative bias", None, 1 if table else None, int(inner.num_prefix_tokens), source=said,
+                      also=("learned table",) if table else ())  # fmt: skip
         return AuditSubject(wrapped, wrapped.pe_name, "timm", claim, wrapped.img_size[0] // wrapped.grid[0],
                             wrapped.pe_scalable, None, wrapped.has_bias, lambda images: inner(images),
-                            observer=TimmObserver(wrapped))  # fmt: skip
+                            observer=beit_observer(wrapped))  # fmt: skip
 
     def signature(self, wrapped: Any) -> str:
         inner = wrapped.model

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from peanchor.audit.reference import RotaryReference, rotate
+from peanchor.audit.reference import RotaryReference, reference_probs  # re-exported: the reference pass's weights
 
 __all__ = ["HFObserver", "Pass", "TimmObserver", "other_grids", "reference_probs"]
 
@@ -84,6 +84,14 @@ class OwnForward:
     def module(self) -> nn.Module:  # pragma: no cover  (each observer's own)
         raise NotImplementedError
 
+    def bias_tables(self) -> list[Tensor]:
+        """The relative position bias tables (BEiT's), which removing the PE zeroes beside :meth:`tables`."""
+        return []
+
+    def declared_bias(self, grid: tuple[int, int]) -> Tensor | None:
+        """What each block adds to ``q·kᵀ·scale`` as declared, ``(L|1, H, T, T)`` float64 (None: no bias)."""
+        return None
+
     def size(self, grid: tuple[int, int] | None = None) -> tuple[int, int]:
         rows, cols = grid or self.native_grid
         return rows * self.patch, cols * self.patch
@@ -121,20 +129,6 @@ class Pass:
     v: dict[int, Tensor] = field(default_factory=dict)
     probs: dict[int, Tensor] = field(default_factory=dict)  # layer → (B, H, T, T), eager passes only
     error: Exception | None = None  # what the model's own forward raised (the tensors seen up to there are kept)
-
-
-def reference_probs(q: Tensor, k: Tensor, scale: float, rope: RotaryReference | None, layer: int,
-                    prefix: int, turn: Callable | None = None) -> Tensor:  # fmt: skip
-    """``softmax(q'·k'ᵀ·scale)`` in float64, ``q'``/``k'`` the patch slots (after ``prefix`` tokens) rotated by
-    the reference angles of ``layer`` in the declared layout. q, k: ``(B, H, T, hd)``. ``turn(x, angles,
-    layout)`` replaces the rotation (a suspect, for the diagnosis)."""
-    q, k = q.double(), k.double()
-    if rope is not None:
-        angles = rope.angles[layer if rope.angles.shape[0] > 1 else 0]  # (H|1, N, hd/2)
-        how = turn or rotate
-        q = torch.cat([q[:, :, :prefix], how(q[:, :, prefix:], angles, rope.layout)], dim=2)
-        k = torch.cat([k[:, :, :prefix], how(k[:, :, prefix:], angles, rope.layout)], dim=2)
-    return ((q * scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, T, T)
 
 
 def first_arg(args: tuple, kwargs: dict, name: str) -> Tensor:
@@ -176,7 +170,8 @@ def same_token_hooks(attns: list[nn.Module], name: str) -> list[Any]:
 
         return hook
 
-    return [a.register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, a in enumerate(attns)]
+    # prepended: the hooks that read the attention's input (BEiT's q and k) see the one token
+    return [a.register_forward_pre_hook(hook_for(i), with_kwargs=True, prepend=True) for i, a in enumerate(attns)]
 
 
 class TimmObserver(OwnForward):
@@ -204,6 +199,11 @@ class TimmObserver(OwnForward):
     def grids(self) -> list[tuple[int, int]]:
         """The grids it runs at: its own, and a non-square other one where its forward takes other sizes."""
         return other_grids(self.native_grid) if self.dynamic else [self.native_grid]
+
+    def qk_hooks(self, attn: nn.Module, layer: int, seen: Pass) -> list[Any]:
+        """Hooks that record a block's q and k ``(B, H, T, hd)`` before the rotation (after timm's q/k norms)."""
+        return [attn.q_norm.register_forward_hook(lambda _m, _a, out: seen.q.__setitem__(layer, out)),
+                attn.k_norm.register_forward_hook(lambda _m, _a, out: seen.k.__setitem__(layer, out))]
 
     def scale(self, layer: int) -> float:
         return float(self.attns[layer].scale)
@@ -239,7 +239,8 @@ class TimmObserver(OwnForward):
             else:
                 x = x + own
         x = torch.cat(to_cat + [x], dim=1) if to_cat else x
-        return inner.norm_pre(x)
+        norm = getattr(inner, "norm_pre", None)  # BEiT has none
+        return x if norm is None else norm(x)
 
     @property
     def module(self) -> nn.Module:
@@ -284,12 +285,6 @@ class TimmObserver(OwnForward):
 
             return hook
 
-        def record(store: dict, layer: int) -> Callable:
-            def hook(_m: nn.Module, _a: Any, out: Tensor) -> None:
-                store[layer] = out
-
-            return hook
-
         def weights(layer: int) -> Callable:
             def hook(_m: nn.Module, _a: Any, out: Tensor) -> Tensor:
                 if reference is not None:
@@ -306,14 +301,13 @@ class TimmObserver(OwnForward):
             handles.append(block.register_forward_hook(lambda _m, _a, out: seen.tokens.append(as_tensor(out))))
             if not watched:
                 continue
-            handles.append(attn.q_norm.register_forward_hook(record(seen.q, layer)))
-            handles.append(attn.k_norm.register_forward_hook(record(seen.k, layer)))
+            handles += self.qk_hooks(attn, layer, seen)
             handles.append(attn.attn_drop.register_forward_hook(weights(layer)))
         if same:
             handles += same_token_hooks(self.attns, "x")
         saved = [getattr(a, "fused_attn", False) for a in self.attns]
         try:
-            with hooks(handles), zeroed(self.tables() if remove else []):
+            with hooks(handles), zeroed(self.tables() + self.bias_tables() if remove else []):
                 for a, fused in zip(self.attns, saved):
                     if hasattr(a, "fused_attn"):
                         a.fused_attn = fused and not (eager or reference is not None)
@@ -452,6 +446,7 @@ class HFObserver(OwnForward):
                 handles.append(rope.register_forward_hook(
                     lambda _m, _a, out: (torch.ones_like(out[0]), torch.zeros_like(out[1]))))  # (cos, sin): no turn
             handles.append(rope.register_forward_hook(lambda _m, _a, out: seen.tables.__setitem__("rope", out)))
+        if self.family.rope is not None or self.family.bias:  # the attention weights the PE enters (BEiT: its bias)
             for i, attn in enumerate(self.attns):
                 handles += self._attention_hooks(attn, i, seen, reference)
         if same:
@@ -460,7 +455,7 @@ class HFObserver(OwnForward):
         try:
             if eager or reference is not None:
                 self.wrapped.model.set_attn_implementation("eager")
-            with hooks(handles), zeroed(self.tables() if remove else []):
+            with hooks(handles), zeroed(self.tables() + self.bias_tables() if remove else []):
                 try:
                     seen.logits = self._logits(images, grid)
                 except _Stop:
@@ -472,7 +467,7 @@ class HFObserver(OwnForward):
         return seen
 
     def _attention_hooks(self, attn: nn.Module, layer: int, seen: Pass, reference: Callable | None) -> list[Any]:
-        heads, hd = int(attn.num_heads), int(attn.head_dim)
+        heads, hd = int(getattr(attn, "num_heads", 0) or self.config.num_attention_heads), int(attn.head_dim)
 
         def proj(store: dict) -> Callable:
             def hook(_m: nn.Module, _a: Any, out: Tensor) -> None:

@@ -1,7 +1,8 @@
 """The audit's independent reference for what a positional encoding computes, built from what the model declares
 (its config attributes, its learned tables and frequencies), never by calling the library's PE code: rotary angles
 for timm's axial, mixed and DINOv3 ropes and for transformers' DINOv3, the rotation in the half or interleaved
-layout, and a learned table resampled by ``F.interpolate`` at a declared mode and antialias.
+layout, a learned table resampled by ``F.interpolate`` at a declared mode and antialias, and BEiT's relative
+position bias gathered from its table by slot offsets (:func:`relative_bias`).
 
 Angles are ``(..., N, hd/2)``, one per rotation plane in frequency order; :func:`rotate` pairs plane ``j`` with
 channels ``(j, j + hd/2)`` (``half``) or ``(2j, 2j + 1)`` (``interleaved``). Everything is computed in float64.
@@ -12,6 +13,7 @@ Imports: torch.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["RotaryReference", "hf_dinov3_reference", "layout_table", "resample_table", "rotate",
-           "timm_rope_reference"]  # fmt: skip
+__all__ = ["RotaryReference", "hf_dinov3_reference", "layout_table", "reference_probs", "relative_bias",
+           "resample_table", "rotate", "timm_rope_reference"]  # fmt: skip
 
 LAYOUTS = ("half", "interleaved")
 
@@ -168,3 +170,40 @@ def resample_table(table: Tensor, old: tuple[int, int], new: tuple[int, int], mo
         kwargs["antialias"] = antialias
     out = F.interpolate(image, size=tuple(new), mode=mode, **kwargs)
     return out.permute(0, 2, 3, 1).reshape(1, new[0] * new[1], d)
+
+
+def reference_probs(q: Tensor, k: Tensor, scale: float, rope: RotaryReference | None, layer: int,
+                    prefix: int, turn: Callable | None = None, bias: Tensor | None = None) -> Tensor:  # fmt: skip
+    """``softmax(q'·k'ᵀ·scale + bias)`` in float64, ``q'``/``k'`` the patch slots (after ``prefix`` tokens)
+    rotated by the reference angles of ``layer`` in the declared layout. q, k: ``(B, H, T, hd)``; ``bias``:
+    ``(L|1, H, T, T)``, the declared relative position bias (its ``layer`` slice is added). ``turn(x, angles,
+    layout)`` replaces the rotation (a suspect, for the diagnosis)."""
+    q, k = q.double(), k.double()
+    if rope is not None:
+        angles = rope.angles[layer if rope.angles.shape[0] > 1 else 0]  # (H|1, N, hd/2)
+        how = turn or rotate
+        q = torch.cat([q[:, :, :prefix], how(q[:, :, prefix:], angles, rope.layout)], dim=2)
+        k = torch.cat([k[:, :, :prefix], how(k[:, :, prefix:], angles, rope.layout)], dim=2)
+    logits = (q * scale) @ k.transpose(-2, -1)  # (B, H, T, T)
+    if bias is not None:
+        logits = logits + bias[layer if bias.shape[0] > 1 else 0].double()
+    return logits.softmax(dim=-1)
+
+
+def relative_bias(table: Tensor, grid: tuple[int, int]) -> Tensor:
+    """BEiT's relative position bias as its papers define it, ``(H, 1 + N, 1 + N)`` in float64, from its table
+    ``((2h-1)(2w-1) + 3, H)``: the patch pair (query i, key j) reads the row of the offset
+    ``(row_i - row_j, col_i - col_j)``, offsets laid out row-major from ``(-(h-1), -(w-1))``; the last three rows
+    are CLS → patch, patch → CLS and CLS → CLS. Built from the slot coordinates, not from the model's index."""
+    rows, cols = grid
+    assert table.shape[0] == (2 * rows - 1) * (2 * cols - 1) + 3, "the table does not fit the grid"
+    t = table.double()  # (R, H)
+    n, last = rows * cols, table.shape[0]
+    slot_row = torch.arange(n) // cols  # (N,)
+    slot_col = torch.arange(n) % cols
+    d_row = slot_row[:, None] - slot_row[None, :] + rows - 1  # (N, N) in [0, 2h-2]
+    d_col = slot_col[:, None] - slot_col[None, :] + cols - 1  # (N, N) in [0, 2w-2]
+    bias = t.new_empty(n + 1, n + 1, t.shape[1])  # (1 + N, 1 + N, H)
+    bias[1:, 1:] = t[d_row * (2 * cols - 1) + d_col]
+    bias[0, 1:], bias[1:, 0], bias[0, 0] = t[last - 3], t[last - 2], t[last - 1]
+    return bias.permute(2, 0, 1)  # (H, 1 + N, 1 + N)

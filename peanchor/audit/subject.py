@@ -35,7 +35,8 @@ class Claim:
     ``prefix_rows`` the table rows the prefix tokens get (0: none; None: no table); ``num_prefix`` the prefix
     tokens (CLS, registers, distillation); ``speeds`` the configured angle per unit step of each axial plane,
     fastest first per axis (None: not fixed by the config); ``sincos_temperature`` the temperature of a sin-cos
-    code; ``source`` says where the claim was read."""
+    code; ``also``: the further PE kinds the config names beside ``kind``, each a component the checks measure on
+    its own (BEiT: a learned table beside its relative bias); ``source`` says where the claim was read."""
 
     kind: str
     layout: str | None
@@ -44,9 +45,15 @@ class Claim:
     speeds: tuple[float, ...] | None = None
     sincos_temperature: float | None = None
     source: str = ""
+    also: tuple[str, ...] = ()
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        """Every PE kind the config names: ``kind`` first, then ``also``."""
+        return (self.kind, *self.also)
 
     def describe(self) -> str:
-        parts = [self.kind + (f" ({self.layout})" if self.layout else "")]
+        parts = [" + ".join(self.components) + (f" ({self.layout})" if self.layout else "")]
         if self.prefix_rows is not None:
             parts.append(f"{self.prefix_rows} prefix row(s)")
         parts.append(f"{self.num_prefix} prefix token(s)")

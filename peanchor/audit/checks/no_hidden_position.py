@@ -7,9 +7,9 @@ of position.
   the borders breaks this, which equivariance alone cannot see (the permutation acts after the stem).
 
 On timm and transformers models both read the model's own forward (hooks on its own modules,
-:mod:`peanchor.audit.observe`, in the audit's dtype): its table parameter zeroed and every block handed the rotary
-table of no rotation (what ``pe_zero`` and ``rope_planes`` remove), the content permuted by a hook on its patch
-embedding. Position the model's own code adds besides its declared table (an instance's ``_pos_embed``, an
+:mod:`peanchor.audit.observe`, in the audit's dtype): its table parameter zeroed, BEiT's relative bias tables
+zeroed and every block handed the rotary table of no rotation (what ``pe_zero`` and ``rope_planes`` remove), the
+content permuted by a hook on its patch embedding. Position the model's own code adds besides its declared table (an instance's ``_pos_embed``, an
 embeddings' ``forward``) is then what breaks equivariance. On peanchor's ViT the edits act on its own pass.
 
 Imports: torch; :mod:`peanchor.interventions` (the removal edits, random_permutation).
@@ -34,9 +34,9 @@ R2_MAX = 0.1
 
 def removal(subject: AuditSubject) -> list[str] | None:
     """The edits that remove the model's PE ([] for none), or None when no edit can."""
-    if subject.claim.kind in ("relative bias", "conditional") or subject.relative_bias:
-        return None
     points = subject.hooks.points
+    if subject.claim.kind in ("relative bias", "conditional") or subject.relative_bias:
+        return ["pe_zero"] if "pe.bias" in points else None  # pe_zero drops the bias (and zeroes a table beside it)
     return (["pe_zero"] if "pe.table" in points else []) + (["rope_planes"] if "rope.tables" in points else [])
 
 
@@ -91,6 +91,7 @@ def _own(subject: AuditSubject, images: torch.Tensor, perm: torch.Tensor) -> Che
     for a, b in zip(moved.tokens, plain.tokens):  # (B, P + N, D) each: the prefix stays, the patches move
         gap = max(gap, max_diff(a[:, p:], b[:, p:][:, perm]), max_diff(a[:, :p], b[:, :p]) if p else 0.0)
     removed = "its table zeroed and its rotation the identity in the model's own forward"
+    removed += " (and its relative bias tables zeroed)" if obs.bias_tables() else ""
     if gap > tol:
         return CheckResult(NAME, "fail", gap, f"with {removed}, permuted content moves tokens/logits by {gap:.2g}: "
                            "position is hidden somewhere")  # fmt: skip

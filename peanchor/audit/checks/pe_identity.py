@@ -19,7 +19,7 @@ import torch
 from peanchor.audit.probes import PROBES, captured, max_diff, own_rope_angles, random_images, tolerance, watcher
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
-from peanchor.audit.subject import AuditSubject
+from peanchor.audit.subject import AuditSubject, Claim
 from peanchor.pe.absolute import sincos_2d
 
 NAME = "pe_identity"
@@ -155,6 +155,8 @@ def _own(subject: AuditSubject, said: str) -> CheckResult:
     if claim.kind != "rotary":
         if handed:
             return CheckResult(NAME, "fail", None, f"the model rotates q and k; {said}")
+        if obs.declared_bias(grid) is not None:
+            return _own_bias(obs, claim, grid, gap, text, said)
         return CheckResult(NAME, "pass", gap, f"{claim.kind}: {text}; {said}")
     angles = own_rope_angles(obs, seen, grid)
     if angles is None:
@@ -164,3 +166,27 @@ def _own(subject: AuditSubject, said: str) -> CheckResult:
     status = "pass" if layout == claim.layout else "fail"
     return CheckResult(NAME, status, gap, f"measured {layout} rotary table (the one its own forward hands block 0); "
                        f"{text}; {said}")  # fmt: skip
+
+
+def _own_bias(obs: object, claim: Claim, grid: tuple[int, int], gap: float, text: str, said: str) -> CheckResult:
+    """A relative bias, each component checked: the tokens entering block 0 (above) and the bias each block's
+    attention adds in the model's own forward. Every attention is handed one token at every position, so that
+    ``q·k`` is the same for every pair and the weights the model's eager attention computes are
+    ``softmax(bias)`` of the bias it really adds; compared with the softmax of the declared bias (peanchor's
+    gather of its tables by slot offset)."""
+    images = random_images(1, obs.size(grid)).to(obs.dtype)  # type: ignore[attr-defined]
+    seen = obs.run(images, eager=True, same=True)  # type: ignore[attr-defined]
+    if seen.error is not None:
+        raise seen.error
+    declared = obs.declared_bias(grid)  # type: ignore[attr-defined]  # (L|1, H, T, T)
+    worst, tol = 0.0, tolerance(TOLERANCE, obs.dtype)  # type: ignore[attr-defined]
+    for layer, probs in sorted(seen.probs.items()):
+        want = declared[layer if declared.shape[0] > 1 else 0].softmax(dim=-1)  # (H, T, T)
+        worst = max(worst, max_diff(probs[0], want))
+    if not seen.probs:
+        return CheckResult(NAME, "fail", None, f"no attention weights seen in the model's own eager forward; {said}")
+    bias = f"the bias its own attention adds is {worst:.2g} (relative, in the softmax of one token everywhere) " \
+           "from the declared gather of its tables by slot offset"
+    status = "pass" if worst <= tol and gap <= tol else "fail"
+    table = "learned table" if "learned table" in claim.also else "prefix tokens"
+    return CheckResult(NAME, status, max(worst, gap), f"relative bias: {bias}; {table}: {text}; {said}")

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from peanchor.audit.observe import Pass, reference_probs
+from peanchor.audit.observe import Pass
 from peanchor.audit.probes import PROBES, max_diff, random_images
-from peanchor.audit.reference import RotaryReference, layout_table, rotate
+from peanchor.audit.reference import RotaryReference, layout_table, reference_probs, rotate
 from peanchor.audit.registry import register_check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
@@ -56,9 +56,10 @@ def check(subject: AuditSubject) -> CheckResult:
         except LookupError as e:
             return CheckResult(NAME, "n/a", None, f"the reference does not model this rope: {e}")
         images = random_images(PROBES, (grid[0] * obs.patch, grid[1] * obs.patch)).to(dtype)
+        bias = obs.declared_bias(grid)  # (L|1, H, T, T): BEiT's, gathered by peanchor from its tables
 
         def ours(seen: Pass, layer: int) -> torch.Tensor:
-            return reference_probs(seen.q[layer], seen.k[layer], obs.scale(layer), rope, layer, obs.prefix)
+            return reference_probs(seen.q[layer], seen.k[layer], obs.scale(layer), rope, layer, obs.prefix, None, bias)
 
         native = obs.plain(images)  # the model's own forward, shared with the checks that read it
         ref = obs.run(images, eager=False, reference=ours)
@@ -79,20 +80,22 @@ def check(subject: AuditSubject) -> CheckResult:
                 apart = f"tokens {err:.2g} apart, relative" if a.shape == b.shape else f"{a.shape[1]} tokens"
                 return CheckResult(NAME, "fail", err if a.shape == b.shape else None, f"{where}, {what} ({apart})")
         eager = obs.run(images, eager=True)
-        for layer in sorted(eager.probs):
-            mine = reference_probs(eager.q[layer], eager.k[layer], obs.scale(layer), rope, layer, obs.prefix)
+        for layer in sorted(set(eager.probs) & set(eager.q)):
+            q, k = eager.q[layer], eager.k[layer]
+            mine = reference_probs(q, k, obs.scale(layer), rope, layer, obs.prefix, None, bias)
             gap = max_diff(eager.probs[layer], mine)
             worst = max(worst, gap)
             if gap > WEIGHTS_TOLERANCE[dtype]:
                 return CheckResult(NAME, "fail", gap, f"{where}, block {layer} attention: q·k differs (weights "
                                    f"{gap:.2g} apart, relative); "
-                                   f"{_attention_suspects(obs, eager, layer, rope, WEIGHTS_TOLERANCE[dtype])}")
+                                   f"{_attention_suspects(obs, eager, layer, rope, WEIGHTS_TOLERANCE[dtype], bias)}")
         err = max_diff(native.logits, ref.logits)
         worst = max(worst, err)
         if err > tol:
             return CheckResult(NAME, "fail", err, f"{where}: the logits differ by {err:.2g} after matching tokens")
         shown.append(where)
     source = rope.source if rope is not None else "no rotation"
+    source += "; the declared relative bias" if bias is not None else ""
     return CheckResult(NAME, "pass", worst, f"logits and {len(obs.attns)} layers' tokens within "
                        f"{worst:.2g} of the reference ({source}; {obs.prefix} prefix token(s)) at "
                        f"{', '.join(shown)}; {_name(dtype)}, pass ≤ {tol:g}")  # fmt: skip
@@ -125,12 +128,13 @@ def _diagnose(obs: Any, images: torch.Tensor, grid: tuple[int, int], rope: Rotar
     layer = index - 1
     eager = obs.run(images, eager=True)
     if layer in eager.probs and layer in eager.q:
-        mine = reference_probs(eager.q[layer], eager.k[layer], obs.scale(layer), rope, layer, p)
+        bias = obs.declared_bias(grid)
+        mine = reference_probs(eager.q[layer], eager.k[layer], obs.scale(layer), rope, layer, p, None, bias)
         gap = max_diff(eager.probs[layer], mine)
         wtol = WEIGHTS_TOLERANCE.get(native.dtype, tol)
         if gap > wtol:
             return f"block {layer} attention: q·k differs ({gap:.2g}); " + _attention_suspects(
-                obs, eager, layer, rope, wtol)
+                obs, eager, layer, rope, wtol, bias)
     return f"block {layer}: its output differs while its attention weights match the reference"
 
 
@@ -160,8 +164,11 @@ def _resample_suspect(obs: Any, grid: tuple[int, int], native: torch.Tensor, pat
     return ""
 
 
-def _attention_suspects(obs: Any, seen: Pass, layer: int, rope: RotaryReference | None, tol: float) -> str:
+def _attention_suspects(obs: Any, seen: Pass, layer: int, rope: RotaryReference | None, tol: float,
+                        bias: torch.Tensor | None = None) -> str:  # fmt: skip
     """Which usual fault makes the reference's weights equal the model's: named, with the rotary table's gap."""
+    if rope is None and bias is not None:
+        return _bias_suspects(seen, layer, obs.scale(layer), obs.prefix, bias, tol)
     if rope is None:
         return "the model's attention weights are not softmax(q·kᵀ·scale), and it declares no rotation"
     q, k, p, scale, model = seen.q[layer], seen.k[layer], obs.prefix, obs.scale(layer), seen.probs[layer]
@@ -210,3 +217,14 @@ def _table_gap(obs: Any, seen: Pass, layer: int, rope: RotaryReference) -> str |
         return f"the rotary table is {tuple(sin.shape)} where {tuple(want_sin.shape)} is declared"
     gap = max(float((sin - want_sin).abs().max()), float((cos - want_cos).abs().max()))
     return f"the rotary table is {gap:.2g} from the declared one ({rope.source})" if gap > 1e-3 else None
+
+
+def _bias_suspects(seen: Pass, layer: int, scale: float, p: int, bias: torch.Tensor, tol: float) -> str:
+    """Which usual fault of a relative position bias makes the reference's weights equal the model's."""
+    q, k, model = seen.q[layer], seen.k[layer], seen.probs[layer]
+    suspects = {"the bias transposed (query and key offsets swapped)": bias.transpose(-2, -1),
+                "no bias added": torch.zeros_like(bias), "the bias added twice": 2 * bias}  # fmt: skip
+    for text, wrong in suspects.items():
+        if max_diff(model, reference_probs(q, k, scale, None, layer, p, None, wrong)) <= tol:
+            return text
+    return "the relative position bias the model adds is not the declared gather of its table by slot offset"
