@@ -1,7 +1,7 @@
 """The checks, by name, in the order an audit runs and prints them: :data:`CHECKS`, a
 :class:`peanchor.core.registry.Registry` of :class:`Check` (plug-ins from the entry-point group
-``peanchor.audit_checks``). A check says its name: ``CHECKS.register(Check("my_check", "what it proves", fn))``;
-:func:`register_check` is the decorator form.
+``peanchor.audit_checks``). A check says its name: ``CHECKS.register(Check("my_check", "what it proves", fn))``, the
+one verb of every registry (each module of ``checks/`` ends with it); :func:`register_check` is the older decorator.
 
 A check's function is ``(subject) -> CheckResult``; ``checks/`` holds one module per check.
 

@@ -17,7 +17,7 @@ import torch
 
 from peanchor.audit.checks.no_hidden_position import removal
 from peanchor.audit.probes import PROBES, max_diff, random_images
-from peanchor.audit.registry import register_check
+from peanchor.audit.registry import CHECKS, Check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
 from peanchor.interventions import Intervention
@@ -26,7 +26,6 @@ NAME = "alpha_behaves"
 TOLERANCE = 1e-5
 
 
-@register_check(NAME, "α = 1 is the identity and α = 0 equals removing the PE")
 def check(subject: AuditSubject) -> CheckResult:
     if not subject.scalable:
         return CheckResult(NAME, "n/a", None, f"α means nothing for a {subject.claim.kind} PE")
@@ -54,3 +53,6 @@ def check(subject: AuditSubject) -> CheckResult:
     status = "pass" if gap <= TOLERANCE else "fail"
     return CheckResult(NAME, status, gap, f"{said}; α = 0 is {gap:.2g} "
                        f"from {'+'.join(edits)} (relative; pass ≤ {TOLERANCE:g})")  # fmt: skip
+
+
+CHECKS.register(Check(NAME, "α = 1 is the identity and α = 0 equals removing the PE", check))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from peanchor.audit.probes import PROBES, max_diff, random_images, tolerance, watcher
-from peanchor.audit.registry import register_check
+from peanchor.audit.registry import CHECKS, Check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
 
@@ -21,7 +21,6 @@ NAME = "attention_paths"
 TOLERANCE = 1e-5
 
 
-@register_check(NAME, "fused (SDPA) and eager attention agree to 1e-5")
 def check(subject: AuditSubject) -> CheckResult:
     model = subject.model
     if not model.has_attention_weights:
@@ -51,3 +50,6 @@ def _own(obs: object, images: torch.Tensor) -> CheckResult:
     status = "pass" if diff <= tol else "fail"
     return CheckResult(NAME, status, diff, f"the model's own eager and fused passes {diff:.2g} apart (relative; "
                        f"pass ≤ {tol:g})")  # fmt: skip
+
+
+CHECKS.register(Check(NAME, "fused (SDPA) and eager attention agree to 1e-5", check))

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from peanchor.audit.checks.pe_identity import measured_layout, plane_angles
 from peanchor.audit.probes import (bright_patch_images, captured, layer0_tokens, max_diff, own_rope_angles, random_images,
                                    tolerance, watcher)
-from peanchor.audit.registry import register_check
+from peanchor.audit.registry import CHECKS, Check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
 from peanchor.interventions import Intervention
@@ -52,7 +52,6 @@ def _reach(subject: AuditSubject, grid: tuple[int, int]) -> list[str]:
     return [f"pe_resample:grid={grid[0]}x{grid[1]}"] if grid != subject.grid else []
 
 
-@register_check(NAME, "on a non-square grid, rows follow the height and columns the width")
 def check(subject: AuditSubject) -> CheckResult:
     hooks = subject.hooks
     if watcher(subject) is not None:
@@ -147,3 +146,6 @@ def _transposed_reference(obs: object, patches: torch.Tensor, grid: tuple[int, i
     p = x.shape[1] - n
     back = x[:, p:].reshape(b, grid[1], grid[0], d).transpose(1, 2).reshape(b, n, d)
     return torch.cat([x[:, :p], back], dim=1)
+
+
+CHECKS.register(Check(NAME, "on a non-square grid, rows follow the height and columns the width", check))

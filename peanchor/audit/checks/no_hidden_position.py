@@ -21,7 +21,7 @@ import torch
 
 from peanchor.audit.probes import (PROBES, constant_images, layer0_tokens, max_diff, probe_r2, random_images, tolerance,
                                    watcher)
-from peanchor.audit.registry import register_check
+from peanchor.audit.registry import CHECKS, Check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
 from peanchor.interventions import Intervention, random_permutation
@@ -50,7 +50,6 @@ def _without_pe(subject: AuditSubject, edits: list[str], perm: torch.Tensor | No
     return Intervention(token_perm=perm, pe_scale=0.0 if by_alpha else 1.0)
 
 
-@register_check(NAME, "without its PE the model is permutation-equivariant and constant images carry no slot")
 def check(subject: AuditSubject) -> CheckResult:
     edits = removal(subject)
     if edits is None:
@@ -100,3 +99,6 @@ def _own(subject: AuditSubject, images: torch.Tensor, perm: torch.Tensor) -> Che
     status = "pass" if r2 <= R2_MAX else "fail"
     return CheckResult(NAME, status, r2, f"with {removed}: equivariant to {gap:.2g} (pass ≤ {tol:g}); constant "
                        f"images' probe R² {r2:.3f} on the tokens entering block 0 (pass ≤ {R2_MAX})")  # fmt: skip
+
+
+CHECKS.register(Check(NAME, "without its PE the model is permutation-equivariant and constant images carry no slot", check))

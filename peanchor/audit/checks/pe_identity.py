@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from peanchor.audit.probes import PROBES, captured, max_diff, own_rope_angles, random_images, tolerance, watcher
-from peanchor.audit.registry import register_check
+from peanchor.audit.registry import CHECKS, Check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject, Claim
 from peanchor.pe.absolute import sincos_2d
@@ -55,7 +55,6 @@ def measured_layout(angles: torch.Tensor) -> tuple[str, list[str | None], list[f
     return layout, axes, speeds
 
 
-@register_check(NAME, "the PE the model runs is the PE its config claims")
 def check(subject: AuditSubject) -> CheckResult:
     claim, hooks = subject.claim, subject.hooks
     said = f"config ({claim.source}): {claim.describe()}"
@@ -190,3 +189,6 @@ def _own_bias(obs: object, claim: Claim, grid: tuple[int, int], gap: float, text
     status = "pass" if worst <= tol and gap <= tol else "fail"
     table = "learned table" if "learned table" in claim.also else "prefix tokens"
     return CheckResult(NAME, status, max(worst, gap), f"relative bias: {bias}; {table}: {text}; {said}")
+
+
+CHECKS.register(Check(NAME, "the PE the model runs is the PE its config claims", check))

@@ -14,7 +14,7 @@ Imports: nothing else from peanchor (the audit's own modules).
 from __future__ import annotations
 
 from peanchor.audit.probes import constant_images, layer0_tokens, probe_r2, watcher
-from peanchor.audit.registry import register_check
+from peanchor.audit.registry import CHECKS, Check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
 
@@ -24,7 +24,6 @@ PASS_AT, FAIL_BELOW = 0.5, 0.2
 IMAGES = 8
 
 
-@register_check(NAME, "layer-0 tokens of constant images carry their slot (probe R²)")
 def check(subject: AuditSubject) -> CheckResult:
     kind = subject.claim.kind
     if kind not in ("learned table", "sin-cos"):
@@ -43,3 +42,6 @@ def check(subject: AuditSubject) -> CheckResult:
     status = "pass" if r2 >= PASS_AT else "warn" if r2 >= FAIL_BELOW else "fail"
     return CheckResult(NAME, status, r2, f"probe R² {r2:.3f} on {read} of {IMAGES} constant images "
                        f"(pass ≥ {PASS_AT}, fail < {FAIL_BELOW})")  # fmt: skip
+
+
+CHECKS.register(Check(NAME, "layer-0 tokens of constant images carry their slot (probe R²)", check))

@@ -20,14 +20,13 @@ from __future__ import annotations
 import torch
 
 from peanchor.audit.probes import captured, max_diff, random_images, tolerance, watcher
-from peanchor.audit.registry import register_check
+from peanchor.audit.registry import CHECKS, Check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
 
 NAME = "prefix_kept"
 
 
-@register_check(NAME, "CLS and registers are present, have their configured table rows, and are not rotated")
 def check(subject: AuditSubject) -> CheckResult:
     claim, hooks = subject.claim, subject.hooks
     n = hooks.grid[0] * hooks.grid[1]
@@ -82,3 +81,6 @@ def _own(subject: AuditSubject, images: torch.Tensor, n: int) -> CheckResult:
                                f"{claim.prefix_rows}")  # fmt: skip
         text += f"; {rows} prefix table row(s), as configured"
     return CheckResult(NAME, "pass", float(have), text)
+
+
+CHECKS.register(Check(NAME, "CLS and registers are present, have their configured table rows, and are not rotated", check))

@@ -20,7 +20,7 @@ import torch
 from peanchor.audit.observe import Pass
 from peanchor.audit.probes import PROBES, max_diff, random_images
 from peanchor.audit.reference import RotaryReference, layout_table, reference_probs, rotate
-from peanchor.audit.registry import register_check
+from peanchor.audit.registry import CHECKS, Check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
 
@@ -39,7 +39,6 @@ def _declared(obs: Any, grid: tuple[int, int]) -> RotaryReference | None:
     return rope
 
 
-@register_check(NAME, "the model's own forward equals peanchor's reference built from what it declares")
 def check(subject: AuditSubject) -> CheckResult:
     obs = subject.parity_observer or subject.observer
     if obs is None:
@@ -228,3 +227,6 @@ def _bias_suspects(seen: Pass, layer: int, scale: float, p: int, bias: torch.Ten
         if max_diff(model, reference_probs(q, k, scale, None, layer, p, None, wrong)) <= tol:
             return text
     return "the relative position bias the model adds is not the declared gather of its table by slot offset"
+
+
+CHECKS.register(Check(NAME, "the model's own forward equals peanchor's reference built from what it declares", check))

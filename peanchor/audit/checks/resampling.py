@@ -21,7 +21,7 @@ import torch
 
 from peanchor.audit.checks.axes_in_order import reference_rows
 from peanchor.audit.probes import PROBES, captured, max_diff, random_images
-from peanchor.audit.registry import register_check
+from peanchor.audit.registry import CHECKS, Check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
 from peanchor.interventions import Intervention
@@ -40,7 +40,6 @@ def same_count_grid(grid: tuple[int, int]) -> tuple[int, int]:
     return 1, rows * cols
 
 
-@register_check(NAME, "same grid: identity; equal token counts: really resampled; own path agrees")
 def check(subject: AuditSubject) -> CheckResult:
     hooks = subject.hooks
     if "input.grid" not in hooks.points:
@@ -79,3 +78,6 @@ def check(subject: AuditSubject) -> CheckResult:
             return CheckResult(NAME, "fail", err, f"{text}; the model's own interpolation is {err:.2g} from pe_resample")
         text += f"; own interpolation {err:.2g} from pe_resample"
     return CheckResult(NAME, "pass", identity, text)
+
+
+CHECKS.register(Check(NAME, "same grid: identity; equal token counts: really resampled; own path agrees", check))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from peanchor.audit.probes import random_images, watcher
-from peanchor.audit.registry import register_check
+from peanchor.audit.registry import CHECKS, Check
 from peanchor.audit.result import CheckResult
 from peanchor.audit.subject import AuditSubject
 
@@ -41,7 +41,6 @@ def offset_spread(logits: torch.Tensor, grid: tuple[int, int], valid: torch.Tens
     return float(spread.max() / flat.where(keep, 0.0).abs().max().clamp_min(1e-12))
 
 
-@register_check(NAME, "q·k after the model's rotation depends only on the offset; prefix tokens are not rotated")
 def check(subject: AuditSubject) -> CheckResult:
     if "rope.tables" not in subject.hooks.points:
         return CheckResult(NAME, "n/a", None, "the model has no rotary PE")
@@ -104,3 +103,6 @@ def _observed(subject: AuditSubject) -> CheckResult:
 
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
+
+
+CHECKS.register(Check(NAME, "q·k after the model's rotation depends only on the offset; prefix tokens are not rotated", check))
