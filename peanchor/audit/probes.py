@@ -96,16 +96,10 @@ def own_rope_angles(obs: Any, seen: Any, grid: tuple[int, int]) -> tuple[Tensor,
     declared = obs.declared_rope(grid)
     if declared is None or isinstance(declared, str):
         return None
-    if obs.backend == "timm":
-        emb = seen.tables.get(0)
-        if not isinstance(emb, Tensor):
-            return None
-        sin, cos = emb.double().chunk(2, dim=-1)
-    else:
-        got = seen.tables.get("rope")
-        if got is None:
-            return None
-        cos, sin = (t.double() for t in got)
+    got = obs.rotary_cos_sin(seen, 0)
+    if got is None:
+        return None
+    cos, sin = got
     n = grid[0] * grid[1]
     cos, sin = cos.reshape(-1, n, cos.shape[-1])[0], sin.reshape(-1, n, sin.shape[-1])[0]  # (N, hd): head 0
     half = cos.shape[-1] // 2

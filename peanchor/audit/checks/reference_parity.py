@@ -110,10 +110,8 @@ def _wrong_dtype(seen: Pass, obs: Any, dtype: torch.dtype) -> str | None:
     for i, t in enumerate(seen.tokens):
         if t.dtype != dtype:
             return f"{'the embedding' if i == 0 else f'block {i - 1} output'} is {_name(t.dtype)}"
-    rope = seen.tables.get("rope")
-    if obs.backend == "transformers" and rope is not None and rope[0].dtype != dtype:
-        return f"the rotary table (cos, sin) is {_name(rope[0].dtype)}"
-    return None
+    rope = obs.rotary_dtype(seen)
+    return f"the rotary table (cos, sin) is {_name(rope)}" if rope is not None and rope != dtype else None
 
 
 def _diagnose(obs: Any, images: torch.Tensor, grid: tuple[int, int], rope: RotaryReference | None, index: int,
@@ -201,16 +199,10 @@ def _patch_logits_agree(model: torch.Tensor, ref: torch.Tensor, p: int, tol: flo
 def _table_gap(obs: Any, seen: Pass, layer: int, rope: RotaryReference) -> str | None:
     """How far the rotary table the model's PE code handed the block is from the declared one (None: equal)."""
     angles = rope.angles[layer if rope.angles.shape[0] > 1 else 0]  # (H|1, N, hd/2)
-    if obs.backend == "timm":
-        emb = seen.tables.get(layer)
-        if emb is None:
-            return None
-        sin, cos = emb.double().chunk(2, dim=-1)
-    else:
-        got = seen.tables.get("rope")
-        if got is None:
-            return None
-        cos, sin = (t.double() for t in got)
+    got = obs.rotary_cos_sin(seen, layer)
+    if got is None:
+        return None
+    cos, sin = got
     want_sin, want_cos = layout_table(angles.sin(), rope.layout), layout_table(angles.cos(), rope.layout)
     if sin.shape[-2:] != want_sin.shape[-2:]:
         return f"the rotary table is {tuple(sin.shape)} where {tuple(want_sin.shape)} is declared"
