@@ -10,7 +10,7 @@ Patching what the model calls (``timm.models.eva.apply_rot_embed_cat``, an insta
 transformers embeddings' ``forward``) changes the recorded pass, never the reference.
 
 Imports: torch; :mod:`peanchor.audit.own_forward` (the base every observer fills in); the wrapped timm and
-transformers models are handed in by their backends (:mod:`peanchor.adapters`).
+transformers models are handed in by their backends (the adapters).
 """
 
 from __future__ import annotations
