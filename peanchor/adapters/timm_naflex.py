@@ -19,8 +19,7 @@ The model's grid is the table's own (``pos_embed_grid_size``) unless ``wrap(...,
 Rotary NaFlex models (``rope_type``) and EVA blocks are refused with the classes this backend wraps.
 
 Imports: torch, timm (lazily); :mod:`peanchor.adapters` (backend, timm_vit, timm_hooks, timm_load,
-timm_naflex_observe), :mod:`peanchor.core` (errors), :mod:`peanchor.interventions`, :mod:`peanchor.audit` (the
-subject).
+timm_naflex_observe), :mod:`peanchor.interventions`, :mod:`peanchor.audit` (the subject, own_path).
 """
 
 from __future__ import annotations
@@ -150,12 +149,12 @@ class TimmNaFlex(TimmViT):
 
 def _grid_for(model: Any, img_size: Any) -> tuple[int, int]:
     """The grid a NaFlexViT is analysed at: ``img_size`` (int or (rows, cols) pixels) over the patch, else its
-    table's own grid, else its pretrained input size."""
+    table's own grid (``pos_embed_grid_size``, kept without a table too), else its pretrained input size."""
     patch = tuple(int(p) for p in model.embeds.patch_size)
     if img_size is None:
-        own = table_grid(model)
+        own = table_grid(model) or model.embeds.pos_embed_grid_size
         if own is not None:
-            return own
+            return int(own[0]), int(own[1])
         img_size = (getattr(model, "pretrained_cfg", None) or {}).get("input_size", (3, 224, 224))[1:]
     rows, cols = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
     if rows % patch[0] or cols % patch[1]:
