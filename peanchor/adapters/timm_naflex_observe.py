@@ -42,23 +42,34 @@ def declared_resample(embeds: Any) -> tuple[str, bool]:
 
 
 def reference_table(embeds: Any, grid: tuple[int, int], mode: str, antialias: bool) -> Tensor:
-    """The declared table at ``grid``, ``(1, N, D)`` float64, row-major: the native table (the factorized one as its
-    row + column sum) resized by ``F.interpolate`` unless ``grid`` is its own; an aspect-preserving model resizes
-    to the longer side squared and keeps the top-left ``grid``."""
+    """The declared table at ``grid``, ``(1, N, D)`` float64, row-major. An aspect-preserving model resizes to the
+    longer side squared and keeps the top-left ``grid``. The learned table is resized by 2-D ``F.interpolate`` unless
+    ``grid`` is its own; the factorized one, at the declared bilinear, axis by axis (1-D linear, each axis left as
+    it is where its length is its own) and summed; at another mode (a suspect) as its row + column sum in 2-D."""
+    side = max(grid)
+    size = (side, side) if embeds.pos_embed_ar_preserving else tuple(grid)
+    if embeds.pos_embed_type == "factorized" and (mode, antialias) == ("bilinear", False):
+        axes = [_linear(t.double(), n) for t, n in zip((embeds.pos_embed_y, embeds.pos_embed_x), size)]
+        rows, cols = axes[0][:, : grid[0]], axes[1][:, : grid[1]]  # (1, rows, D), (1, cols, D)
+        return (rows[:, :, None] + cols[:, None]).reshape(1, grid[0] * grid[1], -1)
     if embeds.pos_embed_type == "learned":
         native = embeds.pos_embed.double()  # (1, h, w, D)
     else:
         native = embeds.pos_embed_y.double()[:, :, None] + embeds.pos_embed_x.double()[:, None]  # (1, h, w, D)
-    h, w = native.shape[1:3]
-    if (h, w) != tuple(grid):
-        side = max(grid)
-        size = (side, side) if embeds.pos_embed_ar_preserving else tuple(grid)
+    if tuple(native.shape[1:3]) != tuple(grid):
         kwargs: dict[str, Any] = {}
         if mode in ("bilinear", "bicubic"):
             kwargs = {"align_corners": bool(embeds.pos_embed_align_corners), "antialias": antialias}
         image = F.interpolate(native.permute(0, 3, 1, 2), size=size, mode=mode, **kwargs)  # (1, D, rows, cols)
         native = image[:, :, : grid[0], : grid[1]].permute(0, 2, 3, 1)  # (1, rows, cols, D)
     return native.reshape(1, grid[0] * grid[1], -1)
+
+
+def _linear(table: Tensor, length: int) -> Tensor:
+    """A ``(1, L, D)`` axis table at ``length`` entries by 1-D linear interpolation (itself at its own length)."""
+    if table.shape[1] == length:
+        return table
+    return F.interpolate(table.transpose(1, 2), size=length, mode="linear", align_corners=False).transpose(1, 2)
 
 
 class _PatchSite:
