@@ -208,4 +208,4 @@ class TimmNaFlexBackend(Backend):
         embeds = wrapped.model.embeds
         return (f"NaFlexVit table={embeds.pos_embed_type} resize={declared_resample(embeds)} "
                 f"ar_preserving={embeds.pos_embed_ar_preserving} align_corners={embeds.pos_embed_align_corners} "
-                f"prefix={wrapped.num_prefix} pool={wrapped.model.global_pool}")  # fmt: skip
+                f"prefix={wrapped.num_prefix}")  # fmt: skip
