@@ -12,11 +12,11 @@ import torch
 timm = pytest.importorskip("timm")
 pytest.importorskip("timm.models.naflexvit")
 
-from peanchor.adapters.backend import wrap_model  # noqa: E402
-from peanchor.adapters.timm_naflex import TimmNaFlex  # noqa: E402
-from peanchor.core.errors import ConfigError  # noqa: E402
-from peanchor.interventions import Hook, Intervention, random_permutation  # noqa: E402
-from tests.helpers.doses import check_started_passes  # noqa: E402
+from peanchor.adapters.backend import wrap_model
+from peanchor.adapters.timm_naflex import TimmNaFlex
+from peanchor.core.errors import ConfigError
+from peanchor.interventions import Hook, Intervention, random_permutation
+from tests.helpers.doses import check_started_passes
 
 PATCH = 8
 SMALL = dict(patch_size=PATCH, depth=2, embed_dim=64, num_heads=4, num_classes=10, pos_embed_grid_size=(4, 4))

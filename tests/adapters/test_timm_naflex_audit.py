@@ -11,8 +11,8 @@ import torch
 timm = pytest.importorskip("timm")
 naflexvit = pytest.importorskip("timm.models.naflexvit")
 
-import peanchor  # noqa: E402
-from peanchor.adapters.backend import wrap_model  # noqa: E402
+import peanchor
+from peanchor.adapters.backend import wrap_model
 
 SMALL = dict(patch_size=8, depth=2, embed_dim=64, num_heads=4, num_classes=10)
 VARIANTS = {
@@ -106,3 +106,22 @@ def test_h_and_w_swapped_on_a_non_square_grid_fails_axes_and_parity(variant: str
     assert seen["reference_parity"][0] == "fail" and seen["reference_parity"][1] > 1e-2, seen["reference_parity"]
     assert "the embedding" in seen["reference_parity"][2]
     assert seen["axes_in_order"][0] == "fail", seen["axes_in_order"]
+
+
+@pytest.mark.parametrize("overrides", [
+    {}, dict(pos_embed_interp_mode="bilinear", pos_embed_align_corners=True, pos_embed_ar_preserving=True),
+    dict(pos_embed_antialias=False), dict(pos_embed="factorized"),
+    dict(pos_embed="factorized", pos_embed_ar_preserving=True),
+])  # fmt: skip
+@pytest.mark.parametrize("grid", [(4, 4), (4, 6), (3, 4), (2, 8), (6, 6)])
+def test_the_reference_table_is_the_declared_rule_timm_follows(overrides: dict, grid: tuple[int, int]) -> None:
+    """peanchor's reference table (float64 F.interpolate from the declared options) equals NaFlex's own resize
+    (its ``_apply_*_pos_embed`` on zeros) at every grid, the table's own included."""
+    from peanchor.adapters.timm_naflex_observe import declared_resample, reference_table
+
+    embeds = build("gap", "square", **overrides).model.embeds
+    own = torch.zeros(1, grid[0] * grid[1], 64)
+    learned = embeds.pos_embed_type == "learned"
+    (embeds._apply_learned_pos_embed if learned else embeds._apply_factorized_pos_embed)(own, grid_size=list(grid))
+    reference = reference_table(embeds, grid, *declared_resample(embeds))
+    torch.testing.assert_close(own.double(), reference, rtol=0, atol=1e-5)
