@@ -66,8 +66,8 @@ def _check(cls: Any) -> None:
 BACKENDS: Registry[Backend] = Registry("backend", "peanchor.backends", make=lambda cls: cls(), check=_check)
 
 #: The modules that register the built-in backends, in the order they are asked (the first that accepts wins).
-BUILTIN = ("peanchor.adapters.peanchor_vit", "peanchor.adapters.timm_vit", "peanchor.adapters.timm_beit",
-           "peanchor.adapters.hf_vit")  # fmt: skip
+BUILTIN = ("peanchor.adapters.peanchor_vit", "peanchor.adapters.timm_naflex", "peanchor.adapters.timm_vit",
+           "peanchor.adapters.timm_beit", "peanchor.adapters.hf_vit")  # fmt: skip
 
 
 def _backends() -> list[Backend]:

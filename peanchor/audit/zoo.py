@@ -62,9 +62,11 @@ def _timm_build(name: str) -> Any:
     from peanchor.adapters import load_timm_model
 
     patch = re.search(r"patch(\d+)", name)
+    # NaFlexViT runs at its table's own grid (pos_embed_grid_size, which img_size does not set)
+    naflex = {"pos_embed_grid_size": (GRID, GRID)} if name.startswith("naflexvit") else {}
     if patch:
         try:
-            return load_timm_model(name, depth=DEPTH, img_size=int(patch.group(1)) * GRID)
+            return load_timm_model(name, depth=DEPTH, img_size=int(patch.group(1)) * GRID, **naflex)
         except PeanchorError:  # a model that takes no img_size: its own
             pass
     return load_timm_model(name, depth=DEPTH)
@@ -105,7 +107,8 @@ def _hf_build(config: str) -> Any:
 
 
 #: The parameter names of learned position tables (timm, transformers; BEiT's relative bias tables too).
-TABLES = ("pos_embed", "position_embeddings", "position_embedding.weight", "relative_position_bias_table")
+TABLES = ("pos_embed", "position_embeddings", "position_embedding.weight", "relative_position_bias_table",
+          "pos_embed_y", "pos_embed_x")  # fmt: skip  (the last two: NaFlexViT's factorized row and column tables)
 
 
 def _draw_tables(wrapped: Any) -> None:
