@@ -59,6 +59,7 @@ SUPPORTED_FAMILIES = (
     "timm.models.vision_transformer.VisionTransformer (learned pos_embed or pos_embed='none'; CLS/register tokens)",
     "timm.models.deit.VisionTransformerDistilled (DeiT distilled: CLS and distillation tokens)",
     "timm.models.eva.Eva (EVA/EVA02, *_rope_* and DINOv3 ViTs: APE, axial RoPE, mixed RoPE, DINOv3 RoPE)",
+    "timm.models.beit.Beit and timm.models.naflexvit.NaFlexVit (their own backends)",
 )
 
 

@@ -78,15 +78,17 @@ def test_a_dropped_rotation_still_fails_rotary_relative_in_low_precision(monkeyp
 
 
 def test_a_model_that_cannot_be_wrapped_is_one_line_naming_what_can(capsys: pytest.CaptureFixture) -> None:
-    """NaFlexViT is not wrapped by the timm adapter: the command says so in one line and names what it wraps."""
+    """timm's relative-position ViT is wrapped by no backend: the command says so in one line and names what the
+    timm backends wrap (NaFlexViT and BEiT among them)."""
     from peanchor.cli import main
 
-    if not timm.is_model("naflexvit_base_patch16_gap"):
-        pytest.skip(f"no NaFlexViT in timm {timm.__version__}")
+    if not timm.is_model("vit_relpos_small_patch16_224"):
+        pytest.skip(f"no VisionTransformerRelPos in timm {timm.__version__}")
     args = ["--timm-arg", "depth=1", "--timm-arg", "embed_dim=64", "--timm-arg", "num_heads=4"]
-    assert main(["audit", "--timm", "naflexvit_base_patch16_gap", *args]) != 0
+    assert main(["audit", "--timm", "vit_relpos_small_patch16_224", *args]) != 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "NaFlexVit" in err[0] and "VisionTransformer" in err[0] and "Eva" in err[0]
+    assert len(err) == 1 and "VisionTransformerRelPos" in err[0]
+    assert all(name in err[0] for name in ("VisionTransformer ", "Eva", "Beit", "NaFlexVit"))
 
 
 def test_the_verdicts_do_not_move_with_the_thread_count() -> None:
