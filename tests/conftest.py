@@ -5,9 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import sys
+
 import pytest
 import torch
 from _pytest.doctest import DoctestModule
+
+# The modules this run imports from here on (the test files, rewritten for pytest's assertions, and peanchor) keep
+# their compiled form between runs even where PYTHONDONTWRITEBYTECODE is set: every xdist worker of the development
+# loop otherwise compiles them again, seconds each. The cache sits in __pycache__ folders, which git ignores.
+sys.dont_write_bytecode = False
 
 
 @pytest.hookimpl(wrapper=True)

@@ -6,6 +6,7 @@ not of the package's ``__init__``."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,10 @@ def imports_of(name: str) -> dict[str, int]:
     return out
 
 
-GRAPH = {name: imports_of(name) for name in MODULES}
+@functools.cache
+def graph() -> dict[str, dict[str, int]]:
+    """Every module's imports (built on first use, not while the suite is collected)."""
+    return {name: imports_of(name) for name in MODULES}
 
 
 def _cycles() -> list[list[str]]:
@@ -78,7 +82,7 @@ def _cycles() -> list[list[str]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in GRAPH[v]:
+        for w in graph()[v]:
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -95,7 +99,7 @@ def _cycles() -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
-    for v in sorted(GRAPH):
+    for v in sorted(graph()):
         if v not in index:
             visit(v)
     return found
@@ -103,7 +107,7 @@ def _cycles() -> list[list[str]]:
 
 def _describe(component: list[str]) -> str:
     members = set(component)
-    edges = [f"{a} imports {b} (line {line})" for a in component for b, line in GRAPH[a].items() if b in members]
+    edges = [f"{a} imports {b} (line {line})" for a in component for b, line in graph()[a].items() if b in members]
     return "; ".join(edges)
 
 
