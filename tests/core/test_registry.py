@@ -282,4 +282,4 @@ def test_a_plug_in_package_loads_the_modules_it_declares(tmp_path, monkeypatch):
     finally:
         for module in ("lab_pkg", "lab_pkg.shapes", "quiet_pkg"):
             sys.modules.pop(module, None)
-        monkeypatch.setattr(R, "_LOADED", [m for m in R._LOADED if m not in ("lab_pkg", "quiet_pkg")])
+        R._LOADED[:] = [m for m in R._LOADED if m not in ("lab_pkg", "quiet_pkg")]  # in place: the list is shared
