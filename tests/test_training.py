@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from peanchor.checkpoint.files import load_model, read_metadata, save_model, write_safetensors
 from peanchor.core.errors import CheckpointError, ConfigError, RunDirError, TrainingDiverged

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from peanchor.api.analysis import wrap_model
-from peanchor.audit import checks  # noqa: F401  (registers every check)
+import peanchor.audit.checks  # noqa: F401  (registers every check)
 from peanchor.audit.registry import CHECKS
 from peanchor.audit.result import AuditReport, CheckResult
 from peanchor.adapters.backend import audit_subject

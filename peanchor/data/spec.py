@@ -6,7 +6,6 @@ Imports: :mod:`peanchor.core.errors` only.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

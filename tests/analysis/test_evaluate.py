@@ -14,7 +14,7 @@ from peanchor.analysis.corrupted_sets import CorruptedCache
 from peanchor.analysis.shifts import Shift, paper_shifts
 from peanchor.analysis.evalset import EvalSet, subset_indices
 from peanchor.analysis.evaluate import evaluate_model
-from peanchor.analysis.plan import AnalysisPlan, resolve_plan
+from peanchor.analysis.plan import AnalysisPlan
 from peanchor.results.records import analysis_rows, read_analysis, write_analysis
 from peanchor.cli import main
 from peanchor.data import normalize

@@ -129,7 +129,7 @@ def test_a_stopped_train_exits_on_its_own_and_its_rerun_is_identical(sig, tmp_pa
     rows = lambda run: [r.rsplit(",", 1)[0] for r in (run / "metrics.csv").read_text().splitlines()]
     assert rows(out) == rows(reference)
     log = (out / "train.log").read_text()
-    assert f"stopped" not in log or "resuming" in log
+    assert "stopped" not in log or "resuming" in log
     assert log.count("epoch 3/3") == 1 and "finished: val acc" in log
 
 

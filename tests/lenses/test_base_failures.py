@@ -6,7 +6,6 @@ and a write, and the data's paths compare as the folders they name."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import warnings

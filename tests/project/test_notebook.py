@@ -8,7 +8,6 @@ import os
 import re
 
 import pytest
-import torch
 
 import peanchor
 
@@ -63,7 +62,6 @@ def test_the_tutorial_uses_the_public_api_and_seeds_what_it_draws():
     for cell in code_cells(nb):  # a cell that builds random weights seeds them itself
         if re.search(r"create_model\(|Model\(", cell.source):
             assert "torch.manual_seed(" in cell.source, cell.source
-    prose = [c.source for c in nb.cells if c.cell_type == "markdown"]
     after = [prose_follows(nb, c) for c in result_cells(nb)]
     assert all(after), "each result is interpreted in the text after it"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import textwrap
-from pathlib import Path
 
 from tests.helpers.paths import ROOT
 

@@ -13,7 +13,6 @@ Imports: torch; :mod:`peanchor.interventions` (edit, registry, spec, permutation
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
