@@ -6,6 +6,7 @@ Imports: :mod:`peanchor.core.errors` only.
 from __future__ import annotations
 
 import dataclasses
+import os  # noqa: F401  (the doctests use it)
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
