@@ -12,6 +12,7 @@ T = pytest.importorskip("transformers")
 from peanchor.adapters import HFViT, wrap_model  # noqa: E402
 from peanchor.interventions import Hook, Intervention, random_permutation  # noqa: E402
 from tests.helpers.doses import check_started_passes  # noqa: E402
+from tests.helpers.passes import assert_identity_hooks_are_plain, logits
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
             patch_size=8, layer_scale_init_value=1.0, num_labels=5)  # fmt: skip
@@ -38,11 +39,6 @@ def build(variant: str, cls: str = "BeitForImageClassification") -> HFViT:
 def images(n: int = 2) -> torch.Tensor:
     return torch.randn(n, 3, 32, 32, generator=torch.Generator().manual_seed(1))
 
-
-def logits(model: HFViT, x: torch.Tensor, spec: str = "", perm: torch.Tensor | None = None, alpha: float = 1.0):
-    iv = Intervention.parse(spec, token_perm=perm, pe_scale=alpha) if spec else Intervention(perm, alpha)
-    with torch.no_grad():
-        return model.forward_intermediates(x, iv).logits
 
 
 def own(model: HFViT, x: torch.Tensor) -> torch.Tensor:
@@ -110,10 +106,7 @@ def test_head_ablate_leaves_the_attention_at_its_projection_bias() -> None:
 def test_an_identity_hook_is_the_plain_pass_and_a_bias_hook_sees_the_bias() -> None:
     model, x = build("shared_and_per_layer"), images()
     plain = logits(model, x)
-    for point in ("blocks.1.mlp", "blocks.0.residual", "blocks.1.attn.heads"):
-        with torch.no_grad():
-            hooked = model.forward_intermediates(x, Intervention().with_edits(Hook(point, lambda t: t))).logits
-        assert torch.equal(hooked, plain), point
+    assert_identity_hooks_are_plain(model, x, ("blocks.1.mlp", "blocks.0.residual", "blocks.1.attn.heads"))
     seen = []
     iv = Intervention().with_edits(Hook("pe.bias", lambda b: seen.append(b) or b))
     with torch.no_grad():

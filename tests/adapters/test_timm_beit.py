@@ -13,6 +13,7 @@ from peanchor.adapters import TimmBeit, load_timm_model, wrap_model  # noqa: E40
 from peanchor.core.errors import ConfigError  # noqa: E402
 from peanchor.interventions import Hook, Intervention, random_permutation  # noqa: E402
 from tests.helpers.doses import check_started_passes  # noqa: E402
+from tests.helpers.passes import assert_identity_hooks_are_plain, logits
 
 SMALL = dict(img_size=32, patch_size=8, depth=2, embed_dim=64, num_heads=4, num_classes=10)  # a 4x4 grid
 VARIANTS = {
@@ -39,11 +40,6 @@ def build(variant: str, seed: int = 0) -> TimmBeit:
 def images(n: int = 2) -> torch.Tensor:
     return torch.randn(n, 3, 32, 32, generator=torch.Generator().manual_seed(1))
 
-
-def logits(model: TimmBeit, x: torch.Tensor, spec: str = "", perm: torch.Tensor | None = None, alpha: float = 1.0):
-    iv = Intervention.parse(spec, token_perm=perm, pe_scale=alpha) if spec else Intervention(perm, alpha)
-    with torch.no_grad():
-        return model.forward_intermediates(x, iv).logits
 
 
 def scaled_tables(model: TimmBeit, factor: float) -> None:
@@ -112,11 +108,7 @@ def test_head_ablate_leaves_the_attention_at_its_projection_bias() -> None:
 
 def test_an_identity_hook_is_the_plain_pass_and_a_bias_hook_sees_the_bias() -> None:
     model, x = build("shared_and_per_block"), images()
-    plain = logits(model, x)
-    for point in ("blocks.1.mlp", "blocks.0.residual", "blocks.1.attn.heads"):
-        with torch.no_grad():
-            hooked = model.forward_intermediates(x, Intervention().with_edits(Hook(point, lambda t: t))).logits
-        assert torch.equal(hooked, plain), point
+    assert_identity_hooks_are_plain(model, x, ("blocks.1.mlp", "blocks.0.residual", "blocks.1.attn.heads"))
     seen = []
     iv = Intervention().with_edits(Hook("pe.bias", lambda b: seen.append(b) or torch.zeros_like(b)))
     with torch.no_grad():

@@ -15,8 +15,9 @@ pytest.importorskip("timm.models.naflexvit")
 from peanchor.adapters.backend import wrap_model
 from peanchor.adapters.timm_naflex import TimmNaFlex
 from peanchor.core.errors import ConfigError
-from peanchor.interventions import Hook, Intervention, random_permutation
+from peanchor.interventions import Intervention, random_permutation
 from tests.helpers.doses import check_started_passes
+from tests.helpers.passes import assert_identity_hooks_are_plain, logits
 
 PATCH = 8
 SMALL = dict(patch_size=PATCH, depth=2, embed_dim=64, num_heads=4, num_classes=10, pos_embed_grid_size=(4, 4))
@@ -49,12 +50,6 @@ def build(variant: str, size: str = "own", seed: int = 0) -> TimmNaFlex:
 def images(model: TimmNaFlex, n: int = 2) -> torch.Tensor:
     return torch.randn(n, 3, *model.img_size, generator=torch.Generator().manual_seed(1))
 
-
-def logits(model: TimmNaFlex, x: torch.Tensor, spec: str = "", perm: torch.Tensor | None = None,
-           alpha: float = 1.0) -> torch.Tensor:  # fmt: skip
-    iv = Intervention.parse(spec, token_perm=perm, pe_scale=alpha) if spec else Intervention(perm, alpha)
-    with torch.no_grad():
-        return model.forward_intermediates(x, iv).logits
 
 
 def scaled_tables(model: TimmNaFlex, factor: float) -> None:
@@ -144,13 +139,9 @@ def test_head_ablate_leaves_the_attention_at_its_projection_bias() -> None:
 def test_an_identity_hook_at_each_point_is_the_plain_pass(variant: str) -> None:
     model = build(variant, "wide")
     x = images(model)
-    plain = logits(model, x)
     points = sorted(p.replace("{k}", "1") for p in model.hook_points.points if p != "input.grid")
     assert "pe.table" in points and "blocks.1.residual" in points
-    for point in points:
-        with torch.no_grad():
-            hooked = model.forward_intermediates(x, Intervention().with_edits(Hook(point, lambda t: t))).logits
-        assert torch.equal(hooked, plain), point
+    assert_identity_hooks_are_plain(model, x, points)
 
 
 def test_pe_resample_to_its_own_grid_is_the_plain_pass_and_to_another_runs_there() -> None:
