@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import gc
 import sys
 
 import pytest
-import torch
 from _pytest.doctest import DoctestModule
 
 # The modules this run imports from here on (the test files, rewritten for pytest's assertions, and peanchor) keep
@@ -25,10 +25,20 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Iterator[l
     return [c for c in collectors if not isinstance(c, DoctestModule)]
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Everything imported by now (torch, timm, transformers, the test modules) lives for the whole run: moved out of
+    the collector's reach, it is no longer walked by every full collection during the tests, nor by the five that
+    pytest runs at the session's end (about two seconds a worker). Garbage made later is collected as before."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_thread():
     """Tiny models are dominated by per-op overhead, which intra-op threads only add to (badly so on a
     busy 2-core CI machine). Subprocess tests set their own environment."""
+    import torch  # here, not at the top: xdist's controller loads this file and never needs torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -54,6 +64,8 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def in_process(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """In-process runs of the command line: the shared scenes ``cache`` and one thread, restored after."""
+    import torch
+
     monkeypatch.setenv("PEANCHOR_CACHE", str(cache))
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -66,6 +78,8 @@ def micro():
     """``micro(pe, seed=0, num_classes=5, **kw)``: a ``vit_micro`` with PE ``pe`` in eval mode, built right after
     ``torch.manual_seed(seed)`` (so the same arguments give the same weights); ``kw`` go to ``create_model``
     (``img_size``, ``patch_size``, ``pe_kwargs``, ...)."""
+    import torch
+
     from peanchor.models import create_model
 
     def build(pe: str, seed: int = 0, num_classes: int = 5, **kw) -> torch.nn.Module:
@@ -79,6 +93,8 @@ def micro():
 def fit_briefly():
     """``fit(model, images uint8 (n, 3, S, S), labels, info, steps=40)``: a few AdamW steps on random batches of
     64, returning the model in eval mode (tests that need a model trained above chance, in seconds)."""
+    import torch
+
     from peanchor.data import normalize
 
     def fit(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, info, steps: int = 40,
@@ -103,6 +119,7 @@ def photos():
     with Pillow's bicubic filter, as uint8 ``(4, 3, size, size)``: the images the shifts are checked on."""
     import matplotlib.cbook
     import numpy as np
+    import torch
     from PIL import Image
 
     photo = Image.open(matplotlib.cbook.get_sample_data("grace_hopper.jpg", asfileobj=False)).convert("RGB")
