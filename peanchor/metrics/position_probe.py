@@ -279,17 +279,17 @@ class PositionProbeAccumulator:
         terms = torch.einsum("rg,glk->rlk", c, per_group)  # (R, L, 2)
         held = c @ images  # (R,) held-out images per replicate
         y = self._targets.cpu()
-        return torch.stack([_r2(terms[r], intercept, float(held[r]) * y.shape[0], y) for r in range(c.shape[0])])
+        return _r2(terms, intercept, held * y.shape[0], y)  # (R, L, 2): every replicate at once
 
 
-def _r2(token_terms: Tensor, intercept: Tensor, k: float, y: Tensor) -> Tensor:
-    """Held-out R² ``(L, 2)`` from the token terms of the SSE (:meth:`PositionProbeAccumulator._score_terms`),
-    ``k`` held-out tokens and the slot targets ``y (N, 2)`` (every held-out image has every slot once)."""
+def _r2(token_terms: Tensor, intercept: Tensor, k: float | Tensor, y: Tensor) -> Tensor:
+    """Held-out R² ``(..., L, 2)`` from the token terms of the SSE ``(..., L, 2)``
+    (:meth:`PositionProbeAccumulator._score_terms`), ``k`` held-out tokens (a number, or one per leading index
+    ``(...)``) and the slot targets ``y (N, 2)`` (every held-out image has every slot once). No held-out token: NaN."""
+    k = torch.as_tensor(k, dtype=torch.float64)[..., None, None]  # (..., 1, 1)
     h = k / y.shape[0]
-    sy, syy = h * y.sum(dim=0), h * (y**2).sum(dim=0)  # (2,), (2,)
-    if k == 0:
-        return torch.full_like(token_terms, float("nan"))
+    sy, syy = h * y.sum(dim=0), h * (y**2).sum(dim=0)  # (..., 1, 2) each
     sse = syy - 2 * intercept * sy + token_terms + k * intercept**2
-    sst = syy - sy**2 / k  # (2,)
+    sst = syy - sy**2 / k  # (..., 1, 2)
     r2 = 1 - sse.clamp_min(0) / sst
-    return torch.where(sst > 0, r2, torch.full_like(r2, float("nan")))
+    return torch.where((sst > 0) & (k > 0), r2, torch.full_like(r2, float("nan")))
