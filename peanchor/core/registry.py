@@ -42,6 +42,7 @@ import contextlib
 import difflib
 import importlib
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from types import ModuleType
 from typing import Any, Generic, TypeVar, overload
@@ -49,7 +50,8 @@ from typing import Any, Generic, TypeVar, overload
 from peanchor.core.errors import ConfigError, PeanchorError
 
 __all__ = ["GROUPS", "PLUGINS_ENV", "DerivedView", "NamesView", "Registry", "RegistryError", "entry_point_names",
-           "declared_modules", "load_plugins", "loaded_plugins", "plugins_from_env", "plugins_in_environment"]  # fmt: skip
+           "installed_entry_points", "declared_modules", "load_plugins", "loaded_plugins", "plugins_from_env",
+           "plugins_in_environment"]  # fmt: skip
 
 T = TypeVar("T")
 O = TypeVar("O")
@@ -101,9 +103,7 @@ def load_plugins(modules: Iterable[str], origin: str = "--plugin") -> None:
 def declared_modules(package: str) -> tuple[str, ...]:
     """The plug-in modules that installed distributions declare (entry points in :data:`GROUPS`) inside
     ``package``, in the order they are declared."""
-    from importlib.metadata import entry_points
-
-    found = (point.value.partition(":")[0].strip() for group in GROUPS for point in entry_points(group=group))
+    found = (point.value.partition(":")[0].strip() for group in GROUPS for point in installed_entry_points(group))
     return tuple(dict.fromkeys(m for m in found if m == package or m.startswith(package + ".")))
 
 
@@ -146,12 +146,34 @@ def plugins_in_environment() -> Iterator[None]:
             os.environ[PLUGINS_ENV] = previous
 
 
+_POINTS: dict[str, tuple[Any, tuple[Any, ...]]] = {}  # group → (the import path's state read at, its points)
+
+
+def installed_entry_points(group: str) -> tuple[Any, ...]:
+    """The entry points the installed distributions declare in ``group``, as :func:`importlib.metadata.entry_points`
+    gives them. Reading every distribution's metadata costs milliseconds and every command line reads several
+    groups, so a group's points are read again only when the import path, or a folder on it, changed since (a
+    distribution installed or removed)."""
+    from importlib.metadata import entry_points
+
+    key = tuple((entry, _mtime(entry)) for entry in sys.path)
+    cached = _POINTS.get(group)
+    if cached is None or cached[0] != key:
+        cached = _POINTS[group] = (key, tuple(entry_points(group=group)))
+    return cached[1]
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path or ".").st_mtime_ns
+    except OSError:
+        return -1
+
+
 def entry_point_names(group: str) -> tuple[str, ...]:
     """The names the installed distributions declare in ``group``, read from their metadata without importing
     anything (for help texts that must not load a plug-in's torch)."""
-    from importlib.metadata import entry_points
-
-    return tuple(dict.fromkeys(point.name for point in entry_points(group=group)))
+    return tuple(dict.fromkeys(point.name for point in installed_entry_points(group)))
 
 
 def _label(obj: Any) -> str:
@@ -306,9 +328,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
 
     def _load_group(self) -> None:
         load_plugins(plugins_from_env(), origin=PLUGINS_ENV)
-        from importlib.metadata import entry_points
-
-        for point in entry_points(group=self.group):
+        for point in installed_entry_points(self.group):
             try:
                 obj = point.load()
             except PeanchorError:

@@ -188,6 +188,19 @@ def test_installed_plug_ins_are_found_through_their_entry_points(tmp_path, monke
             sys.modules.pop(module, None)
 
 
+def test_the_entry_points_are_read_once_and_again_after_an_install(tmp_path, monkeypatch):
+    """Read once per state of the import path (every command line reads several groups): a distribution installed
+    into a folder already on the path, after a first read, is seen at the next one, as importlib.metadata sees it."""
+    from importlib.metadata import entry_points
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert R.entry_point_names("peanchor.test-later") == ()
+    _dist(tmp_path, "later_plugin", "[peanchor.test-later]\ntriangle = later_module\n", {})
+    assert R.entry_point_names("peanchor.test-later") == ("triangle",)
+    assert R.installed_entry_points("peanchor.test-later") == tuple(entry_points(group="peanchor.test-later"))
+    assert R.installed_entry_points("peanchor.test-later") is R.installed_entry_points("peanchor.test-later")
+
+
 def test_a_broken_plug_in_is_one_line_naming_it(tmp_path, monkeypatch):
     _dist(tmp_path, "broken_plugin", "[peanchor.test-broken]\nbad = broken_module\n",
           {"broken_module": "raise RuntimeError('no GPU here')\n"})  # fmt: skip
