@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import ROOT
+from tests.helpers.source import parse
 
 PACKAGE = ROOT / "peanchor"
 
@@ -40,7 +41,7 @@ def _type_checking_lines(tree: ast.Module) -> set[int]:
 def imports_of(name: str) -> dict[str, int]:
     """The peanchor modules ``name`` imports (anywhere in it, but under ``if TYPE_CHECKING:``), each with its line."""
     path = MODULES[name]
-    tree = ast.parse(path.read_text())
+    tree = parse(path.read_text())
     skip = _type_checking_lines(tree)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: dict[str, int] = {}

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import ROOT
+from tests.helpers.source import parse
 
 PACKAGE = ROOT / "peanchor"
 
@@ -36,7 +37,7 @@ def _top(module: str) -> str:
 def _peanchor_imports(path: Path) -> set[str]:
     """Every peanchor module ``path`` imports, at the top or inside a function."""
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module == "peanchor":  # e.g. fileio, or __version__
             out.update(f"peanchor.{a.name}" for a in node.names if a.name in STAGE)
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("peanchor."):
@@ -86,7 +87,7 @@ def test_the_stage_list_covers_every_top_level_module_once() -> None:
 def test_every_module_says_what_it_may_import() -> None:
     missing = []
     for path in MODULES:
-        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        doc = ast.get_docstring(parse(path.read_text())) or ""
         if path.name != "__main__.py" and "Imports:" not in doc:
             missing.append(str(path.relative_to(PACKAGE)))
     assert not missing, missing
@@ -96,7 +97,7 @@ def test_every_module_says_what_it_may_import() -> None:
 def test_the_imports_line_names_what_the_module_imports(path: Path) -> None:
     """The ``Imports:`` line names every other top-level peanchor module or package the code imports (at the top or
     inside a function), and none it does not; ``peanchor.core.errors`` may go unnamed."""
-    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    doc = ast.get_docstring(parse(path.read_text())) or ""
     if "Imports:" not in doc:
         pytest.skip("no Imports: line (checked above)")
     own = path.relative_to(PACKAGE).parts[0].removesuffix(".py")

@@ -7,6 +7,7 @@ import ast
 import textwrap
 
 from tests.helpers.paths import ROOT
+from tests.helpers.source import parse
 
 PACKAGE = ROOT / "peanchor"
 MAX_LINES = 80
@@ -26,7 +27,7 @@ def long_functions(source: str, where: str, limit: int = MAX_LINES) -> dict[str,
             else:
                 visit(child, prefix)
 
-    visit(ast.parse(source), "")
+    visit(parse(source), "")
     return found
 
 
