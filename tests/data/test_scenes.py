@@ -92,13 +92,14 @@ def test_scenes_counterfactual_splits_differ_only_inside_the_glyph():
 def test_scenes_textures_are_distinct_at_every_phase():
     # No texture is another one shifted or inverted: a texture names a class, whatever its phase.
     y, x = np.mgrid[0:12, 0:12]
-    for i in range(len(scenes.TEXTURES)):
-        for j in range(len(scenes.TEXTURES)):
-            for dx in range(12):
-                for dy in range(12):
-                    a = scenes._texture(np.array(i), x + dx, y + dy)
-                    b = scenes._texture(np.array(j), x, y)
-                    same = np.array_equal(a, b) or np.array_equal(a, 1 - b)
+    count = len(scenes.TEXTURES)
+    plain = [scenes._texture(np.array(j), x, y) for j in range(count)]
+    for i in range(count):
+        for dx in range(12):
+            for dy in range(12):
+                a = scenes._texture(np.array(i), x + dx, y + dy)  # texture i at phase (dx, dy), drawn once
+                for j in range(count):
+                    same = np.array_equal(a, plain[j]) or np.array_equal(a, 1 - plain[j])
                     assert same == (i == j) or i == j
 
 
