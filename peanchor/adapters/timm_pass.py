@@ -11,13 +11,12 @@ table → blocks → norm → head); every step calls timm's own submodules, so 
   a family scales its other positional code in its own step (Eva's rotary angles, BEiT's bias);
 * the SSDC probe point (each block's first norm output, prefix tokens dropped) is captured by forward hooks on that
   norm during the block's own, unchanged forward;
-* attention weights, when asked for, come from timm's own eager attention path
-  (:mod:`peanchor.adapters.timm_attention`).
+* attention weights, when asked for, come from timm's own eager path (:mod:`peanchor.adapters.timm_attention`).
 
-With ``token_perm=None`` (or the identity) and α = 1 the logits are those of ``timm_model(images)``. A family
-says which classes it takes (``families``, read by :mod:`peanchor.adapters.timm_pe`) and fills in what differs:
-:meth:`TimmPass._after_table` (its dropout and pre-norm), and where it has them its own patch embedding, prefix
-tokens, table, hook points and per-block arguments.
+With ``token_perm=None`` (or the identity) and α = 1 the logits are those of ``timm_model(images)``. A wrapper
+names its families (``families``, :mod:`peanchor.adapters.timm_pe`) and fills in what differs: its dropout and
+pre-norm (:meth:`TimmPass._after_table`), and where it has them its own patches, prefix tokens, table, hook
+points and per-block arguments.
 
 Imports: torch, timm (lazily); :mod:`peanchor.adapters` (timm_attention, timm_hooks, timm_load, timm_pe),
 :mod:`peanchor.models` (interface, template), :mod:`peanchor.interventions`.
@@ -46,9 +45,8 @@ __all__ = ["TimmPass"]
 
 
 class TimmPass(TemplatePass, nn.Module):
-    """A timm model behind peanchor's analysis interface (see the module docstring); ``self.model`` is the unchanged
-    timm model. Analysis is meant for eval mode; in training mode the forward still matches timm's, except that
-    patch dropout (which removes tokens) is refused."""
+    """A timm model behind peanchor's analysis interface (see the module docstring); ``self.model`` is unchanged.
+    Meant for eval mode; in training mode the forward still matches timm's, but patch dropout is refused."""
 
     can_restrict_classes = True
     #: The families (:func:`peanchor.adapters.timm_pe.read_family`) whose model classes this wrapper takes.
@@ -134,11 +132,10 @@ class TimmPass(TemplatePass, nn.Module):
     @property
     def hook_points(self) -> HookPoints:
         """The block sites every block offers and the family's PE points (:meth:`_pe_points`)."""
-        blocks = self.model.blocks
-        points = {f"blocks.{{k}}.{site}" for site in block_sites(blocks)} | self._pe_points()
-        heads = int(getattr(blocks[0], "attn", blocks[0]).num_heads)
-        return HookPoints(self.pe_name, frozenset(points), self.depth, heads, self.grid, self.num_prefix,
-                          self._planes())  # fmt: skip
+        first = self.model.blocks[0]
+        points = frozenset({f"blocks.{{k}}.{site}" for site in block_sites(self.model.blocks)} | self._pe_points())
+        heads = int(getattr(first, "attn", first).num_heads)
+        return HookPoints(self.pe_name, points, self.depth, heads, self.grid, self.num_prefix, self._planes())
 
     def _pe_points(self) -> set[str]:
         """The PE's hook points: a table's, moved to another grid with it."""
