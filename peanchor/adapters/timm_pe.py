@@ -8,7 +8,7 @@
   embedding, the builder of its table at α (:mod:`peanchor.adapters.timm_rope`); a rope class unknown here is
   refused.
 
-Imports: timm (lazily); :mod:`peanchor.adapters` (timm_rope).
+Imports: torch, timm (lazily); :mod:`peanchor.adapters` (timm_rope).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ timm's own builder from α-scaled frequencies or coordinates, which interpolates
 timm is imported lazily: this module imports without it, and every entry point raises
 ``PeanchorError("timm is not installed: ...")`` when it is missing.
 
-Imports: torch, timm (lazily); :mod:`peanchor.adapters` (backend, timm_audit, timm_hooks, timm_pass, timm_pe,
+Imports: torch; :mod:`peanchor.adapters` (backend, timm_audit, timm_hooks, timm_pass, timm_pe,
 timm_rope), :mod:`peanchor.interventions`.
 """
 
