@@ -1,5 +1,5 @@
 """The timm BEiT backend: ``timm.models.beit.Beit`` (BEiT, BEiT v2) behind the analysis interface, through timm's own
-modules, on the timm ViT adapter's pass (:class:`~peanchor.adapters.timm_vit.TimmViT`).
+modules, on the timm pass (:class:`~peanchor.adapters.timm_pass.TimmPass`).
 
 Its positional code is a relative position bias: a table of ``(2h-1)(2w-1) + 3`` rows (one column per head) that
 each attention gathers into ``(1, H, T, T)`` by slot pair and adds to ``q·kᵀ``, either in every block
@@ -15,8 +15,8 @@ each attention gathers into ``(1, H, T, T)`` by slot pair and adds to ``q·kᵀ`
   (its bias is defined on the trained window);
 * attention weights come from timm's eager path (:mod:`peanchor.adapters.timm_attention`).
 
-Imports: torch, timm (lazily); :mod:`peanchor.adapters` (backend, timm_vit, timm_hooks, timm_load),
-:mod:`peanchor.interventions`, :mod:`peanchor.audit` (the subject).
+Imports: torch, timm (lazily); :mod:`peanchor.adapters` (backend, timm_audit, timm_load, timm_pass),
+:mod:`peanchor.interventions`, :mod:`peanchor.audit` (the claim, the observer).
 """
 
 from __future__ import annotations
@@ -30,28 +30,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from peanchor.adapters.backend import BACKENDS, Backend
-from peanchor.adapters.timm_hooks import block_sites
+from peanchor.adapters.timm_audit import timm_subject
 from peanchor.adapters.timm_load import describe, require_timm
-from peanchor.adapters.timm_vit import TimmPE, TimmViT
-from peanchor.interventions import EditPass, HookPoints, Intervention, PETable, permute_tokens
+from peanchor.adapters.timm_pass import TimmPass
+from peanchor.interventions import EditPass, Intervention
 
-__all__ = ["TimmBeit", "TimmBeitBackend", "beit_observer"]
+__all__ = ["TimmBeit", "TimmBeitBackend", "beit_observer", "per_block_bias"]
 
 
-class TimmBeit(TimmViT):
+class TimmBeit(TimmPass):
     """A timm BEiT behind peanchor's analysis interface; ``self.model`` is the unchanged timm model."""
 
-    @staticmethod
-    def _families() -> dict[type, tuple[str, dict[type, str]]]:
-        from timm.models.beit import Beit, Block
-
-        return {Beit: ("beit", {Block: "norm1"})}
-
-    def _read_pe(self) -> TimmPE:
-        self._rope_builder = None
-        has_ape = self.model.pos_embed is not None
-        return TimmPE(name="timm:rel_bias_ape" if has_ape else "timm:rel_bias", scalable=True, has_ape=has_ape,
-                      rope=None)  # fmt: skip
+    families = ("beit",)
 
     @property
     def has_bias(self) -> bool:
@@ -59,13 +49,13 @@ class TimmBeit(TimmViT):
         m = self.model
         return m.rel_pos_bias is not None or any(b.attn.relative_position_bias_table is not None for b in m.blocks)
 
-    @property
-    def hook_points(self) -> HookPoints:
-        points = {f"blocks.{{k}}.{site}" for site in block_sites(self.model.blocks)}
-        points |= {"pe.table"} if self.model.pos_embed is not None else set()
-        points |= {"pe.bias"} if self.has_bias else set()
-        heads = int(self.model.blocks[0].attn.num_heads)
-        return HookPoints(self.pe_name, frozenset(points), self.depth, heads, self.grid, self.num_prefix)
+    def _pe_points(self) -> set[str]:
+        """``pe.table`` where it has an absolute table, ``pe.bias`` where it has a bias; no ``input.grid``."""
+        points = {"pe.table"} if self.model.pos_embed is not None else set()
+        return points | {"pe.bias"} if self.has_bias else points
+
+    def _after_table(self, x: Tensor, grid: tuple[int, int], has_table: bool) -> Tensor:
+        return self.model.pos_drop(x)  # timm's BEiT has neither patch dropout nor a pre-norm
 
     def _bias(self) -> Tensor | None:
         """What each block adds to its attention logits at α = 1, ``(L|1, H, T, T)`` (None: no bias)."""
@@ -73,25 +63,7 @@ class TimmBeit(TimmViT):
         common = m.rel_pos_bias() if m.rel_pos_bias is not None else None  # (H, T, T)
         own = [b.attn._get_rel_pos_bias()[0] if b.attn.relative_position_bias_table is not None else None
                for b in m.blocks]  # fmt: skip
-        if all(o is None for o in own):
-            return None if common is None else common[None]
-        return torch.stack([o if common is None else common if o is None else o + common  # type: ignore[operator]
-                            for o in own])  # fmt: skip
-
-    def _embed(self, images: Tensor, intervention: Intervention, run: EditPass | None) -> Tensor:
-        """timm's ``forward_features`` up to the blocks: patches (permuted), CLS, the table at α (edited)."""
-        m = self.model
-        x = self._embed_patches(images)  # (B, N, D)
-        if intervention.token_perm is not None:
-            x = permute_tokens(x, intervention.token_perm)  # content moves, slots (and their bias) stay
-        x = torch.cat((m.cls_token.expand(x.shape[0], -1, -1), x), dim=1)  # (B, 1 + N, D)
-        pos = m.pos_embed  # (1, 1 + N, D) or None
-        if pos is None:
-            return m.pos_drop(x)
-        pos = pos if intervention.pe_scale == 1.0 else pos * intervention.pe_scale
-        if run is not None and run.acts_at("pe.table"):
-            return m.pos_drop(run.table(PETable(pos[:, :1], pos[:, 1:], self.grid)).added_to(x))
-        return m.pos_drop(x + pos)
+        return per_block_bias(common, own)
 
     def _block_arguments(self, intervention: Intervention, run: EditPass | None,
                          stack: ExitStack) -> Callable[[int], dict[str, Any]]:  # fmt: skip
@@ -114,6 +86,15 @@ class TimmBeit(TimmViT):
         for block in m.blocks:
             stack.enter_context(_silenced(block.attn))
         return lambda i: {"shared_rel_pos_bias": bias[i if bias.shape[0] > 1 else 0][None]}  # (1, H, T, T)
+
+
+def per_block_bias(common: Tensor | None, own: list[Tensor | None]) -> Tensor | None:
+    """The bias each block adds, ``(L|1, H, T, T)``, from the shared one ``(H, T, T)`` and each block's own (None:
+    that block has none); one slice for all blocks where no block has its own, None where there is none at all."""
+    if all(o is None for o in own):
+        return None if common is None else common[None]  # (1, H, T, T)
+    return torch.stack([o if common is None else common if o is None else o + common  # type: ignore[operator]
+                        for o in own])  # (L, H, T, T)
 
 
 @contextmanager
@@ -163,10 +144,7 @@ def beit_observer(wrapped: TimmBeit) -> Any:
             common = relative_bias(shared.relative_position_bias_table, grid) if shared is not None else None
             own = [relative_bias(a.relative_position_bias_table, grid)
                    if a.relative_position_bias_table is not None else None for a in self.attns]  # fmt: skip
-            if all(o is None for o in own):
-                return None if common is None else common[None]  # (1, H, T, T)
-            return torch.stack([o if common is None else common if o is None else o + common  # type: ignore[operator]
-                                for o in own])  # (L, H, T, T)
+            return per_block_bias(common, own)
 
     return BeitObserver(wrapped)
 
@@ -191,7 +169,7 @@ class TimmBeitBackend(Backend):
     def audit_subject(self, wrapped: Any) -> Any:
         """The claim read off timm's attributes (``use_rel_pos_bias`` / ``rel_pos_bias``, ``pos_embed``) and timm's
         own forward."""
-        from peanchor.audit.subject import AuditSubject, Claim
+        from peanchor.audit.subject import Claim
 
         inner = wrapped.model
         shared = inner.rel_pos_bias is not None
@@ -200,9 +178,7 @@ class TimmBeitBackend(Backend):
                 f"pos_embed={'yes' if table else 'none'}, num_prefix_tokens={inner.num_prefix_tokens}")  # fmt: skip
         claim = Claim("relative bias", None, 1 if table else None, int(inner.num_prefix_tokens), source=said,
                       also=("learned table",) if table else ())  # fmt: skip
-        return AuditSubject(wrapped, wrapped.pe_name, "timm", claim, wrapped.img_size[0] // wrapped.grid[0],
-                            wrapped.pe_scalable, None, wrapped.has_bias, lambda images: inner(images),
-                            observer=beit_observer(wrapped))  # fmt: skip
+        return timm_subject(wrapped, claim, beit_observer(wrapped), relative_bias=wrapped.has_bias)
 
     def signature(self, wrapped: Any) -> str:
         inner = wrapped.model

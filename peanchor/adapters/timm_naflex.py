@@ -1,5 +1,5 @@
 """The timm NaFlexViT backend: ``timm.models.naflexvit.NaFlexVit`` behind the analysis interface, through timm's own
-modules, on the timm ViT adapter's pass (:class:`~peanchor.adapters.timm_vit.TimmViT`).
+modules, on the timm pass (:class:`~peanchor.adapters.timm_pass.TimmPass`).
 
 Fixed-grid input only: a dense image batch of one size (timm's "standard 2D mode"); NaFlex's packed batches of
 variable-size patch sequences (``patch_coord``/``patch_valid``) are not analysed. NaFlex's PE is a learned table of
@@ -18,26 +18,24 @@ never to CLS or the registers, and resized by NaFlex's own code to the grid of t
 The model's grid is the table's own (``pos_embed_grid_size``) unless ``wrap(..., img_size=...)`` says otherwise.
 Rotary NaFlex models (``rope_type``) and EVA blocks are refused with the classes this backend wraps.
 
-Imports: torch, timm (lazily); :mod:`peanchor.adapters` (backend, timm_vit, timm_hooks, timm_load,
-timm_naflex_observe), :mod:`peanchor.interventions`, :mod:`peanchor.audit` (the subject, own_path).
+Imports: torch, timm (lazily); :mod:`peanchor.adapters` (backend, timm_audit, timm_load, timm_naflex_observe,
+timm_pass), :mod:`peanchor.interventions`, :mod:`peanchor.audit` (the claim).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import ExitStack
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from peanchor.adapters.backend import BACKENDS, Backend
-from peanchor.adapters.timm_hooks import block_sites
+from peanchor.adapters.timm_audit import timm_subject
 from peanchor.adapters.timm_load import describe, require_timm
 from peanchor.adapters.timm_naflex_observe import NaFlexObserver, declared_resample, table_grid
-from peanchor.adapters.timm_vit import TimmPE, TimmViT
+from peanchor.adapters.timm_pass import TimmPass
 from peanchor.core.errors import ConfigError
-from peanchor.interventions import EditPass, HookPoints, Intervention, PETable, permute_tokens
+from peanchor.interventions import PETable
 from peanchor.interventions.edit import check_grid
 
 __all__ = ["TimmNaFlex", "TimmNaFlexBackend"]
@@ -47,8 +45,10 @@ class _Stop(Exception):
     """Ends timm's embedding once the patch tokens are taken (before its table is added)."""
 
 
-class TimmNaFlex(TimmViT):
+class TimmNaFlex(TimmPass):
     """A timm NaFlexViT behind peanchor's analysis interface, on a fixed grid; ``self.model`` is unchanged."""
+
+    families = ("naflex",)
 
     def __init__(self, model: nn.Module, *, grid: tuple[int, int], model_args: dict[str, Any] | None = None):
         if getattr(model, "rope", None) is not None:
@@ -56,19 +56,6 @@ class TimmNaFlex(TimmViT):
                               "learned, factorized or no position table")  # fmt: skip
         super().__init__(model, model_args=model_args)
         self._grid = (int(grid[0]), int(grid[1]))
-
-    @staticmethod
-    def _families() -> dict[type, tuple[str, dict[type, str]]]:
-        from timm.models.naflexvit import NaFlexVit
-        from timm.models.vision_transformer import Block
-
-        return {NaFlexVit: ("naflex", {Block: "norm1"})}
-
-    def _read_pe(self) -> TimmPE:
-        self._rope_builder = None
-        kind = self.model.embeds.pos_embed_type  # "learned", "factorized" or "none"
-        has_table = kind != "none"
-        return TimmPE(name=f"timm:naflex_{kind}", scalable=has_table, has_ape=has_table, rope=None)
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -83,16 +70,8 @@ class TimmNaFlex(TimmViT):
     def has_table(self) -> bool:
         return self.model.embeds.pos_embed_type != "none"
 
-    @property
-    def hook_points(self) -> HookPoints:
-        points = {f"blocks.{{k}}.{site}" for site in block_sites(self.model.blocks)}
-        points |= {"pe.table", "input.grid"} if self.has_table else set()
-        heads = int(self.model.blocks[0].attn.num_heads)
-        return HookPoints(self.pe_name, frozenset(points), self.depth, heads, self.grid, self.num_prefix)
-
-    def _embed_patches(self, images: Tensor, grid: tuple[int, int] | None = None) -> Tensor:
+    def _embed_patches(self, images: Tensor, grid: tuple[int, int]) -> Tensor:
         """The patch tokens timm's ``embeds`` makes (its patchify, projection and norm), before any table."""
-        grid = grid or self.grid
         embeds = self.model.embeds
         check_grid(images, grid, embeds.patch_size)
         taken: list[Tensor] = []
@@ -110,41 +89,29 @@ class TimmNaFlex(TimmViT):
             handle.remove()
         return taken[0]  # (B, N, D), row-major slots
 
-    def _table(self, grid: tuple[int, int], like: Tensor) -> Tensor:
-        """NaFlex's own table at ``grid``, ``(1, N, D)``: its resize applied to zeros (timm adds it in place)."""
+    def _prefix_tokens(self, batch: int) -> list[Tensor]:
+        embeds = self.model.embeds  # CLS and the registers, which NaFlex gives no table row
+        return [t.expand(batch, -1, -1) for t in (embeds.cls_token, embeds.reg_token) if t is not None]
+
+    def _table(self, alpha: float, grid: tuple[int, int], like: Tensor) -> PETable | None:
+        """NaFlex's own table at ``grid`` × α, ``(1, N, D)``: its resize applied to zeros (timm adds it in place)."""
         embeds = self.model.embeds
+        if not self.has_table:
+            return None
         table = torch.zeros(1, grid[0] * grid[1], like.shape[-1], dtype=like.dtype, device=like.device)
         if embeds.pos_embed_type == "learned":
             embeds._apply_learned_pos_embed(table, grid_size=list(grid))
         else:
             embeds._apply_factorized_pos_embed(table, grid_size=list(grid))
-        return table
+        return PETable(None, table if alpha == 1.0 else table * alpha, grid)
 
-    def _embed(self, images: Tensor, intervention: Intervention, run: EditPass | None) -> Tensor:
-        """timm's ``forward_features`` up to the blocks: patches (permuted), the table at α (edited), then the
-        prefix tokens (no table row), ``pos_drop``, ``norm_pre``."""
+    def _after_table(self, x: Tensor, grid: tuple[int, int], has_table: bool) -> Tensor:
+        """NaFlex's dropout after the table and ``norm_pre`` (patch dropout refused: it removes tokens)."""
         m = self.model
-        grid = run.grid if run is not None else self.grid
-        x = self._embed_patches(images, grid)  # (B, N, D)
-        if intervention.token_perm is not None:
-            x = permute_tokens(x, intervention.token_perm)  # content moves, slots (and their table) stay
-        prefix = [t.expand(x.shape[0], -1, -1) for t in (m.embeds.cls_token, m.embeds.reg_token) if t is not None]
-        if self.has_table:
-            table = self._table(self.grid if run is not None and run.acts_at("pe.table") else grid, x)  # (1, N, D)
-            table = table if intervention.pe_scale == 1.0 else table * intervention.pe_scale
-            if run is not None and run.acts_at("pe.table"):
-                x = run.table(PETable(None, table, self.grid)).added_to(x)  # the edit moves it to the pass's grid
-            else:
-                x = x + table
-        x = torch.cat(prefix + [x], dim=1) if prefix else x  # (B, P + N, D)
         x = m.embeds.pos_drop(x)
         if self.training and m.patch_drop is not None:
             raise ValueError("patch dropout removes tokens (training mode): call .eval() before the analysis")
         return m.norm_pre(x)
-
-    def _block_arguments(self, intervention: Intervention, run: EditPass | None,
-                         stack: ExitStack) -> Callable[[int], dict[str, Any]]:  # fmt: skip
-        return lambda i: {}  # NaFlex's blocks take no rope and, on a dense batch, no mask
 
 
 def _grid_for(model: Any, img_size: Any) -> tuple[int, int]:
@@ -185,8 +152,7 @@ class TimmNaFlexBackend(Backend):
     def audit_subject(self, wrapped: Any) -> Any:
         """The claim read off NaFlex's own attributes (``embeds.pos_embed_type``, its interpolation mode and
         antialias, its prefix tokens), timm's own forward at other grids, and an observer of its own modules."""
-        from peanchor.audit.adapters import own_path
-        from peanchor.audit.subject import AuditSubject, Claim
+        from peanchor.audit.subject import Claim
 
         inner, embeds = wrapped.model, wrapped.model.embeds
         kind = embeds.pos_embed_type
@@ -195,14 +161,11 @@ class TimmNaFlexBackend(Backend):
                 f"class_token={embeds.has_class_token}, reg_tokens={embeds.num_reg_tokens}")  # fmt: skip
         claim = Claim("none" if kind == "none" else "learned table", None, None if kind == "none" else 0,
                       int(inner.num_prefix_tokens), source=said)  # fmt: skip
-        subject = AuditSubject(wrapped, wrapped.pe_name, "timm", claim, int(embeds.patch_size[0]),
-                               wrapped.pe_scalable, None, False, lambda images: inner(images),
-                               observer=NaFlexObserver(wrapped))  # fmt: skip
         # Its own resize is pe_resample's where it starts from the model's grid and stretches the table (an
         # aspect-preserving NaFlex resizes to a square and crops: ``reference_parity`` reads that path instead).
-        if kind != "none" and table_grid(inner) == wrapped.grid and not embeds.pos_embed_ar_preserving:
-            subject.own_resample = lambda: own_path(subject, lambda x: inner(x), mode, antialias)
-        return subject
+        resizes = kind != "none" and table_grid(inner) == wrapped.grid and not embeds.pos_embed_ar_preserving
+        own = (mode, antialias) if resizes else None
+        return timm_subject(wrapped, claim, NaFlexObserver(wrapped), own_resample=own)
 
     def signature(self, wrapped: Any) -> str:
         embeds = wrapped.model.embeds
