@@ -43,7 +43,7 @@ def test_an_identity_hook_gives_the_plain_analysis_bit_for_bit(model, data) -> N
     plain = peanchor.analyze(model, *data, **STATS, **FAST)
     hooked = peanchor.analyze(model, *data, interventions=[Hook("blocks.0.residual", identity)], **STATS, **FAST)
     assert calls and _numbers(hooked) == _numbers(plain)
-    assert hooked.settings.interventions == ["hook:point=blocks.0.residual,fn=" + identity.__qualname__]
+    assert hooked.settings.interventions == [f"hook:point=blocks.0.residual,fn={__name__}:{identity.__qualname__}"]
 
 
 def test_a_hook_that_changes_the_residual_changes_the_analysis(model, data) -> None:

@@ -278,8 +278,8 @@ class AnalysisPlan(PlanSettings):
 
     # ---- records ---------------------------------------------------------------------------------
     def records(self) -> dict[str, Any]:
-        """:meth:`settings` as the files write them: the edits as their spec text (a ``Hook`` names its function,
-        text that does not parse back), tuples as lists."""
+        """:meth:`settings` as the files write them: the edits as their spec text (a ``Hook`` names its function by
+        ``MODULE:NAME``; every spec reads back), tuples as lists."""
         values = self.settings()
         values["interventions"] = tuple(edit.spec for edit in self.interventions)
         return {key: list(v) if isinstance(v, tuple) else v for key, v in values.items()}

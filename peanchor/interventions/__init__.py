@@ -28,7 +28,7 @@ from peanchor.interventions.permutation import (
 from peanchor.interventions.registry import INTERVENTIONS, edit_from_spec, names, register_intervention
 from peanchor.interventions import kinds  # noqa: F401  (registers every kind)
 from peanchor.interventions.intervention import NO_INTERVENTION, Intervention, fitted_edits
-from peanchor.interventions.hook import Hook
+from peanchor.interventions.hook import FunctionName, Hook
 from peanchor.interventions.kinds.head_ablate import HeadAblate
 from peanchor.interventions.kinds.patch import Patch
 from peanchor.interventions.kinds.pe_resample import PEResample, resample_rows
@@ -41,7 +41,8 @@ from peanchor.interventions.start import Start
 from peanchor.interventions.sweep_spec import SweepSpec
 
 __all__ = [
-    "BLOCK_SITES", "INTERVENTIONS", "NO_INTERVENTION", "Edit", "EditPass", "HeadAblate", "Hook", "HookPoints", "Intervention",
+    "BLOCK_SITES", "INTERVENTIONS", "NO_INTERVENTION", "Edit", "EditPass", "FunctionName", "HeadAblate", "Hook", "HookPoints",
+    "Intervention",
     "PETable", "PEResample", "PEShuffle", "PEZero", "Patch", "Plane", "Record", "RopePlanes", "RopeTables", "Start",
     "SweepSpec",
     "axial_planes", "edit_from_spec", "identity_permutation", "inverse_permutation", "names", "permute_tokens",

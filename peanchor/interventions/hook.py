@@ -15,15 +15,23 @@
 ``blocks.{k}.<site>`` with ``site`` one of
 ``attn.heads`` ``(B, T, H, hd)``, ``attn``, ``mlp``, ``residual`` ``(B, T, D)`` (``fn`` takes and returns the
 tensor). An identity ``fn`` gives the plain pass bit for bit; a point the model lacks is one line listing the
-model's points. A hook is built in Python, not from spec text: it cannot be written as ``--intervention``, and its
-record names the function.
+model's points.
 
-Imports: torch; :mod:`peanchor.interventions` (edit).
+Its spec, and so its record in ``analysis.json``, names the function by where it is imported from,
+``hook:point=blocks.3.mlp,fn=mylab.hooks:double_the_mlp``, and reads back: to a :class:`FunctionName`, which imports
+the module only when the hook is checked against a model, before its first pass (never when a record is read). So
+``--intervention hook:point=...,fn=MODULE:FUNCTION`` runs a researcher's own function from the command line, as
+``--plugin`` loads their module. A lambda or a function defined inside another is recorded by its name too
+(``__main__:<lambda>``), which reads back but cannot be imported: running it again is one line saying so.
+
+Imports: torch; :mod:`peanchor.interventions` (edit, registry, spec).
 """
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,18 +40,89 @@ from torch import Tensor
 
 from peanchor.core.errors import ConfigError
 from peanchor.interventions.edit import BLOCK_SITES, POINTS, Edit, EditPass, HookPoints, PETable, RopeTables
+from peanchor.interventions.registry import INTERVENTIONS
+from peanchor.interventions.spec import param
 
-__all__ = ["Hook"]
+__all__ = ["FunctionName", "Hook", "function_name"]
+
+
+def function_name(fn: Any) -> str:
+    """Where ``fn`` is imported from, ``module:qualified.name`` (a callable object: its class's)."""
+    if isinstance(fn, FunctionName):
+        return fn.name
+    named = fn if hasattr(fn, "__qualname__") else type(fn)
+    module, qualname = getattr(named, "__module__", None) or "?", named.__qualname__
+    short = getattr(named, "__name__", None)
+    if short and getattr(sys.modules.get(module), short, None) is named:  # e.g. torch.tanh, whose class is internal
+        qualname = short
+    return f"{module}:{qualname}"
+
+
+@dataclass(frozen=True)
+class FunctionName:
+    """A hook's function known by its name, ``module:qualified.name``, as a spec or a record gives it. The module is
+    imported at :meth:`load` (a hook's check, before its first pass), never when the name is read.
+
+    >>> FunctionName("math:sqrt")(16.0)
+    4.0
+    >>> FunctionName("__main__:<lambda>").load()
+    Traceback (most recent call last):
+    ...
+    peanchor.core.errors.ConfigError: hook function __main__:<lambda> cannot be imported by its name (a lambda, or a function defined inside another): run it from Python with Hook(point, fn)
+    """
+
+    name: str
+    _loaded: list[Callable[[Any], Any]] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        module, colon, qualname = self.name.partition(":")
+        if not colon or not module.strip() or not qualname.strip():
+            raise ValueError(f"expected the function as MODULE:NAME (e.g. mylab.hooks:double), got {self.name!r}")
+
+    @property
+    def importable(self) -> bool:
+        """Whether the name can be imported: not a lambda, nor a function defined inside another."""
+        return "<" not in self.name
+
+    def load(self) -> Callable[[Any], Any]:
+        """The function, imported once; one :class:`ConfigError` line when it cannot be."""
+        if self._loaded:
+            return self._loaded[0]
+        module, _, qualname = self.name.partition(":")
+        if not self.importable:
+            raise ConfigError(f"hook function {self.name} cannot be imported by its name (a lambda, or a function "
+                              "defined inside another): run it from Python with Hook(point, fn)")  # fmt: skip
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(f"hook function {self.name} could not be imported: {type(e).__name__}: {e}") from None
+        if not callable(obj):
+            raise ConfigError(f"hook function {self.name} is a {type(obj).__name__}, not a function")
+        self._loaded.append(obj)
+        return obj
+
+    def __call__(self, value: Any) -> Any:
+        return self.load()(value)
+
+    def __str__(self) -> str:
+        return self.name
 
 _BLOCK = re.compile(r"blocks\.(\d+)\.(" + "|".join(re.escape(s) for s in BLOCK_SITES) + r")")
 
 
+@INTERVENTIONS.register
 @dataclass(frozen=True, eq=False)
 class Hook(Edit):
     """``fn`` applied to the value at hook point ``point`` (docs/interventions.md); see the module's docstring.
+    Two hooks are equal when they act at the same point with the same importable function (a hook read back from
+    a record equals the one that wrote it); a lambda's hook equals only itself.
 
-    >>> Hook("blocks.2.residual", lambda x: x).spec
-    'hook:point=blocks.2.residual,fn=<lambda>'
+    >>> Hook("blocks.2.residual", abs).spec
+    'hook:point=blocks.2.residual,fn=builtins:abs'
+    >>> Hook("blocks.2.residual", lambda x: x).spec.endswith(":<lambda>")  # recorded, but not importable
+    True
     >>> Hook("blocks.2.nowhere", abs)
     Traceback (most recent call last):
     ...
@@ -53,11 +132,14 @@ class Hook(Edit):
     kind = "hook"
     summary = "any Python function at one hook point"
 
-    point: str
-    fn: Callable[[Any], Any] = field(repr=False)
+    point: str = param(str, "a hook point: pe.table, rope.tables, pe.bias, pe.rotation or blocks.{k}.<site>", "")
+    fn: Callable[[Any], Any] = param(FunctionName, "the function, as MODULE:NAME (imported before the first pass)",
+                                     None)  # fmt: skip
     _site: tuple[str, int] | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
+        if self.fn is None:
+            raise ConfigError(f"hook at {self.point!r} needs its function: fn=MODULE:NAME (e.g. mylab.hooks:double)")
         if not callable(self.fn):
             raise ConfigError(f"Hook({self.point!r}, ...): fn must be callable, got {type(self.fn).__name__}")
         block = _BLOCK.fullmatch(self.point)
@@ -69,8 +151,21 @@ class Hook(Edit):
     def required_points(self, hooks: HookPoints) -> tuple[str, ...]:
         return (f"blocks.{{k}}.{self._site[0]}",) if self._site else (self.point,)
 
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Hook) or other.spec != self.spec:
+            return False
+        return isinstance(self.fn, FunctionName) and self.fn.importable or (  # the name stands for the function
+            isinstance(other.fn, FunctionName) and other.fn.importable or self.fn is other.fn)
+
+    def __hash__(self) -> int:
+        return hash(self.spec)
+
     def check(self, hooks: HookPoints) -> None:
         super().check(hooks)
+        if isinstance(self.fn, FunctionName):
+            self.fn.load()  # before the first pass: a name that does not import is one line now
         if self._site and not 0 <= self._site[1] < hooks.depth:
             raise ConfigError(f"Hook point {self.point!r}: {hooks.model} has {hooks.depth} blocks "
                               f"(0-{hooks.depth - 1})")  # fmt: skip
@@ -110,9 +205,9 @@ class Hook(Edit):
 
     @property
     def _name(self) -> str:
-        return getattr(self.fn, "__qualname__", type(self.fn).__name__)
+        return function_name(self.fn)
 
     @property
     def spec(self) -> str:
-        """What records name it by: the point and the function (not spec text that parses back)."""
+        """The spec text it reads back from: the point and where its function is imported from."""
         return f"hook:point={self.point},fn={self._name}"

@@ -39,6 +39,36 @@ def test_another_settings_analysis_is_written_beside_and_the_same_settings_rewri
     assert read_analysis(run / "analysis").settings.batch_size == 4
 
 
+def test_a_hook_by_its_module_runs_from_the_command_line_and_its_record_reads_back(run, tmp_path, monkeypatch,
+                                                                                   capsys):  # fmt: skip
+    """``--intervention hook:point=...,fn=MODULE:NAME`` imports the researcher's module before the first pass; the
+    record names the function and reads back, so the same command rewrites its own analysis; a lambda's record
+    (written from Python) reads back too, and is neither run nor replaced."""
+    import peanchor
+    from peanchor.interventions import Hook
+
+    (tmp_path / "lab_hooks.py").write_text("def double(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "hooked"
+    spec = "hook:point=blocks.0.mlp,fn=lab_hooks:double"
+    assert main(["analyze", str(run), *FAST, "--intervention", spec, "--out", str(out)]) == 0, capsys.readouterr().err
+    first = read_analysis(out)
+    assert first.settings.interventions == [spec]
+    assert main(["analyze", str(run), *FAST, "--intervention", spec, "--out", str(out)]) == 0  # the same settings
+    assert read_analysis(out).settings.interventions == [spec] and not (tmp_path / "hooked-2").exists()
+    assert main(["analyze", str(run), *FAST, "--intervention", "hook:point=blocks.0.mlp,fn=lab_hooks:nothing",
+                 "--out", str(tmp_path / "bad")]) == 2  # fmt: skip
+    assert capsys.readouterr().err.strip() == ("peanchor: error: hook function lab_hooks:nothing could not be "
+                                               "imported: AttributeError: module 'lab_hooks' has no attribute "
+                                               "'nothing'")  # fmt: skip
+    assert not (tmp_path / "bad").exists()
+    model = peanchor.load_model(run)
+    peanchor.analyze(model, "scenes", max_images=12, interventions=[Hook("blocks.0.mlp", lambda x: x)], alphas=[],
+                     shifts=["jpeg:quality=10"], progress=False).save(tmp_path / "by-lambda")  # fmt: skip
+    assert main(["analyze", str(run), *FAST, "--out", str(tmp_path / "by-lambda")]) == 2  # read back, not replaced
+    assert "holds an analysis made with other settings" in capsys.readouterr().err
+
+
 def test_an_out_given_that_holds_other_settings_is_refused_in_one_line(run, tmp_path, capsys):
     out = tmp_path / "mine"
     assert main(["analyze", str(run), *FAST, "--out", str(out)]) == 0

@@ -139,3 +139,31 @@ def test_the_edit_protocol_names_no_kind_outside_the_kinds() -> None:
     for name in ("intervention.py", "doses.py", "start.py", "hook.py"):
         text = (root / name).read_text()
         assert "interventions.kinds" not in text and "HeadAblate" not in text and "Patch)" not in text, name
+
+
+def test_a_hooks_spec_names_its_function_and_reads_back_to_the_same_pass() -> None:
+    """The spec (and so the record) says where the function is imported from; read back, it runs that function, and
+    the hook equals the one that wrote it. A lambda's spec reads back too, but runs only from Python."""
+    from peanchor.interventions import FunctionName, edit_from_spec
+
+    model = wrap_model(BACKENDS["peanchor-ape"]())
+    hook = Hook("blocks.1.mlp", torch.tanh)
+    assert hook.spec == "hook:point=blocks.1.mlp,fn=torch:tanh"
+    back = edit_from_spec(hook.spec)
+    assert isinstance(back.fn, FunctionName) and back == hook and hash(back) == hash(hook) and back.spec == hook.spec
+    assert torch.equal(run(model, Intervention().with_edits(back)).logits,
+                       run(model, Intervention().with_edits(hook)).logits)  # fmt: skip
+    lam = Hook("blocks.1.mlp", lambda x: x)
+    assert lam.spec == f"hook:point=blocks.1.mlp,fn={__name__}:test_a_hooks_spec_names_its_function_and_reads_back_to_" \
+                       "the_same_pass.<locals>.<lambda>"
+    read = edit_from_spec(lam.spec)
+    assert read != lam and lam == lam and read.spec == lam.spec  # one lambda's name is every lambda's there
+    with pytest.raises(ConfigError, match=r"cannot be imported by its name \(a lambda, or a function defined inside "):
+        run(model, Intervention().with_edits(read))
+    for bad, message in [("hook:point=blocks.1.mlp", "needs its function: fn=MODULE:NAME"),
+                         ("hook:point=blocks.1.mlp,fn=tanh", "expected the function as MODULE:NAME"),
+                         ("hook:point=blocks.9.mlp,fn=torch:tanh", r"has 2 blocks \(0-1\)"),
+                         ("hook:point=blocks.1.mlp,fn=no_such_module_here:f", "could not be imported: "
+                                                                               "ModuleNotFoundError")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            run(model, Intervention.parse(bad))
