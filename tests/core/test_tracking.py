@@ -9,15 +9,21 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from peanchor.cli import main
+
+if TYPE_CHECKING:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 
 def events(log_dir: Path) -> EventAccumulator:
     """Every scalar, image and text in ``log_dir``, as TensorBoard itself loads them."""
+    # imported here, not at the top: a worker that collects this file but runs none of it skips tensorboard
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     assert list(log_dir.glob("events.out.tfevents.*")), f"no event file in {log_dir}"
     acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "images": 0, "tensors": 0})
     acc.Reload()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import datasets
 import numpy as np
 import pytest
 from PIL import Image
@@ -17,12 +17,17 @@ from peanchor.cli import main
 from peanchor.data import DataSpec, build_datasets
 from peanchor.core.errors import DataError
 
+if TYPE_CHECKING:
+    import datasets
+
 CLASSES = ["dark", "mid", "light"]
 
 
 def save_hf_dataset(root: Path, *, image_column: str = "image", label_column: str = "label", n_train: int = 24,
                     n_val: int = 12, seed: int = 0) -> Path:  # fmt: skip
     """A DatasetDict with 'train' and 'validation': 12 px noise images whose brightness is the class."""
+    import datasets  # here, not at the top: a worker that runs none of these tests never imports it
+
     rng = np.random.default_rng(seed)
     features = datasets.Features({image_column: datasets.Image(), label_column: datasets.ClassLabel(names=CLASSES)})
 
