@@ -13,12 +13,11 @@ for one pass, removed when it ends:
   receives them, viewed ``(B, T, H, hd)``; ``blocks.{k}.attn``: the attention module's output; ``.mlp``: the MLP's;
   ``.residual``: the layer's output.
 
-The pass's own plumbing is here too: the model's own forward rerouted around its layers (:func:`rerouted`: up to
-the first layer, which hands back what the encoder gives every layer; or from a given last hidden state on to the
-head), RPI as a hook on the patch embedding, the probes on each layer's first norm and the attention weights from
-the eager path.
+The pass's own plumbing is here too: α as a parameter or buffer × α for a step (:func:`scaled_slot`), RPI as a hook
+on the patch embedding, the probes on each layer's first norm and the attention weights from the eager path.
 
-Imports: torch; :mod:`peanchor.interventions`, :mod:`peanchor.models` (interface).
+Imports: torch; :mod:`peanchor.adapters` (hf_split), :mod:`peanchor.interventions`, :mod:`peanchor.models`
+(interface).
 """
 
 from __future__ import annotations
@@ -30,29 +29,24 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from peanchor.adapters.hf_split import shadowed
 from peanchor.interventions import EditPass, PETable, RopeTables, axial_planes, permute_tokens
 from peanchor.models.interface import AttentionSink
 
-__all__ = ["StopPass", "attention_hooks", "edited_rope", "edited_table", "permuted_patches", "probe_hooks",
-           "rerouted", "rope_planes", "shadowed", "site_hooks", "table_of"]  # fmt: skip
+__all__ = ["attention_hooks", "edited_rope", "edited_table", "permuted_patches", "probe_hooks", "rope_planes",
+           "scaled_slot", "site_hooks", "table_of"]  # fmt: skip
 
 
 @contextmanager
-def shadowed(module: nn.Module, method: str, stand_in: Any) -> Iterator[None]:
-    """For the block, ``module.<method>`` is ``stand_in`` (an instance attribute shadows the class's method); what
-    the instance had before (the method, or someone's own replacement) is put back after."""
-    had = module.__dict__.get(method, _NOTHING)
-    setattr(module, method, stand_in)
+def scaled_slot(owner: nn.Module, store: str, key: str, alpha: float) -> Iterator[None]:
+    """``owner``'s parameter or buffer ``key`` × α for the block; the original tensor is put back after."""
+    slots = getattr(owner, store)
+    original = slots[key]
+    slots[key] = original.detach() * alpha  # a plain tensor in the slot: forward reads it like the original
     try:
         yield
     finally:
-        if had is _NOTHING:
-            delattr(module, method)
-        else:
-            setattr(module, method, had)
-
-
-_NOTHING = object()
+        slots[key] = original
 
 
 def table_of(param: Tensor, num_patches: int, grid: tuple[int, int], alpha: float) -> PETable:
@@ -108,48 +102,6 @@ def site_hooks(layers: nn.ModuleList, attention: str, out_proj: str, run: EditPa
     finally:
         for h in handles:
             h.remove()
-
-
-class StopPass(Exception):
-    """Raised by the stand-in first layer of :func:`rerouted`: what the encoder handed it (the hidden states, the
-    other positional arguments, the keyword arguments), which it hands every layer alike."""
-
-    def __init__(self, hidden: Tensor, args: tuple, kwargs: dict[str, Any]) -> None:
-        super().__init__("the forward stopped at its first layer")
-        self.hidden, self.args, self.kwargs = hidden, args, kwargs
-
-
-class _FirstLayer(nn.Module):
-    def forward(self, hidden_states: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        raise StopPass(hidden_states, args, kwargs)
-
-
-class _Handing(nn.Module):
-    def __init__(self, x: Tensor) -> None:
-        super().__init__()
-        self.x = x
-
-    def forward(self, *_args: Any, **_kwargs: Any) -> Tensor:
-        return self.x  # (B, T, D): the last layer's output, whatever the encoder hands in
-
-
-@contextmanager
-def rerouted(backbone: nn.Module, layers_path: str, last: Tensor | None, embedded: Tensor | None) -> Iterator[None]:
-    """For the model's forward inside: its encoder runs one stand-in in place of its layers, which raises
-    :class:`StopPass` (``last`` None) or returns ``last`` ``(B, T, D)``, so the rest of the forward (final norm,
-    pooler, head) runs from it; with ``embedded`` ``(B, T, D)``, the embeddings hand it on without computing."""
-    owner_path, _, name = layers_path.rpartition(".")
-    owner = backbone.get_submodule(owner_path) if owner_path else backbone
-    layers = getattr(owner, name)
-    setattr(owner, name, nn.ModuleList([_FirstLayer() if last is None else _Handing(last)]))
-    try:
-        if embedded is None:
-            yield
-        else:
-            with shadowed(backbone.embeddings, "forward", lambda *_args, **_kwargs: embedded):
-                yield
-    finally:
-        setattr(owner, name, layers)
 
 
 @contextmanager

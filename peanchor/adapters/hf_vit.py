@@ -1,27 +1,22 @@
 """The transformers backend: a transformers vision transformer behind the analysis interface, on the one template
-pass (:class:`~peanchor.models.template.TemplatePass`), each step through the model's own code.
+pass (:class:`~peanchor.models.template.TemplatePass`), each step through the model's own code. ``self.model``
+stays as it is; a pass changes hooks and swaps (:mod:`peanchor.adapters.hf_hooks`) undone after each step.
 
-:class:`HFViT` leaves ``self.model`` as it is; what a pass changes is hooks and swaps undone when the step ends:
+* ``_embed``: the model's own forward up to its first layer (:mod:`peanchor.adapters.hf_split`): its embeddings
+  (and CLIP's pre-norm), the patches moved (RPI) by a hook on the patch embedding before any position is added, the
+  learned table × α (interpolated too: transformers' bicubic interpolation is linear) or edited at ``pe.table``;
+* ``_blocks``: each layer called with what the encoder hands every layer (DINOv3's rotary ``(cos, sin)``, BEiT's
+  shared bias, the masks), read off the model's own forward at the pass's grid with DINOv3's ``inv_freq`` or
+  BEiT's bias tables × α, edited at ``rope.tables`` / ``pe.bias``; the probe, the edits' block sites and the
+  attention weights (transformers' eager path) are hooks on the layers' modules;
+* ``_head``: the model's own forward from the last layer's output on (final norm, pooler, classifier, DeiT's two
+  heads, SigLIP's pooling head). A model without a classification head (``Dinov2Model``, ...) returns its pooled
+  features and says ``has_head = False``.
 
-* ``_embed``: the model's own forward up to its first layer (:func:`~peanchor.adapters.hf_hooks.rerouted`), so its
-  own embeddings (and CLIP's pre-norm) build the stream. RPI is a forward hook on the patch embedding that reorders
-  its output's token axis before any position is added (the table stays on its slots, docs/study.md); α replaces
-  the learned table by α × table for the call (transformers' bicubic ``interpolate_pos_encoding`` is linear, so an
-  interpolated table is scaled by α too); ``pe.table`` hands the embeddings the edited table;
-* ``_blocks``: each layer called with what the encoder hands every layer, read off the model's own forward stopped
-  at its first layer, at the pass's grid (DINOv3's rotary ``(cos, sin)``, BEiT's shared bias and resolution, the
-  masks). α multiplies DINOv3's ``inv_freq`` (every rotation angle × α) and BEiT's bias tables for that read;
-  ``rope.tables`` and ``pe.bias`` edit what the layers get; the probe (each layer's first norm, read by a hook), the
-  edits' block sites and the attention weights (transformers' eager path) are hooks on the layers' modules;
-* ``_head``: the model's own forward from the last layer's output on (final norm, pooler, classifier: DeiT's two
-  heads, SigLIP's pooling head), its embeddings and layers stood in for. A model without a classification head
-  (``Dinov2Model``, ``CLIPVisionModel``, ...) returns its pooled features and says ``has_head = False``.
+The audit subject is :mod:`peanchor.adapters.hf_audit`'s.
 
-At the identity and α = 1 the logits and every layer's tokens are transformers' own (tests/adapters/test_hf_vit.py,
-on small random configs of every family). The audit subject is :mod:`peanchor.adapters.hf_audit`'s.
-
-Imports: torch, transformers (lazily); :mod:`peanchor.adapters` (backend, hf_audit, hf_bias, hf_families, hf_hooks),
-:mod:`peanchor.models` (interface, template), :mod:`peanchor.interventions`.
+Imports: torch, transformers (lazily); :mod:`peanchor.adapters` (backend, hf_audit, hf_bias, hf_families, hf_hooks,
+hf_split), :mod:`peanchor.models` (interface, template), :mod:`peanchor.interventions`.
 """
 
 from __future__ import annotations
@@ -37,25 +32,16 @@ from peanchor.adapters import hf_audit
 from peanchor.adapters.backend import BACKENDS, Backend
 from peanchor.adapters.hf_bias import bias_modules, edited_bias, scaled_bias
 from peanchor.adapters.hf_families import FAMILIES, SUPPORTED_CLASSES, part, pe_parts
-from peanchor.adapters.hf_hooks import (StopPass, attention_hooks, edited_rope, edited_table, permuted_patches,
-                                        probe_hooks, rerouted, rope_planes, site_hooks, table_of)  # fmt: skip
-from peanchor.core.errors import ConfigError, PeanchorError
+from peanchor.adapters.hf_hooks import (attention_hooks, edited_rope, edited_table, permuted_patches, probe_hooks,
+                                        rope_planes, scaled_slot, site_hooks, table_of)  # fmt: skip
+from peanchor.adapters.hf_split import first_layer_input, from_last_layer
+from peanchor.core.errors import ConfigError
 from peanchor.interventions import BLOCK_SITES, EditPass, HookPoints, Intervention
 from peanchor.interventions.edit import check_grid
 from peanchor.models.interface import AttentionSink
 from peanchor.models.template import BlockStep, TemplatePass
 
 __all__ = ["HFViT", "SUPPORTED_CLASSES", "TransformersBackend", "is_transformers_model"]
-
-
-def require_transformers() -> Any:
-    try:
-        import transformers
-    except ModuleNotFoundError as e:
-        if e.name != "transformers":
-            raise PeanchorError(f"transformers could not be imported: {e}") from e
-        raise PeanchorError("transformers is not installed: pip install 'peanchor[transformers]'") from e
-    return transformers
 
 
 def is_transformers_model(model: Any) -> bool:
@@ -66,18 +52,6 @@ def is_transformers_model(model: Any) -> bool:
 
 def _pair(value: Any) -> tuple[int, int]:
     return (int(value[0]), int(value[1])) if isinstance(value, (tuple, list)) else (int(value), int(value))
-
-
-@contextmanager
-def _scaled(owner: nn.Module, store: str, key: str, alpha: float) -> Iterator[None]:
-    """``owner``'s parameter or buffer ``key`` × α for the block; the original tensor is put back after."""
-    slots = getattr(owner, store)
-    original = slots[key]
-    slots[key] = original.detach() * alpha  # a plain tensor in the slot: forward reads it like the original
-    try:
-        yield
-    finally:
-        slots[key] = original
 
 
 class HFViT(TemplatePass, nn.Module):
@@ -91,15 +65,16 @@ class HFViT(TemplatePass, nn.Module):
     """
 
     can_restrict_classes = True
+    has_attention_weights = True  # type: ignore[assignment]  # transformers' eager attention returns them
 
     def __init__(self, model: nn.Module, *, img_size: int | None = None, mean: tuple[float, ...] | None = None,
                  std: tuple[float, ...] | None = None):  # fmt: skip
         super().__init__()
-        transformers = require_transformers()
         name = type(model).__name__
         if not is_transformers_model(model) or name not in SUPPORTED_CLASSES:
             raise ConfigError(f"transformers model class {name} is not supported; supported: "
                               + ", ".join(SUPPORTED_CLASSES))  # fmt: skip
+        import transformers  # imported already: the model is one of its classes
         family_name, backbone_attr = SUPPORTED_CLASSES[name]
         self.family = FAMILIES[family_name]
         self.model = model
@@ -171,10 +146,6 @@ class HFViT(TemplatePass, nn.Module):
         """Provenance (JSON-able): the class, the resolution analysed and the transformers version."""
         return dict(self._model_args)
 
-    @property
-    def has_attention_weights(self) -> bool:  # type: ignore[override]
-        return True  # transformers' eager attention returns them
-
     def extra_repr(self) -> str:
         name = type(self.model).__name__
         return f"class={name}, pe={self.pe_name}, grid={self.grid}, depth={self.depth}, prefix={self.num_prefix}"
@@ -214,9 +185,9 @@ class HFViT(TemplatePass, nn.Module):
                 interpolate = True  # the embeddings add the edited table at whatever grid the images give
             elif self.has_table and alpha != 1.0:
                 owner, key, _ = self._table_owner()
-                stack.enter_context(_scaled(owner, "_parameters", key, alpha))
+                stack.enter_context(scaled_slot(owner, "_parameters", key, alpha))
             kwargs = {"interpolate_pos_encoding": True} if interpolate and self.family.interpolate_kwarg else {}
-            return self._entering(images, **kwargs).hidden  # (B, P + N, D)
+            return first_layer_input(self.model, self._backbone, self.family.layers, images, **kwargs).hidden
 
     @contextmanager
     def _blocks(self, intervention: Intervention, run: EditPass | None,
@@ -250,9 +221,7 @@ class HFViT(TemplatePass, nn.Module):
 
     def _head(self, x: Tensor) -> Tensor:
         """Logits ``(B, C)``; for a model without a classification head, its pooled features ``(B, D)``."""
-        stand_in = x.new_zeros(()).expand(x.shape[0], 3, *self._img_size)  # read for its size only, never its values
-        with rerouted(self._backbone, self.family.layers, last=x, embedded=x):
-            out = self.model(pixel_values=stand_in)
+        out = from_last_layer(self.model, self._backbone, self.family.layers, x, self._img_size)
         if self.has_head:
             logits = out.logits  # (B, C)
             return logits if self.logit_subset is None else logits[:, self.logit_subset.to(logits.device)]
@@ -261,21 +230,12 @@ class HFViT(TemplatePass, nn.Module):
 
     # ---- what the steps share -------------------------------------------------------------------
 
-    def _entering(self, pixel_values: Tensor, embedded: Tensor | None = None, **kwargs: Any) -> StopPass:
-        """The model's own forward of ``pixel_values``, stopped at its first layer: what it hands that layer."""
-        try:
-            with rerouted(self._backbone, self.family.layers, last=None, embedded=embedded):
-                self.model(pixel_values=pixel_values, **kwargs)
-        except StopPass as given:
-            return given
-        raise RuntimeError(f"{type(self.model).__name__}'s forward did not reach its first layer")
-
     def _arguments(self, x: Tensor, run: EditPass | None) -> Callable[[int], tuple[tuple, dict[str, Any]]]:
         """What the encoder hands layer ``i`` in this pass besides the stream, read off its forward at the pass's
         grid with the embeddings handing on ``x`` ``(B, P + N, D)``; an edit at ``rope.tables`` edits DINOv3's."""
         grid = run.grid if run is not None else self.grid
         stand_in = x.new_zeros(()).expand(x.shape[0], 3, grid[0] * self._patch[0], grid[1] * self._patch[1])
-        given = self._entering(stand_in, embedded=x)
+        given = first_layer_input(self.model, self._backbone, self.family.layers, stand_in, embedded=x)
         if run is None or not run.acts_at("rope.tables"):
             return lambda i: (given.args, given.kwargs)
         ropes = edited_rope(given.kwargs["position_embeddings"], run)  # one (cos, sin) per layer, or one for all
@@ -291,8 +251,8 @@ class HFViT(TemplatePass, nn.Module):
         if alpha == 1.0:
             return nullcontext()
         if self.family.rope is not None:
-            return _scaled(part(self._backbone, self.family.rope), "_buffers", "inv_freq", alpha)
-        shared, own = bias_modules(self._backbone, self._layers) if self.family.bias else (None, [])
+            return scaled_slot(part(self._backbone, self.family.rope), "_buffers", "inv_freq", alpha)
+        shared, own = bias_modules(self._backbone, self._layers)  # (None, [None, ...]) for a family without a bias
         return scaled_bias([m for m in (shared, *own) if m is not None], alpha)
 
 
