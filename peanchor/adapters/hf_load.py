@@ -6,8 +6,8 @@ Imports: transformers (lazily); :mod:`peanchor.adapters` (hf_families, hf_vit).
 from __future__ import annotations
 
 import json
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from peanchor.adapters.hf_families import SUPPORTED_CLASSES
 from peanchor.adapters.hf_vit import HFViT
