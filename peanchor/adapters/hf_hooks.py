@@ -1,5 +1,5 @@
-"""The hook points of a transformers vision transformer (docs/interventions.md), as hooks on the model's own modules
-for one pass, removed when it ends:
+"""The hook points of a transformers vision transformer (docs/interventions.md), as hooks and swaps on the model's own
+modules for one step of a pass (:mod:`peanchor.adapters.hf_vit`), undone when it ends:
 
 * ``pe.table``: the learned table (α applied) as the embeddings hand it to the tokens. For the pass, the embeddings'
   own ``interpolate_pos_encoding`` is replaced by one returning the edited table, and the forward is asked to
@@ -7,11 +7,12 @@ for one pass, removed when it ends:
   are CLS's (and DeiT's distillation token's); registers and SigLIP have none. Offered at the model's native
   resolution (elsewhere the table is transformers' interpolation);
 * ``input.grid``: the same families, at the native resolution;
-* ``rope.tables``: DINOv3's ``(cos, sin)``, shared by its layers, replaced per layer through each layer's
-  ``position_embeddings`` argument; its planes pair channel ``j`` with ``j + hd/2`` (rotate-half);
+* ``rope.tables``: DINOv3's ``(cos, sin)``, which its encoder hands every layer, edited into one pair per layer
+  (:func:`edited_rope`) handed as each layer's ``position_embeddings``; its planes pair channel ``j`` with
+  ``j + hd/2`` (rotate-half);
 * ``blocks.{k}.attn.heads``: the merged heads as the attention's output projection (``o_proj`` / ``out_proj``)
   receives them, viewed ``(B, T, H, hd)``; ``blocks.{k}.attn``: the attention module's output; ``.mlp``: the MLP's;
-  ``.residual``: the layer's output.
+  ``.residual``: the layer's output (applied by the template pass, between layers).
 
 The pass's own plumbing is here too: α as a parameter or buffer × α for a step (:func:`scaled_slot`), RPI as a hook
 on the patch embedding, the probes on each layer's first norm and the attention weights from the eager path.
