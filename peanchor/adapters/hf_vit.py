@@ -13,7 +13,9 @@ stays as it is; a pass changes hooks and swaps (:mod:`peanchor.adapters.hf_hooks
   heads, SigLIP's pooling head). A model without a classification head (``Dinov2Model``, ...) returns its pooled
   features and says ``has_head = False``.
 
-The audit subject is :mod:`peanchor.adapters.hf_audit`'s.
+In training mode DINOv3's rope draws its coordinate augmentation in each of the pass's three calls of the model
+(the layers get the second draw), so a training-mode pass does not follow the model's own random stream; the
+analysis runs in eval mode. The audit subject is :mod:`peanchor.adapters.hf_audit`'s.
 
 Imports: torch, transformers (lazily); :mod:`peanchor.adapters` (backend, hf_audit, hf_bias, hf_families, hf_hooks,
 hf_split), :mod:`peanchor.models` (interface, template), :mod:`peanchor.interventions`.
