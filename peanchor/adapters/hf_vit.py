@@ -204,12 +204,13 @@ class HFViT(TemplatePass, nn.Module):
                 stack.enter_context(site_hooks(layers, family.attention, family.out_proj, run, run.hooks.num_heads))
             stack.enter_context(probe_hooks([getattr(layer, family.norm) for layer in layers], seen))
             stack.enter_context(attention_hooks(self.model, layers, family.attention, attention))
-            arguments: list[Callable[[int], tuple[tuple, dict[str, Any]]]] = []  # read at the first step
+            arguments: Callable[[int], tuple[tuple, dict[str, Any]]] | None = None  # read at the first step
 
             def step(i: int, x: Tensor) -> tuple[Tensor, Tensor]:
-                if not arguments:
-                    arguments.append(self._arguments(x, run))
-                args, kwargs = arguments[0](i)
+                nonlocal arguments
+                if arguments is None:
+                    arguments = self._arguments(x, run)
+                args, kwargs = arguments(i)
                 seen.clear()
                 out = layers[i](x, *args, **kwargs)
                 if len(seen) != 1:
