@@ -1,15 +1,18 @@
 """The transformers families the transformers backend takes (:mod:`peanchor.adapters.hf_vit`): where each keeps what
 the probes and the hook points need, relative to its backbone module, and the normalisation its published
-checkpoints use; and which model class is which family.
+checkpoints use; which model class is which family; and what a model of a family has as its PE (:func:`pe_parts`).
 
-Imports: nothing of peanchor.
+Imports: :mod:`peanchor.adapters` (hf_bias).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["FAMILIES", "SUPPORTED_CLASSES", "Family"]
+from peanchor.adapters.hf_bias import bias_modules
+
+__all__ = ["FAMILIES", "SUPPORTED_CLASSES", "Family", "PEParts", "part", "pe_parts"]
 
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 HALF = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
@@ -71,3 +74,31 @@ SUPPORTED_CLASSES: dict[str, tuple[str, str]] = {
     "DINOv3ViTModel": ("dinov3", ""),
     "BeitModel": ("beit", ""), "BeitForImageClassification": ("beit", "beit"),
 }  # fmt: skip
+
+
+def part(module: Any, dotted: str) -> Any:
+    """The attribute at a dotted path of ``module`` (``""``: the module itself)."""
+    for name in dotted.split(".") if dotted else ():
+        module = getattr(module, name)
+    return module
+
+
+@dataclass(frozen=True)
+class PEParts:
+    """What a model's configuration gave it of its family's PE, and peanchor's name for that."""
+
+    name: str  # hf:ape, hf:rope, hf:rel_bias, hf:rel_bias_ape or hf:none
+    table: bool  # a learned absolute table (BEiT's is optional)
+    bias: bool  # a relative position bias (BEiT's: shared, per layer, both or none)
+
+
+def pe_parts(family: Family, backbone: Any) -> PEParts:
+    """The PE parts of ``backbone`` (the module that holds the family's layers and embeddings)."""
+    table = family.table is not None and getattr(part(backbone, family.table[0]), family.table[1], None) is not None
+    shared, own = bias_modules(backbone, part(backbone, family.layers)) if family.bias else (None, [])
+    bias = shared is not None or any(m is not None for m in own)
+    if bias:
+        name = "hf:rel_bias_ape" if table else "hf:rel_bias"
+    else:
+        name = "hf:rope" if family.rope else "hf:ape" if table else "hf:none"  # BEiT with neither: none
+    return PEParts(name, table, bias)

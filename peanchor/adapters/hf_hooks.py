@@ -1,5 +1,5 @@
-"""The hook points of a transformers vision transformer (docs/interventions.md), as hooks on the model's own modules
-for one pass, removed when it ends:
+"""The hook points of a transformers vision transformer (docs/interventions.md), as hooks and swaps on the model's own
+modules for one step of a pass (:mod:`peanchor.adapters.hf_vit`), undone when it ends:
 
 * ``pe.table``: the learned table (α applied) as the embeddings hand it to the tokens. For the pass, the embeddings'
   own ``interpolate_pos_encoding`` is replaced by one returning the edited table, and the forward is asked to
@@ -7,32 +7,47 @@ for one pass, removed when it ends:
   are CLS's (and DeiT's distillation token's); registers and SigLIP have none. Offered at the model's native
   resolution (elsewhere the table is transformers' interpolation);
 * ``input.grid``: the same families, at the native resolution;
-* ``rope.tables``: DINOv3's ``(cos, sin)``, shared by its layers, replaced per layer through each layer's
-  ``position_embeddings`` argument; its planes pair channel ``j`` with ``j + hd/2`` (rotate-half);
+* ``rope.tables``: DINOv3's ``(cos, sin)``, which its encoder hands every layer, edited into one pair per layer
+  (:func:`edited_rope`) handed as each layer's ``position_embeddings``; its planes pair channel ``j`` with
+  ``j + hd/2`` (rotate-half);
 * ``blocks.{k}.attn.heads``: the merged heads as the attention's output projection (``o_proj`` / ``out_proj``)
   receives them, viewed ``(B, T, H, hd)``; ``blocks.{k}.attn``: the attention module's output; ``.mlp``: the MLP's;
-  ``.residual``: the layer's output.
+  ``.residual``: the layer's output (applied by the template pass, between layers).
 
-The pass's own plumbing is here too: RPI as a hook on the patch embedding, the probes on each layer's first norm
-(ending a truncated pass early), the attention weights from the eager path, and a pass started at a later layer.
+The pass's own plumbing is here too: α as a parameter or buffer × α for a step (:func:`scaled_slot`), RPI as a hook
+on the patch embedding, the probes on each layer's first norm and the attention weights from the eager path.
 
-Imports: torch; :mod:`peanchor.interventions`, :mod:`peanchor.models` (interface).
+Imports: torch; :mod:`peanchor.adapters` (hf_split), :mod:`peanchor.interventions`, :mod:`peanchor.models`
+(interface).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from peanchor.adapters.hf_split import shadowed
 from peanchor.interventions import EditPass, PETable, RopeTables, axial_planes, permute_tokens
 from peanchor.models.interface import AttentionSink
 
-__all__ = ["StopPass", "attention_hooks", "edited_rope", "edited_table", "permuted_patches", "probe_hooks",
-           "rope_planes", "site_hooks", "started_layers", "table_of"]  # fmt: skip
+__all__ = ["attention_hooks", "edited_rope", "edited_table", "permuted_patches", "probe_hooks", "rope_planes",
+           "scaled_slot", "site_hooks", "table_of"]  # fmt: skip
+
+
+@contextmanager
+def scaled_slot(owner: nn.Module, store: str, key: str, alpha: float) -> Iterator[None]:
+    """``owner``'s parameter or buffer ``key`` × α for the block; the original tensor is put back after."""
+    slots = getattr(owner, store)
+    original = slots[key]
+    slots[key] = original.detach() * alpha  # a plain tensor in the slot: forward reads it like the original
+    try:
+        yield
+    finally:
+        slots[key] = original
 
 
 def table_of(param: Tensor, num_patches: int, grid: tuple[int, int], alpha: float) -> PETable:
@@ -51,11 +66,8 @@ def edited_table(embeddings: nn.Module, table: PETable) -> Iterator[None]:
     def interpolate(_embeddings: Tensor, _height: int, _width: int) -> Tensor:
         return rows  # (1, P + N', D)
 
-    embeddings.interpolate_pos_encoding = interpolate  # an instance attribute shadows the method for this pass
-    try:
+    with shadowed(embeddings, "interpolate_pos_encoding", interpolate):
         yield
-    finally:
-        del embeddings.interpolate_pos_encoding
 
 
 def rope_planes(cos: Tensor, sin: Tensor, grid: tuple[int, int], inv_freq: Tensor) -> tuple:
@@ -67,52 +79,30 @@ def rope_planes(cos: Tensor, sin: Tensor, grid: tuple[int, int], inv_freq: Tenso
     return axial_planes(cos, sin, grid, pairs, speeds)
 
 
-@contextmanager
-def edited_rope(rope: nn.Module, layers: nn.ModuleList, run: EditPass) -> Iterator[None]:
-    """The rope module's ``(cos, sin)`` edited by ``run``; layer ``k`` gets its own slice ``(H|1, N, hd)``."""
-    edited: list[RopeTables] = []
-
-    def after_rope(_m: nn.Module, _i: Any, out: tuple[Tensor, Tensor]) -> None:
-        cos, sin = out  # (N, hd) each
-        edited.append(run.rope(RopeTables(cos[None, None], sin[None, None], run.hooks.planes)))
-
-    def before_layer(layer: int):  # type: ignore[no-untyped-def]
-        def hook(_m: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-            t = edited[-1]
-            i = layer if t.cos.shape[0] > 1 else 0
-            return args, dict(kwargs, position_embeddings=(t.cos[i], t.sin[i]))
-
-        return hook
-
-    with ExitStack() as stack:
-        handles = [rope.register_forward_hook(after_rope)]
-        handles += [layer.register_forward_pre_hook(before_layer(k), with_kwargs=True)
-                    for k, layer in enumerate(layers)]  # fmt: skip
-        for h in handles:
-            stack.callback(h.remove)
-        yield
+def edited_rope(position_embeddings: tuple[Tensor, Tensor], run: EditPass) -> list[tuple[Tensor, Tensor]]:
+    """DINOv3's ``(cos, sin)`` ``(N, hd)`` as the encoder hands every layer, edited by ``run``: one pair
+    ``(H|1, N, hd)`` for every layer (one for all when the edit leaves them alike)."""
+    cos, sin = position_embeddings
+    t = run.rope(RopeTables(cos[None, None], sin[None, None], run.hooks.planes))  # (L|1, H|1, N, hd) each
+    return [(t.cos[i], t.sin[i]) for i in range(t.cos.shape[0])]
 
 
 @contextmanager
 def site_hooks(layers: nn.ModuleList, attention: str, out_proj: str, run: EditPass, num_heads: int) -> Iterator[None]:
-    """Forward hooks for the block sites ``run`` acts at."""
+    """Forward hooks for the block sites ``run`` acts at inside a layer (``residual`` is the template pass's)."""
     handles = []
     try:
         for k, layer in enumerate(layers):
             attn = getattr(layer, attention)
             if run.acts_on_block("attn.heads", k):
                 handles.append(getattr(attn, out_proj).register_forward_pre_hook(run.heads_pre_hook(k, num_heads)))
-            for site, module in (("attn", attn), ("mlp", layer.mlp), ("residual", layer)):
+            for site, module in (("attn", attn), ("mlp", layer.mlp)):
                 if run.acts_on_block(site, k):
                     handles.append(module.register_forward_hook(run.output_hook(site, k)))
         yield
     finally:
         for h in handles:
             h.remove()
-
-
-class StopPass(Exception):
-    """Raised by the last probe hook a truncated pass needs: the rest of the forward is not computed."""
 
 
 @contextmanager
@@ -137,16 +127,9 @@ def permuted_patches(patch: nn.Module, perm: Tensor | None) -> Iterator[None]:
 
 
 @contextmanager
-def probe_hooks(norms: list[nn.Module], sink: list[Tensor], num_prefix: int, stop_at: int | None) -> Iterator[None]:
-    """Hooks on the layers' first ``norms``, appending their output minus the prefix tokens to ``sink``; the pass
-    ends (:class:`StopPass`) once ``sink`` holds ``stop_at`` probes (None: it runs to the end)."""
-
-    def hook(_m: nn.Module, _i: Any, out: Tensor) -> None:
-        sink.append(out[:, num_prefix:])  # (B, N, D): what attention sees, patch slots only
-        if stop_at is not None and len(sink) == stop_at:
-            raise StopPass
-
-    handles = [norm.register_forward_hook(hook) for norm in norms]
+def probe_hooks(norms: list[nn.Module], sink: list[Tensor]) -> Iterator[None]:
+    """Hooks on the layers' first ``norms``, appending their output ``(B, P + N, D)`` to ``sink``."""
+    handles = [norm.register_forward_hook(lambda _m, _i, out: sink.append(out)) for norm in norms]
     try:
         yield
     finally:
@@ -177,25 +160,3 @@ def attention_hooks(model: nn.Module, layers: nn.ModuleList, attention: str,
         for h in handles:
             h.remove()
         model.set_attn_implementation(before)
-
-
-@contextmanager
-def started_layers(backbone: nn.Module, layers_path: str, first: int, residual: Tensor) -> Iterator[None]:
-    """For the pass, the encoder runs layers ``first`` on only, the first of them fed ``residual`` (the stream
-    entering it in an earlier pass) in place of what the embeddings computed."""
-    owner_path, _, name = layers_path.rpartition(".")
-    owner = backbone.get_submodule(owner_path) if owner_path else backbone
-    layers = getattr(owner, name)
-
-    def feed(_m: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        if args:
-            return (residual, *args[1:]), kwargs
-        return args, dict(kwargs, hidden_states=residual)
-
-    handle = layers[first].register_forward_pre_hook(feed, with_kwargs=True)
-    setattr(owner, name, nn.ModuleList(list(layers)[first:]))  # the same modules, the earlier ones left out
-    try:
-        yield
-    finally:
-        setattr(owner, name, layers)
-        handle.remove()

@@ -7,15 +7,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from peanchor.adapters.hf_families import SUPPORTED_CLASSES
-from peanchor.adapters.hf_vit import HFViT, require_transformers
-from peanchor.core.errors import CheckpointError, ConfigError
+from peanchor.adapters.hf_vit import HFViT
+from peanchor.core.errors import CheckpointError, ConfigError, PeanchorError
 
-__all__ = ["load_hf_model"]
+__all__ = ["load_hf_model", "require_transformers"]
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")  # fmt: skip
+
+
+def require_transformers() -> Any:
+    """The transformers module, or one PeanchorError line saying how to install it."""
+    try:
+        import transformers
+    except ModuleNotFoundError as e:
+        if e.name != "transformers":
+            raise PeanchorError(f"transformers could not be imported: {e}") from e
+        raise PeanchorError("transformers is not installed: pip install 'peanchor[transformers]'") from e
+    return transformers
 
 
 def _read_stats(folder: Path) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:

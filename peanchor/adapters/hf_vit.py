@@ -1,61 +1,49 @@
-"""Run peanchor's analysis on Hugging Face ``transformers`` vision transformers, through their own forward.
+"""The transformers backend: a transformers vision transformer behind the analysis interface, on the one template
+pass (:class:`~peanchor.models.template.TemplatePass`), each step through the model's own code. ``self.model``
+stays as it is; a pass changes hooks and swaps (:mod:`peanchor.adapters.hf_hooks`) undone after each step.
 
-:class:`HFViT` wraps a transformers model and offers the probe interface of
-:class:`peanchor.models.interface.AnalysisInterface` (``forward(images, token_perm, pe_scale)``, ``spatial_tokens``,
-``forward_with_tokens``, ``attention_maps``, ``grid``, ``depth``, ``num_prefix``, ``pe_name``, ``pe_scalable``, ...).
-Unlike the timm adapter it does not re-orchestrate the forward: every pass is the model's own ``forward``, and the
-interventions are hooks and temporary swaps that are undone when the pass ends:
+* ``_embed``: the model's own forward up to its first layer (:mod:`peanchor.adapters.hf_split`): its embeddings
+  (and CLIP's pre-norm), the patches moved (RPI) by a hook on the patch embedding before any position is added, the
+  learned table × α (interpolated too: transformers' bicubic interpolation is linear) or edited at ``pe.table``;
+* ``_blocks``: each layer called with what the encoder hands every layer (DINOv3's rotary ``(cos, sin)``, BEiT's
+  shared bias, the masks), read off the model's own forward at the pass's grid with DINOv3's ``inv_freq`` or
+  BEiT's bias tables × α, edited at ``rope.tables`` / ``pe.bias``; the probe, the edits' block sites and the
+  attention weights (transformers' eager path) are hooks on the layers' modules;
+* ``_head``: the model's own forward from the last layer's output on (final norm, pooler, classifier, DeiT's two
+  heads, SigLIP's pooling head). A model without a classification head (``Dinov2Model``, ...) returns its pooled
+  features and says ``has_head = False``.
 
-* RPI: a forward hook on the patch embedding reorders its output's token axis, i.e. right after patch embedding
-  and before any position embedding is added, so the table stays attached to the slots (docs/study.md);
-* α on a learned table: the table parameter (``position_embeddings``, or ``position_embedding.weight``) is
-  replaced by α × table for the pass (transformers' bicubic ``interpolate_pos_encoding`` is linear, so an
-  interpolated table is scaled by α too); α on DINOv3's RoPE: its ``inv_freq`` buffer is replaced by
-  α × ``inv_freq``, which multiplies every rotation angle by α (α = 0: no rotation), as the timm adapter does;
-* the SSDC probe: forward hooks on each layer's first norm, prefix tokens (CLS, distillation, registers) dropped;
-  a truncated pass (``num_layers``) stops the forward once the last probe needed is recorded;
-* attention weights: the pass runs transformers' eager attention path, whose attention modules return their
-  softmax weights; a forward hook hands them to the sink.
+In training mode DINOv3's rope draws its coordinate augmentation in each of the pass's three calls of the model
+(the layers get the second draw), so a training-mode pass does not follow the model's own random stream; the
+analysis runs in eval mode. The audit subject is :mod:`peanchor.adapters.hf_audit`'s.
 
-With the identity permutation (or none) and α = 1 nothing changes the computation, so logits and hidden states
-are transformers' own (tests/adapters/test_hf_vit.py checks this on small random configs of every family). A model with
-no classification head (``Dinov2Model``, ``CLIPVisionModel``, ...) returns its pooled features from ``forward``
-and says ``has_head = False``; :func:`peanchor.api.analysis.analyze` then reports no accuracy for it.
-
-Imports: torch, transformers (lazily); :mod:`peanchor.adapters` (backend, hf_families, hf_hooks, hf_bias),
-:mod:`peanchor.models.interface`, :mod:`peanchor.interventions`, :mod:`peanchor.audit` (the subject).
+Imports: torch, transformers (lazily); :mod:`peanchor.adapters` (backend, hf_audit, hf_bias, hf_families, hf_hooks,
+hf_split), :mod:`peanchor.models` (interface, template), :mod:`peanchor.interventions`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from peanchor.adapters import hf_audit
 from peanchor.adapters.backend import BACKENDS, Backend
-from peanchor.adapters.hf_bias import beit_observer, bias_modules, edited_bias, scaled_bias
-from peanchor.adapters.hf_families import FAMILIES, SUPPORTED_CLASSES
-from peanchor.adapters.hf_hooks import (StopPass, attention_hooks, edited_rope, edited_table, permuted_patches,
-                                        probe_hooks, rope_planes, site_hooks, started_layers, table_of)
-from peanchor.core.errors import ConfigError, PeanchorError
-from peanchor.interventions import BLOCK_SITES, NO_INTERVENTION, HookPoints, Intervention, Start
+from peanchor.adapters.hf_bias import bias_modules, edited_bias, scaled_bias
+from peanchor.adapters.hf_families import FAMILIES, SUPPORTED_CLASSES, part, pe_parts
+from peanchor.adapters.hf_hooks import (attention_hooks, edited_rope, edited_table, permuted_patches, probe_hooks,
+                                        rope_planes, scaled_slot, site_hooks, table_of)  # fmt: skip
+from peanchor.adapters.hf_split import first_layer_input, from_last_layer
+from peanchor.core.errors import ConfigError
+from peanchor.interventions import BLOCK_SITES, EditPass, HookPoints, Intervention
 from peanchor.interventions.edit import check_grid
-from peanchor.models.interface import AnalysisInterface, AttentionSink, Intermediates
+from peanchor.models.interface import AttentionSink
+from peanchor.models.template import BlockStep, TemplatePass
 
 __all__ = ["HFViT", "SUPPORTED_CLASSES", "TransformersBackend", "is_transformers_model"]
-
-
-def require_transformers() -> Any:
-    try:
-        import transformers
-    except ModuleNotFoundError as e:
-        if e.name != "transformers":
-            raise PeanchorError(f"transformers could not be imported: {e}") from e
-        raise PeanchorError("transformers is not installed: pip install 'peanchor[transformers]'") from e
-    return transformers
 
 
 def is_transformers_model(model: Any) -> bool:
@@ -64,47 +52,35 @@ def is_transformers_model(model: Any) -> bool:
     return any(c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel" for c in mro)
 
 
-def _supported_line() -> str:
-    return ", ".join(SUPPORTED_CLASSES)
-
-
-def _attr(module: nn.Module, dotted: str) -> Any:
-    for part in dotted.split(".") if dotted else ():
-        module = getattr(module, part)
-    return module
-
-
 def _pair(value: Any) -> tuple[int, int]:
     return (int(value[0]), int(value[1])) if isinstance(value, (tuple, list)) else (int(value), int(value))
 
 
-class HFViT(AnalysisInterface, nn.Module):
+class HFViT(TemplatePass, nn.Module):
     """A transformers vision transformer behind peanchor's analysis interface; ``self.model`` is unchanged.
 
     ``img_size`` (default: the config's) is the resolution the analysis feeds; at another size than the config's
     the model's own ``interpolate_pos_encoding`` resizes the table (DINOv2 and DINOv3 always adapt to the input).
-    ``mean``/``std`` (default: the family's usual ones, those of its published
-    checkpoints' ``preprocessor_config.json``: ImageNet's for DeiT and DINOv2/v3, 0.5 for ViT and SigLIP, OpenAI's
-    for CLIP) normalise the uint8 images.
+    ``mean``/``std`` (default: the family's usual ones, those of its published checkpoints'
+    ``preprocessor_config.json``: ImageNet's for DeiT and DINOv2/v3, 0.5 for ViT and SigLIP, OpenAI's for CLIP)
+    normalise the uint8 images.
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        *,
-        img_size: int | None = None,
-        mean: tuple[float, ...] | None = None,
-        std: tuple[float, ...] | None = None,
-    ):
+    can_restrict_classes = True
+    has_attention_weights = True  # type: ignore[assignment]  # transformers' eager attention returns them
+
+    def __init__(self, model: nn.Module, *, img_size: int | None = None, mean: tuple[float, ...] | None = None,
+                 std: tuple[float, ...] | None = None):  # fmt: skip
         super().__init__()
-        transformers = require_transformers()
         name = type(model).__name__
         if not is_transformers_model(model) or name not in SUPPORTED_CLASSES:
-            raise ConfigError(f"transformers model class {name} is not supported; supported: {_supported_line()}")
+            raise ConfigError(f"transformers model class {name} is not supported; supported: "
+                              + ", ".join(SUPPORTED_CLASSES))  # fmt: skip
+        import transformers  # imported already: the model is one of its classes
         family_name, backbone_attr = SUPPORTED_CLASSES[name]
         self.family = FAMILIES[family_name]
         self.model = model
-        self._backbone: nn.Module = _attr(model, backbone_attr)
+        self._backbone: nn.Module = part(model, backbone_attr)
         config = self._backbone.config
         self._patch = _pair(config.patch_size)
         native = _pair(config.image_size)
@@ -113,18 +89,14 @@ class HFViT(AnalysisInterface, nn.Module):
             raise ConfigError(f"img_size {size[0]} is not a multiple of the model's patch size {self._patch[0]}")
         self._img_size = size
         self._interpolate = size != native
-        self._layers: nn.ModuleList = _attr(self._backbone, self.family.layers)
+        self._layers: nn.ModuleList = part(self._backbone, self.family.layers)
         self._prefix = self.family.extra_prefix + int(getattr(config, "num_register_tokens", 0) or 0)
         self.mean = tuple(mean) if mean is not None else self.family.norm_stats[0]
         self.std = tuple(std) if std is not None else self.family.norm_stats[1]
         self._classifier = "ForImageClassification" in name  # a backbone (Dinov2Model, ...) has no head
         self.logit_subset: Tensor | None = None  # see restrict_to_classes
-        self._model_args = {
-            "source": "transformers", "class": name, "img_size": size[0], "num_classes": self.num_classes,
-            "transformers_version": transformers.__version__,
-        }  # fmt: skip
-
-    can_restrict_classes = True
+        self._model_args = {"source": "transformers", "class": name, "img_size": size[0],
+                            "num_classes": self.num_classes, "transformers_version": transformers.__version__}
 
     def restrict_to_classes(self, indices: list[int]) -> None:
         """Keep only these output classes, in this order (e.g. ImageNet-100 inside an ImageNet-1k head)."""
@@ -134,33 +106,21 @@ class HFViT(AnalysisInterface, nn.Module):
 
     @property
     def pe_name(self) -> str:
-        if self.has_bias:
-            return "hf:rel_bias_ape" if self.has_table else "hf:rel_bias"
-        if self.family.bias and not self.has_table:  # a BEiT configured with neither bias nor table
-            return "hf:none"
-        return "hf:rope" if self.family.rope else "hf:ape"
+        return pe_parts(self.family, self._backbone).name
 
     @property
     def pe_scalable(self) -> bool:
         return self.pe_name != "hf:none"  # every other has a learned table, a rope or a relative bias
 
     @property
-    def has_bias(self) -> bool:
-        """Whether the model has a relative position bias (BEiT's is optional: shared, per layer or none)."""
-        if not self.family.bias:
-            return False
-        shared, own = bias_modules(self._backbone, self._layers)
-        return shared is not None or any(m is not None for m in own)
-
-    @property
     def has_table(self) -> bool:
         """Whether the model has a learned absolute table (BEiT's is optional)."""
-        table = self.family.table
-        return table is not None and getattr(_attr(self._backbone, table[0]), table[1], None) is not None
+        return pe_parts(self.family, self._backbone).table
 
     @property
-    def has_attention_weights(self) -> bool:  # type: ignore[override]
-        return True
+    def has_bias(self) -> bool:
+        """Whether the model has a relative position bias (BEiT's is optional: shared, per layer or none)."""
+        return pe_parts(self.family, self._backbone).bias
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -201,126 +161,108 @@ class HFViT(AnalysisInterface, nn.Module):
         if self.has_bias:
             points.add("pe.bias")
         if self.family.rope is not None:
-            rope = _attr(self._backbone, self.family.rope)
+            rope = part(self._backbone, self.family.rope)
             cos, sin = rope(torch.zeros(1, 3, *self._img_size, device=rope.inv_freq.device))  # (N, hd) each
             points.add("rope.tables")
             planes = rope_planes(cos, sin, self.grid, rope.inv_freq)
         heads = int(self._backbone.config.num_attention_heads)
-        return HookPoints(f"hf:{self.family.name}", frozenset(points), self.depth, heads, self.grid, self._prefix,
+        return HookPoints(f"hf:{self.family.name}", frozenset(points), self.depth, heads, self.grid, self.num_prefix,
                           planes)  # fmt: skip
 
-    # ---- interventions, as hooks and swaps undone after the pass ----------------------------
+    # ---- the steps of the template pass -------------------------------------------------------
 
-    @contextmanager
-    def _scaled(self, alpha: float, table_only: bool = False) -> Iterator[None]:
-        """The table (or the rope's ``inv_freq``, or BEiT's bias tables and table) × α for the pass; the original
-        tensors are put back after."""
-        if alpha == 1.0 or (table_only and not self.has_table):
-            yield
-            return
-        if self.family.bias and not table_only:
-            with self._scaled_bias(alpha), self._scaled(alpha, table_only=True):
-                yield
-            return
-        if self.has_table:
-            owner, key, store = _attr(self._backbone, self.family.table[0]), self.family.table[1], "_parameters"
-        else:
-            owner, key, store = _attr(self._backbone, self.family.rope or ""), "inv_freq", "_buffers"
-        slots = getattr(owner, store)
-        original = slots[key]
-        slots[key] = original.detach() * alpha  # a plain tensor in the slot: forward reads it like the original
-        try:
-            yield
-        finally:
-            slots[key] = original
-
-    def _scaled_bias(self, alpha: float) -> AbstractContextManager[None]:
-        """BEiT's bias tables × α for the pass (a no-op for a family without a bias)."""
-        if not self.family.bias or alpha == 1.0:
-            return nullcontext()
-        shared, own = bias_modules(self._backbone, self._layers)
-        return scaled_bias([m for m in (shared, *own) if m is not None], alpha)
-
-    # ---- the forward pass ---------------------------------------------------------------------
-
-    def forward_intermediates(
-        self,
-        images: Tensor,
-        intervention: Intervention = NO_INTERVENTION,
-        *,
-        layers: int | None = None,
-        head: bool = True,
-        attention: AttentionSink | None = None,
-        start: Start | None = None,
-    ) -> Intermediates:
-        """One pass under ``intervention`` (see :class:`~peanchor.models.interface.AnalysisInterface`), through the
-        model's own forward with hooks. A pass with ``start`` still runs the embeddings (their output is replaced),
-        not the layers before ``start.layer``."""
-        count = self._layer_count(layers, head)
-        first = self._first_block(start, attention)
-        run = self._bind(images, intervention, start)  # None: the plain pass
-        if run is None and tuple(images.shape[-2:]) != self._img_size:
-            raise ValueError(
-                f"images are {images.shape[-2]}x{images.shape[-1]} px but this wrapper analyses "
-                f"{self._img_size[0]}x{self._img_size[1]} px (HFViT(model, img_size=...) sets it)"
-            )
+    def _embed(self, images: Tensor, intervention: Intervention, run: EditPass | None) -> Tensor:
         if run is not None:
             check_grid(images, run.grid, self._patch)
-        probes: list[Tensor] = start.probes_before(count) if start is not None else []
-        if not head and count <= first:  # every probe is the earlier pass's
-            return Intermediates(None, torch.stack(probes, dim=1))
-        kwargs = {"interpolate_pos_encoding": True} if self._interpolate and self.family.interpolate_kwarg else {}
-        table = run is not None and run.acts_at("pe.table")
-        out = None
+        elif tuple(images.shape[-2:]) != self._img_size:
+            raise ValueError(f"images are {images.shape[-2]}x{images.shape[-1]} px but this wrapper analyses "
+                             f"{self._img_size[0]}x{self._img_size[1]} px (HFViT(model, img_size=...) sets it)")
+        interpolate = self._interpolate
+        alpha = float(intervention.pe_scale)
         with ExitStack() as stack:
-            stack.enter_context(permuted_patches(_attr(self._backbone, self.family.patch), intervention.token_perm))
-            if table:
-                assert run is not None and self.family.table is not None
-                stack.enter_context(self._scaled_bias(float(intervention.pe_scale)))  # BEiT's, beside its table
-                owner, key = _attr(self._backbone, self.family.table[0]), self.family.table[1]
-                rows = table_of(getattr(owner, key), self.num_patches, self.grid, float(intervention.pe_scale))
+            stack.enter_context(permuted_patches(part(self._backbone, self.family.patch), intervention.token_perm))
+            if run is not None and run.acts_at("pe.table"):
+                rows = table_of(self._table_owner()[2], self.num_patches, self.grid, alpha)
                 stack.enter_context(edited_table(self._backbone.embeddings, run.table(rows)))
-                kwargs = {"interpolate_pos_encoding": True} if self.family.interpolate_kwarg else {}
-            else:
-                stack.enter_context(self._scaled(float(intervention.pe_scale)))
-            if run is not None and run.acts_at("pe.bias"):
-                stack.enter_context(edited_bias(self._backbone, self._layers, run, self.grid))
-            if run is not None and run.acts_at("rope.tables"):
-                stack.enter_context(edited_rope(_attr(self._backbone, self.family.rope or ""), self._layers, run))
-            if run is not None:
-                stack.enter_context(site_hooks(self._layers, self.family.attention, self.family.out_proj, run,
-                                               run.hooks.num_heads))  # fmt: skip
-            norms = [getattr(layer, self.family.norm) for layer in self._layers[first:count]]
-            stack.enter_context(probe_hooks(norms, probes, self._prefix, count if not head else None))
-            stack.enter_context(attention_hooks(self.model, self._layers, self.family.attention, attention))
-            if first:
-                assert start is not None and start.residual is not None  # Start checks both
-                stack.enter_context(started_layers(self._backbone, self.family.layers, first, start.residual))
-            try:
-                out = self.model(pixel_values=images, **kwargs)
-            except StopPass:
-                pass
-        if len(probes) != count:  # each layer's first norm runs once per pass
-            raise RuntimeError(f"{len(probes)} probe outputs from a pass over {count} layers")
-        tokens = torch.stack(probes, dim=1) if probes else None  # (B, L, N, D)
-        if not head:
-            return Intermediates(None, tokens)
-        assert out is not None
-        return Intermediates(self._head_output(out), tokens)
+                interpolate = True  # the embeddings add the edited table at whatever grid the images give
+            elif self.has_table and alpha != 1.0:
+                owner, key, _ = self._table_owner()
+                stack.enter_context(scaled_slot(owner, "_parameters", key, alpha))
+            kwargs = {"interpolate_pos_encoding": True} if interpolate and self.family.interpolate_kwarg else {}
+            return first_layer_input(self.model, self._backbone, self.family.layers, images, **kwargs).hidden
 
-    def _head_output(self, out: Any) -> Tensor:
+    @contextmanager
+    def _blocks(self, intervention: Intervention, run: EditPass | None,
+                attention: AttentionSink | None) -> Iterator[BlockStep]:  # fmt: skip
+        layers, family = self._layers, self.family
+        seen: list[Tensor] = []
+        with ExitStack() as stack:
+            stack.enter_context(self._scaled_code(float(intervention.pe_scale)))
+            if run is not None and run.acts_at("pe.bias"):
+                stack.enter_context(edited_bias(self._backbone, layers, run, self.grid))
+            if run is not None:
+                stack.enter_context(site_hooks(layers, family.attention, family.out_proj, run, run.hooks.num_heads))
+            stack.enter_context(probe_hooks([getattr(layer, family.norm) for layer in layers], seen))
+            stack.enter_context(attention_hooks(self.model, layers, family.attention, attention))
+            arguments: Callable[[int], tuple[tuple, dict[str, Any]]] | None = None  # read at the first step
+
+            def step(i: int, x: Tensor) -> tuple[Tensor, Tensor]:
+                nonlocal arguments
+                if arguments is None:
+                    arguments = self._arguments(x, run)
+                args, kwargs = arguments(i)
+                seen.clear()
+                out = layers[i](x, *args, **kwargs)
+                if len(seen) != 1:
+                    raise RuntimeError(f"layer {i} ran its first norm {len(seen)} times; expected once")
+                return (out[0] if isinstance(out, tuple) else out), seen[0]  # (B, P + N, D) each
+
+            yield step
+
+    def _probe(self, index: int, x: Tensor) -> Tensor:
+        return getattr(self._layers[index], self.family.norm)(x)  # (B, P + N, D)
+
+    def _head(self, x: Tensor) -> Tensor:
         """Logits ``(B, C)``; for a model without a classification head, its pooled features ``(B, D)``."""
+        out = from_last_layer(self.model, self._backbone, self.family.layers, x, self._img_size)
         if self.has_head:
             logits = out.logits  # (B, C)
             return logits if self.logit_subset is None else logits[:, self.logit_subset.to(logits.device)]
         pooled = getattr(out, "pooler_output", None)
         return pooled if pooled is not None else out.last_hidden_state.mean(dim=1)
 
+    # ---- what the steps share -------------------------------------------------------------------
+
+    def _arguments(self, x: Tensor, run: EditPass | None) -> Callable[[int], tuple[tuple, dict[str, Any]]]:
+        """What the encoder hands layer ``i`` in this pass besides the stream, read off its forward at the pass's
+        grid with the embeddings handing on ``x`` ``(B, P + N, D)``; an edit at ``rope.tables`` edits DINOv3's."""
+        grid = run.grid if run is not None else self.grid
+        stand_in = x.new_zeros(()).expand(x.shape[0], 3, grid[0] * self._patch[0], grid[1] * self._patch[1])
+        given = first_layer_input(self.model, self._backbone, self.family.layers, stand_in, embedded=x)
+        if run is None or not run.acts_at("rope.tables"):
+            return lambda i: (given.args, given.kwargs)
+        ropes = edited_rope(given.kwargs["position_embeddings"], run)  # one (cos, sin) per layer, or one for all
+        return lambda i: (given.args, dict(given.kwargs, position_embeddings=ropes[i if len(ropes) > 1 else 0]))
+
+    def _table_owner(self) -> tuple[nn.Module, str, Tensor]:
+        assert self.family.table is not None  # has_table
+        owner, key = part(self._backbone, self.family.table[0]), self.family.table[1]
+        return owner, key, getattr(owner, key)
+
+    def _scaled_code(self, alpha: float) -> Any:
+        """What the layers' arguments are built from × α for the pass: DINOv3's ``inv_freq``, BEiT's bias tables."""
+        if alpha == 1.0:
+            return nullcontext()
+        if self.family.rope is not None:
+            return scaled_slot(part(self._backbone, self.family.rope), "_buffers", "inv_freq", alpha)
+        shared, own = bias_modules(self._backbone, self._layers)  # (None, [None, ...]) for a family without a bias
+        return scaled_bias([m for m in (shared, *own) if m is not None], alpha)
+
 
 @BACKENDS.register
 class TransformersBackend(Backend):
     """transformers' vision transformers of :data:`SUPPORTED_CLASSES` (any other transformers model is refused by
-    :class:`HFViT` with the classes it supports)."""
+    :class:`HFViT` with the classes it supports); its audit subject is :mod:`peanchor.adapters.hf_audit`'s."""
 
     name = "transformers"
     summary = "a transformers vision model (" + ", ".join(sorted({f.split("For")[0] for f in SUPPORTED_CLASSES})) + ")"
@@ -335,57 +277,7 @@ class TransformersBackend(Backend):
         return isinstance(wrapped, HFViT)
 
     def audit_subject(self, wrapped: Any) -> Any:
-        """The claim read off the family and the config, the model's own forward, and its own
-        ``interpolate_pos_encoding`` beside ``pe_resample``."""
-        from peanchor.audit.adapters import own_path
-        from peanchor.audit.observe import HFObserver
-        from peanchor.audit.subject import AuditSubject
-
-        family = wrapped.family
-
-        def native(images: Tensor, **kwargs: Any) -> Tensor:
-            out = wrapped.model(pixel_values=images, **kwargs)
-            return out.logits if wrapped.has_head else out.pooler_output
-
-        subject = AuditSubject(wrapped, wrapped.pe_name.replace("hf:", f"hf:{family.name}:"), "transformers",
-                               _claim(wrapped), wrapped.img_size[0] // wrapped.grid[0], wrapped.pe_scalable, None,
-                               wrapped.has_bias, native,
-                               observer=beit_observer(wrapped) if family.bias else HFObserver(wrapped))  # fmt: skip
-        if family.table is not None and "input.grid" in wrapped.hook_points.points:
-            kwargs = {"interpolate_pos_encoding": True} if family.interpolate_kwarg else {}
-            # transformers 5 antialiases in DINOv2 with registers only (docs/interventions.md)
-            antialias = family.name == "dinov2_with_registers"
-            subject.own_resample = lambda: own_path(subject, lambda x: native(x, **kwargs), "bicubic", antialias)
-        return subject
-
+        return hf_audit.audit_subject(wrapped)
 
     def signature(self, wrapped: Any) -> str:
-        cfg = wrapped.model.config
-        said = f"{wrapped.family.name} registers={int(getattr(cfg, 'num_register_tokens', 0) or 0)}"
-        if wrapped.family.bias:
-            said += (f" shared_bias={bool(cfg.use_shared_relative_position_bias)} "
-                     f"layer_bias={bool(cfg.use_relative_position_bias)} table={wrapped.has_table}")  # fmt: skip
-        return said
-
-
-def _claim(wrapped: HFViT) -> Any:
-    """What the family and the config say the PE is."""
-    from peanchor.audit.subject import Claim
-
-    family, config = wrapped.family, wrapped.model.config
-    registers = int(getattr(config, "num_register_tokens", 0) or 0)
-    prefix = family.extra_prefix + registers
-    if family.rope is not None:
-        said = f"transformers {family.name}: rope, {registers} registers"
-        return Claim("rotary", "dinov3", None, prefix, source=said)
-    if family.bias:
-        shared = "a shared" if getattr(config, "use_shared_relative_position_bias", False) else "per-layer"
-        shared = shared if wrapped.has_bias else "no"
-        table = wrapped.has_table
-        kind = "relative bias" if wrapped.has_bias else "learned table" if table else "none"
-        return Claim(kind, None, family.extra_prefix if table else None, prefix,
-                     source=f"transformers {family.name}: {shared} relative position bias, "
-                     f"absolute table={'yes' if table else 'no'}",
-                     also=("learned table",) if table and wrapped.has_bias else ())  # fmt: skip
-    return Claim("learned table", None, family.extra_prefix, prefix,
-                 source=f"transformers {family.name}: a learned table, {registers} registers")  # fmt: skip
+        return hf_audit.signature(wrapped)

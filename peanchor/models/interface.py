@@ -35,9 +35,9 @@ attention sink (the blocks before it would not feed one), and starts before the 
 This mixin turns that one method into ``forward``, ``spatial_tokens``, ``forward_with_tokens`` and
 ``attention_maps`` (keyword forms of the same pass).
 
-peanchor's ViT and the timm adapters do not write the pass themselves: :class:`~peanchor.models.template.TemplatePass`
-runs it (embed → blocks → head, with the hook points) and they fill in its steps; the transformers adapter runs the
-model's own forward with hooks.
+No backend writes the pass itself (peanchor's ViT, timm's, transformers'):
+:class:`~peanchor.models.template.TemplatePass` runs it (embed → blocks → head, with the hook points) and each fills
+in its steps.
 
 Imports: torch; :mod:`peanchor.interventions`.
 """

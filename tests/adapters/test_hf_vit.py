@@ -94,6 +94,14 @@ def test_identity_and_alpha_one_are_transformers_own(name: str) -> None:
     torch.testing.assert_close(probe, tokens, rtol=0, atol=ATOL)
 
 
+def test_the_backend_runs_the_one_template_pass() -> None:
+    """HFViT fills in the template's steps; the pass loop is the template's, not a copy."""
+    from peanchor.models.template import TemplatePass
+
+    assert issubclass(HFViT, TemplatePass) and "forward_intermediates" not in vars(HFViT)
+    assert all(step in vars(HFViT) for step in ("_embed", "_blocks", "_probe", "_head"))
+
+
 @pytest.mark.parametrize("name", CLASSES)
 def test_rpi_is_the_models_own_forward_on_moved_patches(name: str) -> None:
     """The permutation acts right after patch embedding, before the position signal: the same as moving the
