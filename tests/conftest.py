@@ -33,6 +33,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The same at the end, before pytest's own five full collections (which look for exceptions raised in
+    finalizers): one collection here runs every finalizer of the garbage left (its exceptions still reach pytest's
+    hook), and what is still alive after it is no longer walked five times."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_thread():
     """Tiny models are dominated by per-op overhead, which intra-op threads only add to (badly so on a

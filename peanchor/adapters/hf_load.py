@@ -70,7 +70,7 @@ def load_hf_model(folder: str | Path, *, img_size: int | None = None) -> HFViT:
     if arch not in SUPPORTED_CLASSES:
         raise ConfigError(f"{path}: model class {arch} is not supported; supported: {', '.join(SUPPORTED_CLASSES)}")
     cls = getattr(transformers, arch)
-    logging = transformers.utils.logging
+    from transformers.utils import logging  # a submodule: imported by name, not reached as an attribute
     bars = logging.is_progress_bar_enabled()
     logging.disable_progress_bar()  # one local folder: no "Loading weights" bar on stderr
     try:
