@@ -8,6 +8,7 @@ Imports: torch, :mod:`peanchor.core` (the version).
 
 from __future__ import annotations
 
+import functools
 import platform
 import subprocess
 from pathlib import Path
@@ -31,6 +32,14 @@ def _git_commit(directory: Path) -> str | None:
     return head.stdout.strip() + ("+changes" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 
+@functools.cache
+def _checkout_commit() -> str | None:
+    """:func:`_git_commit` of peanchor's own checkout, read once per process: the code an analysis runs is the code
+    imported when the process started, and two ``git`` processes per analysis cost more than many an analysis of a
+    small model."""
+    return _git_commit(Path(__file__).resolve().parents[1])
+
+
 def analysis_environment(device: str) -> dict[str, str]:
     """Where an analysis ran, for its record: peanchor, torch and Python versions, the git commit of the peanchor
     checkout when there is one, and the kernels: the CPU capability torch dispatches to, or the GPU's name."""
@@ -40,7 +49,7 @@ def analysis_environment(device: str) -> dict[str, str]:
            "cpu_capability": str(torch.backends.cpu.get_cpu_capability()), "device": str(device)}  # fmt: skip
     if str(device).startswith("cuda") and torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    commit = _git_commit(Path(__file__).resolve().parents[1])
+    commit = _checkout_commit()
     if commit:
         env["git_commit"] = commit
     return env

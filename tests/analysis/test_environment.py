@@ -35,3 +35,16 @@ def test_the_commit_of_a_checkout_and_none_outside_one(tmp_path):
     assert _git_commit(tmp_path) == head
     (tmp_path / "a.py").write_text("x = 2\n")
     assert _git_commit(tmp_path) == head + "+changes"
+
+
+def test_peanchors_own_commit_is_read_once_per_process(monkeypatch):
+    from peanchor.analysis import environment
+
+    environment._checkout_commit.cache_clear()
+    calls = []
+    monkeypatch.setattr(environment, "_git_commit", lambda d: calls.append(d) or "abc")
+    try:
+        assert [analysis_environment("cpu").get("git_commit") for _ in range(3)] == ["abc"] * 3
+        assert len(calls) == 1 and calls[0] == environment.Path(environment.__file__).resolve().parents[1]
+    finally:
+        environment._checkout_commit.cache_clear()
