@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import ROOT
-from tests.helpers.source import parse
+from tests.helpers.source import parse, statements
 
 PACKAGE = ROOT / "peanchor"
 
@@ -31,7 +31,7 @@ def _is_module(name: str) -> bool:
 
 def _type_checking_lines(tree: ast.Module) -> set[int]:
     lines: set[int] = set()
-    for node in ast.walk(tree):
+    for node in statements(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             for child in node.body:
                 lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
@@ -45,7 +45,7 @@ def imports_of(name: str) -> dict[str, int]:
     skip = _type_checking_lines(tree)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: dict[str, int] = {}
-    for node in ast.walk(tree):
+    for node in sorted(statements(tree), key=lambda n: n.lineno):  # the first line that imports a module names it
         if getattr(node, "lineno", None) in skip:
             continue
         if isinstance(node, ast.Import):
