@@ -216,8 +216,10 @@ def test_plots_draw_from_one_result_or_several(model, data) -> None:
         peanchor.plot_alpha_sweep(flat)
 
 
+@pytest.mark.slow
 def test_the_readme_python_example_runs(tmp_path, monkeypatch) -> None:
-    """The README's "Python" section, executed as written (in a scratch directory)."""
+    """The README's "Python" section, executed as written (in a scratch directory), twice: an end-to-end run (a timm
+    model analysed and saved), so CI's, not the development loop's."""
     text = (ROOT / "README.md").read_text()
     block = re.search(r"<!-- python-example -->\s*```python\n(.*?)```", text, re.S)
     assert block is not None, "README.md lost its tested Python example"

@@ -71,6 +71,7 @@ def test_paper_style_ssdc_uses_the_mean_similarity():
     assert abs(probe.ssdc((3, 3)) - acc.compute().numpy()).max() < 1e-9
 
 
+@pytest.mark.slow  # a benchmark script run end to end: CI runs it
 def test_gpu_benchmark_runs_its_code_paths_on_cpu():
     """``bench_gpu.py --quick --device cpu``: the training settings, probe, per-image SSDC and data path."""
     bench = load("bench_gpu")
@@ -92,6 +93,7 @@ def test_gpu_benchmark_runs_its_code_paths_on_cpu():
     assert mfu == pytest.approx(with_peak["training"]["settings"]["fp32"]["achieved_tflops"] / 1.0)
 
 
+@pytest.mark.slow  # a benchmark script run end to end: CI runs it
 def test_data_benchmark_measures_the_augmented_training_path():
     bench = load("bench_data")
     record = bench.main(["--images", "64", "--reps", "1", "--workers", "0", "--no-write"])
@@ -107,6 +109,7 @@ def test_interventions_benchmark_checks_its_identity_and_patch():
     assert set(record["ratios"]) == {"pe_zero", "pe_shuffle", "head_ablate", "patch", "rope_planes"}
 
 
+@pytest.mark.slow  # a benchmark script run end to end: CI runs it
 def test_doses_benchmark_checks_its_sweeps_against_separate_calls():
     record = load("bench_doses").main(["--model", "vit_micro", "--img-size", "16", "--batch", "2", "--reps", "1",
                                        "--no-write"])  # fmt: skip
