@@ -89,8 +89,11 @@ def save(fig: Figure, directory: Path, stem: str) -> tuple[Path, Path]:
         target = directory / f"{stem}.{ext}"
         # No timestamps or software versions in the files: the same results give the same bytes.
         metadata = {"Software": None} if ext == "png" else {"CreationDate": None, "Producer": None}
+        # zlib level 1 for the PNGs: a fifth less time per figure than Pillow's default (6) for files about a tenth
+        # larger, the same pixels.
+        extra = {"pil_kwargs": {"compress_level": 1}} if ext == "png" else {}
         with fileio.atomic_path(target) as tmp:
-            fig.savefig(tmp, format=ext, dpi=DPI, metadata=metadata)
+            fig.savefig(tmp, format=ext, dpi=DPI, metadata=metadata, **extra)
         paths.append(target)
     return paths[0], paths[1]
 
