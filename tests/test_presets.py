@@ -77,6 +77,9 @@ def test_train_subsamples_only_when_asked(folder, tmp_path, capsys):
     assert not (tmp_path / "too_many").exists()
 
 
+# A reproduce grid and three analyses run whole: CI's; the train test above and the preset test keep the rule in the
+# development loop.
+@pytest.mark.slow
 def test_reproduce_and_analyze_use_a_named_dataset_whole(folder, tmp_path, capsys):
     out = tmp_path / "grid"
     argv = ["reproduce", *TINY, "--conditions", "none", "--data", "imagefolder", "--data-root", str(folder)]

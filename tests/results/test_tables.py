@@ -163,6 +163,9 @@ def test_an_analysis_shows_a_short_repr_and_its_summary_table(results) -> None:
     assert cells["effective_rank_mean"] == f"{sum(r.lens('effective_rank').normal) / 2:.3f}"
 
 
+# The report command run whole, twice: CI's; test_write_report_takes_analyses_and_paths and tests/report/test_mixing.py
+# keep its path in the development loop.
+@pytest.mark.slow
 def test_report_cli_reads_any_mix_of_result_files(results, tmp_path, capsys) -> None:
     from peanchor.cli import main
     from peanchor.results.records import write_results
