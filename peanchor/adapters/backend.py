@@ -24,11 +24,11 @@ from __future__ import annotations
 import importlib
 from typing import Any, ClassVar
 
-from peanchor.core.errors import ConfigError
+from peanchor.core.errors import ConfigError, PeanchorError
 from peanchor.models.interface import AnalysisInterface
 from peanchor.core.registry import Registry
 
-__all__ = ["BACKENDS", "BUILTIN", "Backend", "audit_subject", "backend_of", "wrap_model"]
+__all__ = ["BACKENDS", "BUILTIN", "Backend", "audit_subject", "backend_of", "require_library", "wrap_model"]
 
 
 class Backend:
@@ -107,3 +107,15 @@ def audit_subject(wrapped: Any) -> Any:
         raise ConfigError(f"cannot audit a {type(wrapped).__module__}.{type(wrapped).__name__}: peanchor audits "
                           + "; ".join(b.summary for b in _backends()))  # fmt: skip
     return backend.audit_subject(wrapped)
+
+
+def require_library(name: str, extra: str) -> Any:
+    """A backend's library, imported (``timm``, ``transformers``), or one :class:`PeanchorError` line: how to install
+    it (``pip install 'peanchor[EXTRA]'``), or why the installed one does not import."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name != name:
+            raise PeanchorError(f"{name} could not be imported: {e}") from e
+        raise PeanchorError(f"{name} is not installed: pip install 'peanchor[{extra}]'") from e
+

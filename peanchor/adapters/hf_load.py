@@ -1,6 +1,6 @@
 """A transformers ``save_pretrained`` folder, read offline, as an :class:`~peanchor.adapters.hf_vit.HFViT`.
 
-Imports: transformers (lazily); :mod:`peanchor.adapters` (hf_families, hf_vit).
+Imports: transformers (lazily); :mod:`peanchor.adapters` (backend, hf_families, hf_vit).
 """
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from peanchor.adapters.backend import require_library
 from peanchor.adapters.hf_families import SUPPORTED_CLASSES
 from peanchor.adapters.hf_vit import HFViT
-from peanchor.core.errors import CheckpointError, ConfigError, PeanchorError
+from peanchor.core.errors import CheckpointError, ConfigError
 
 __all__ = ["load_hf_model", "require_transformers"]
 
@@ -21,13 +22,7 @@ _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_m
 
 def require_transformers() -> Any:
     """The transformers module, or one PeanchorError line saying how to install it."""
-    try:
-        import transformers
-    except ModuleNotFoundError as e:
-        if e.name != "transformers":
-            raise PeanchorError(f"transformers could not be imported: {e}") from e
-        raise PeanchorError("transformers is not installed: pip install 'peanchor[transformers]'") from e
-    return transformers
+    return require_library("transformers", "transformers")
 
 
 def _read_stats(folder: Path) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:

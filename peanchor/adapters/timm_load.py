@@ -21,7 +21,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from peanchor.core.errors import CheckpointError, ConfigError, PeanchorError
+from peanchor.adapters.backend import require_library
+from peanchor.core.errors import CheckpointError, ConfigError
 from peanchor.checkpoint.weights import load_strict
 from peanchor.checkpoint.weights import read_state_dict as read_weights_file
 
@@ -33,13 +34,7 @@ _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 def require_timm() -> Any:
     """The ``timm`` module, or a PeanchorError saying how to install it."""
-    try:
-        import timm
-    except ModuleNotFoundError as e:
-        if e.name != "timm":
-            raise PeanchorError(f"timm could not be imported: {e}") from e
-        raise PeanchorError("timm is not installed: pip install 'peanchor[timm]'") from e
-    return timm
+    return require_library("timm", "timm")
 
 
 @contextmanager
