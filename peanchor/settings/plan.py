@@ -150,8 +150,8 @@ class PlanSettings:
         (), "the edits every pass runs under, in order: Edit objects (a Hook too) or their spec text "
         "(docs/interventions.md)", record_type=tuple[str, ...],
         flags=(Flag("--intervention", "KIND:K=V[,K=V]", repeat=True, help="an edit every pass runs under (repeatable, "
-                    "or several joined with +): pe_zero, pe_shuffle, pe_resample, rope_planes, head_ablate, patch; "
-                    "docs/interventions.md"),
+                    "or several joined with +): pe_zero, pe_shuffle, pe_resample, rope_planes, head_ablate, patch, or "
+                    "hook:point=POINT,fn=MODULE:NAME (your function); docs/interventions.md"),
                Flag("--interventions", "KIND:K=V[,K=V]", repeat=True, help="the same as --intervention")),
         recorded="optional")  # fmt: skip
     # lens → option → value, for the measured lenses with options of their own (all of them, defaults filled in);
