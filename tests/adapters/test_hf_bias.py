@@ -12,7 +12,8 @@ T = pytest.importorskip("transformers")
 from peanchor.adapters import HFViT, wrap_model  # noqa: E402
 from peanchor.interventions import Hook, Intervention, random_permutation  # noqa: E402
 from tests.helpers.doses import check_started_passes  # noqa: E402
-from tests.helpers.passes import assert_identity_hooks_are_plain, logits
+from tests.helpers.passes import (assert_identity_hooks_are_plain, assert_pe_zero_is_the_library_with_zeroed_tables,
+                                  logits)
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
             patch_size=8, layer_scale_init_value=1.0, num_labels=5)  # fmt: skip
@@ -69,10 +70,7 @@ def test_logits_and_every_layers_tokens_are_transformers_own(variant: str) -> No
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_pe_zero_is_transformers_forward_with_zeroed_tables(variant: str) -> None:
     model, x = build(variant), images()
-    zeroed = logits(model, x, "pe_zero")
-    assert not torch.allclose(zeroed, logits(model, x), atol=1e-3)
-    scale_tables(model, 0.0)
-    torch.testing.assert_close(zeroed, own(model, x), rtol=0, atol=1e-5)
+    assert_pe_zero_is_the_library_with_zeroed_tables(model, x, lambda: scale_tables(model, 0.0), lambda: own(model, x))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -13,7 +13,8 @@ from peanchor.adapters import TimmBeit, load_timm_model, wrap_model  # noqa: E40
 from peanchor.core.errors import ConfigError  # noqa: E402
 from peanchor.interventions import Hook, Intervention, random_permutation  # noqa: E402
 from tests.helpers.doses import check_started_passes  # noqa: E402
-from tests.helpers.passes import assert_identity_hooks_are_plain, logits
+from tests.helpers.passes import (assert_identity_hooks_are_plain, assert_pe_zero_is_the_library_with_zeroed_tables,
+                                  logits)
 
 SMALL = dict(img_size=32, patch_size=8, depth=2, embed_dim=64, num_heads=4, num_classes=10)  # a 4x4 grid
 VARIANTS = {
@@ -68,11 +69,8 @@ def test_logits_and_every_layers_tokens_are_timms_own(variant: str) -> None:
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_pe_zero_is_timms_forward_with_zeroed_tables(variant: str) -> None:
     model, x = build(variant), images()
-    zeroed = logits(model, x, "pe_zero")
-    assert not torch.allclose(zeroed, logits(model, x), atol=1e-3)
-    scaled_tables(model, 0.0)
-    with torch.no_grad():
-        torch.testing.assert_close(zeroed, model.model(x), rtol=0, atol=1e-5)
+    assert_pe_zero_is_the_library_with_zeroed_tables(model, x, lambda: scaled_tables(model, 0.0),
+                                                     lambda: model.model(x))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -17,7 +17,8 @@ from peanchor.adapters.timm_naflex import TimmNaFlex
 from peanchor.core.errors import ConfigError
 from peanchor.interventions import Intervention, random_permutation
 from tests.helpers.doses import check_started_passes
-from tests.helpers.passes import assert_identity_hooks_are_plain, logits
+from tests.helpers.passes import (assert_identity_hooks_are_plain, assert_pe_zero_is_the_library_with_zeroed_tables,
+                                  logits)
 
 PATCH = 8
 SMALL = dict(patch_size=PATCH, depth=2, embed_dim=64, num_heads=4, num_classes=10, pos_embed_grid_size=(4, 4))
@@ -83,11 +84,8 @@ def test_logits_and_every_layers_tokens_are_timms_own(variant: str, size: str) -
 def test_pe_zero_is_timms_forward_with_zeroed_tables(variant: str, size: str) -> None:
     model = build(variant, size)
     x = images(model)
-    zeroed = logits(model, x, "pe_zero")
-    assert not torch.allclose(zeroed, logits(model, x), atol=1e-3)
-    scaled_tables(model, 0.0)
-    with torch.no_grad():
-        torch.testing.assert_close(zeroed, model.model(x), rtol=0, atol=1e-5)
+    assert_pe_zero_is_the_library_with_zeroed_tables(model, x, lambda: scaled_tables(model, 0.0),
+                                                     lambda: model.model(x))
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -1,9 +1,9 @@
 """One pass of a wrapped model under an intervention, as the backends' tests run it, and the identity-hook check
-they share (any backend: peanchor's ViT, timm, transformers)."""
+they share, and the ``pe_zero`` oracle against zeroed tables (any backend: peanchor's ViT, timm, transformers)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -26,3 +26,14 @@ def assert_identity_hooks_are_plain(model: Any, x: torch.Tensor, points: Iterabl
         with torch.no_grad():
             hooked = model.forward_intermediates(x, Intervention().with_edits(Hook(point, lambda t: t))).logits
         assert torch.equal(hooked, plain), point
+
+
+def assert_pe_zero_is_the_library_with_zeroed_tables(model: Any, x: torch.Tensor, zero_tables: Callable[[], None],
+                                                     own: Callable[[], torch.Tensor]) -> None:  # fmt: skip
+    """``pe_zero`` changes the logits, and equals the library's own forward (``own()``) once ``zero_tables()`` has
+    zeroed the model's PE tables in place, to 1e-5."""
+    zeroed = logits(model, x, "pe_zero")
+    assert not torch.allclose(zeroed, logits(model, x), atol=1e-3)
+    zero_tables()
+    with torch.no_grad():
+        torch.testing.assert_close(zeroed, own(), rtol=0, atol=1e-5)
