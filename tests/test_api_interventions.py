@@ -69,3 +69,27 @@ def test_a_point_the_model_lacks_is_one_line_listing_its_points(model, data, poi
     text = str(e.value)
     assert "\n" not in text and said in text
     assert "it has: pe.table" in text or "has 2 blocks (0-1)" in text
+
+
+def test_a_hooks_record_reads_back_to_the_plan_and_so_does_one_that_named_no_module(model, data, tmp_path) -> None:
+    """The plan of an analysis made under a hook is read back from its file, equal to the plan that made it; a file
+    written before hooks named their module (``fn=tanh``) reads back too, and running it again is one line."""
+    import json
+
+    from peanchor.analysis.plan import AnalysisPlan
+    from peanchor.interventions import Intervention
+    from peanchor.results.records import read_analysis
+
+    hooked = peanchor.analyze(model, *data, interventions=[Hook("blocks.0.residual", torch.tanh)], **STATS, **FAST)
+    path = hooked.save(tmp_path / "now")
+    plan = AnalysisPlan.from_result(read_analysis(path))
+    assert plan.interventions == (Hook("blocks.0.residual", torch.tanh),)
+    doc = json.loads(path.read_text())
+    doc["settings"]["interventions"] = ["hook:point=blocks.0.residual,fn=tanh"]  # as the first hooks wrote it
+    (tmp_path / "before").mkdir()
+    (tmp_path / "before" / "analysis.json").write_text(json.dumps(doc))
+    older = AnalysisPlan.from_result(read_analysis(tmp_path / "before" / "analysis.json"))
+    assert [e.spec for e in older.interventions] == ["hook:point=blocks.0.residual,fn=tanh"]
+    wrapped = peanchor.api.analysis.wrap_model(model)
+    with pytest.raises(ConfigError, match=r"^hook function 'tanh' names no module: expected the function as MODULE"):
+        wrapped.forward_intermediates(data[0][:2].float(), Intervention().with_edits(*older.interventions))

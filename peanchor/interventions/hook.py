@@ -75,20 +75,23 @@ class FunctionName:
     _loaded: list[Callable[[Any], Any]] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        module, colon, qualname = self.name.partition(":")
-        if not colon or not module.strip() or not qualname.strip():
+        if not self.name.strip() or self.name.strip().startswith(":") or self.name.strip().endswith(":"):
             raise ValueError(f"expected the function as MODULE:NAME (e.g. mylab.hooks:double), got {self.name!r}")
 
     @property
     def importable(self) -> bool:
-        """Whether the name can be imported: not a lambda, nor a function defined inside another."""
-        return "<" not in self.name
+        """Whether the name can be imported: it names its module (records written before hooks named theirs, as
+        ``fn=double``, still read), and is not a lambda nor a function defined inside another."""
+        return ":" in self.name and "<" not in self.name
 
     def load(self) -> Callable[[Any], Any]:
         """The function, imported once; one :class:`ConfigError` line when it cannot be."""
         if self._loaded:
             return self._loaded[0]
-        module, _, qualname = self.name.partition(":")
+        module, colon, qualname = self.name.partition(":")
+        if not colon:
+            raise ConfigError(f"hook function {self.name!r} names no module: expected the function as MODULE:NAME "
+                              "(e.g. mylab.hooks:double)")  # fmt: skip
         if not self.importable:
             raise ConfigError(f"hook function {self.name} cannot be imported by its name (a lambda, or a function "
                               "defined inside another): run it from Python with Hook(point, fn)")  # fmt: skip
