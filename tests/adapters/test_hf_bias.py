@@ -12,8 +12,8 @@ T = pytest.importorskip("transformers")
 from peanchor.adapters import HFViT, wrap_model  # noqa: E402
 from peanchor.interventions import Hook, Intervention, random_permutation  # noqa: E402
 from tests.helpers.doses import check_started_passes  # noqa: E402
-from tests.helpers.passes import (assert_identity_hooks_are_plain, assert_pe_zero_is_the_library_with_zeroed_tables,
-                                  logits)
+from tests.helpers.passes import (assert_alpha_is_the_library_with_scaled_tables, assert_identity_hooks_are_plain,
+                                  assert_pe_zero_is_the_library_with_zeroed_tables, logits)
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
             patch_size=8, layer_scale_init_value=1.0, num_labels=5)  # fmt: skip
@@ -76,10 +76,7 @@ def test_pe_zero_is_transformers_forward_with_zeroed_tables(variant: str) -> Non
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_alpha_scales_the_bias_as_transformers_with_scaled_tables(variant: str) -> None:
     model, x = build(variant), images()
-    at_half, at_zero = logits(model, x, alpha=0.5), logits(model, x, alpha=0.0)
-    torch.testing.assert_close(at_zero, logits(model, x, "pe_zero"), rtol=0, atol=1e-5)
-    scale_tables(model, 0.5)
-    torch.testing.assert_close(at_half, own(model, x), rtol=0, atol=1e-5)
+    assert_alpha_is_the_library_with_scaled_tables(model, x, lambda a: scale_tables(model, a), lambda: own(model, x))
 
 
 @pytest.mark.parametrize("variant", ["per_layer", "shared"])

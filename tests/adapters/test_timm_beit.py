@@ -13,8 +13,9 @@ from peanchor.adapters import TimmBeit, load_timm_model, wrap_model  # noqa: E40
 from peanchor.core.errors import ConfigError  # noqa: E402
 from peanchor.interventions import Hook, Intervention, random_permutation  # noqa: E402
 from tests.helpers.doses import check_started_passes  # noqa: E402
-from tests.helpers.passes import (assert_identity_hooks_are_plain, assert_pe_zero_is_the_library_with_zeroed_tables,
-                                  logits)
+from tests.helpers.passes import (assert_alpha_is_the_library_with_scaled_tables, assert_identity_hooks_are_plain,
+                                  assert_logits_and_tokens_are_the_librarys,
+                                  assert_pe_zero_is_the_library_with_zeroed_tables, logits)
 
 SMALL = dict(img_size=32, patch_size=8, depth=2, embed_dim=64, num_heads=4, num_classes=10)  # a 4x4 grid
 VARIANTS = {
@@ -53,17 +54,9 @@ def scaled_tables(model: TimmBeit, factor: float) -> None:
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_logits_and_every_layers_tokens_are_timms_own(variant: str) -> None:
     model, x = build(variant), images()
-    seen = []
-    handles = [b.norm1.register_forward_hook(lambda m, i, out: seen.append(out[:, 1:])) for b in model.model.blocks]
-    with torch.no_grad():
-        own = model.model(x)
-    for h in handles:
-        h.remove()
-    with torch.no_grad():
-        out = model.forward_intermediates(x)
     assert model.pe_name == ("timm:rel_bias_ape" if "ape" in variant else "timm:rel_bias")
-    torch.testing.assert_close(out.logits, own, rtol=0, atol=1e-5)
-    torch.testing.assert_close(out.tokens, torch.stack(seen, dim=1), rtol=0, atol=1e-5)
+    assert_logits_and_tokens_are_the_librarys(model, x, [b.norm1 for b in model.model.blocks], 1,
+                                              lambda: model.model(x))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -76,11 +69,7 @@ def test_pe_zero_is_timms_forward_with_zeroed_tables(variant: str) -> None:
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_alpha_scales_the_bias_as_timm_with_scaled_tables(variant: str) -> None:
     model, x = build(variant), images()
-    at_half, at_zero = logits(model, x, alpha=0.5), logits(model, x, alpha=0.0)
-    torch.testing.assert_close(at_zero, logits(model, x, "pe_zero"), rtol=0, atol=1e-5)
-    scaled_tables(model, 0.5)
-    with torch.no_grad():
-        torch.testing.assert_close(at_half, model.model(x), rtol=0, atol=1e-5)
+    assert_alpha_is_the_library_with_scaled_tables(model, x, lambda a: scaled_tables(model, a), lambda: model.model(x))
 
 
 @pytest.mark.parametrize("variant", ["per_block", "shared"])

@@ -17,8 +17,9 @@ from peanchor.adapters.timm_naflex import TimmNaFlex
 from peanchor.core.errors import ConfigError
 from peanchor.interventions import Intervention, random_permutation
 from tests.helpers.doses import check_started_passes
-from tests.helpers.passes import (assert_identity_hooks_are_plain, assert_pe_zero_is_the_library_with_zeroed_tables,
-                                  logits)
+from tests.helpers.passes import (assert_alpha_is_the_library_with_scaled_tables, assert_identity_hooks_are_plain,
+                                  assert_logits_and_tokens_are_the_librarys,
+                                  assert_pe_zero_is_the_library_with_zeroed_tables, logits)
 
 PATCH = 8
 SMALL = dict(patch_size=PATCH, depth=2, embed_dim=64, num_heads=4, num_classes=10, pos_embed_grid_size=(4, 4))
@@ -64,19 +65,11 @@ def scaled_tables(model: TimmNaFlex, factor: float) -> None:
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_logits_and_every_layers_tokens_are_timms_own(variant: str, size: str) -> None:
     model = build(variant, size)
-    x, p = images(model), model.num_prefix
-    seen = []
-    handles = [b.norm1.register_forward_hook(lambda m, i, out: seen.append(out[:, p:])) for b in model.model.blocks]
-    with torch.no_grad():
-        own = model.model(x)
-    for h in handles:
-        h.remove()
-    with torch.no_grad():
-        out = model.forward_intermediates(x)
+    x = images(model)
     assert model.grid == ((4, 4) if size == "own" else (4, 6))
     assert model.pe_name == f"timm:naflex_{model.model.embeds.pos_embed_type}"
-    torch.testing.assert_close(out.logits, own, rtol=0, atol=1e-5)
-    torch.testing.assert_close(out.tokens, torch.stack(seen, dim=1), rtol=0, atol=1e-5)
+    assert_logits_and_tokens_are_the_librarys(model, x, [b.norm1 for b in model.model.blocks], model.num_prefix,
+                                              lambda: model.model(x))
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -93,11 +86,7 @@ def test_pe_zero_is_timms_forward_with_zeroed_tables(variant: str, size: str) ->
 def test_alpha_scales_the_table_as_timm_with_scaled_tables(variant: str, size: str) -> None:
     model = build(variant, size)
     x = images(model)
-    at_half, at_zero = logits(model, x, alpha=0.5), logits(model, x, alpha=0.0)
-    torch.testing.assert_close(at_zero, logits(model, x, "pe_zero"), rtol=0, atol=1e-5)
-    scaled_tables(model, 0.5)
-    with torch.no_grad():
-        torch.testing.assert_close(at_half, model.model(x), rtol=0, atol=1e-5)
+    assert_alpha_is_the_library_with_scaled_tables(model, x, lambda a: scaled_tables(model, a), lambda: model.model(x))
 
 
 def moved_in_pixels(x: torch.Tensor, grid: tuple[int, int], perm: torch.Tensor) -> torch.Tensor:
