@@ -34,7 +34,7 @@ import dataclasses
 import json
 import math
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -69,6 +69,19 @@ def _closest(name: str, names: Iterable[str], prefix: str) -> str:
     ``prefix``, which would make every key close), shown with it; ``""`` when none is close."""
     hint = did_you_mean(name, [n for n in names if n != "lens_options"])
     return hint.replace("(did you mean ", f"(did you mean {prefix}", 1)
+
+
+def _listed(key: str, given: Any, single: Callable[[Any], bool], ok: Callable[[Any], bool], shape: str,
+            rule: str) -> list[Any]:  # fmt: skip
+    """``given`` as a list (a ``single`` value: a list of one), each value passing ``ok``; one line naming ``key``
+    when it is not a list (``expected {shape}``) or a value is not ``ok`` (``expected {rule}``)."""
+    values = [given] if single(given) else given
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise _fail(key, given, f"expected {shape}")
+    values = list(values)
+    if not all(ok(v) for v in values):
+        raise _fail(key, given, f"expected {rule}")
+    return values
 
 
 def _is_int(value: Any) -> bool:  # numpy's integers too; a bool is not a number
@@ -188,23 +201,15 @@ class AnalysisPlan(PlanSettings):
     def _resolutions(sizes: Any) -> tuple[int, ...]:
         """Image sizes in px, integers >= 1, each once, ascending (whether the patch divides them is checked against
         the model, :mod:`peanchor.analysis.resolution`)."""
-        values = [sizes] if _is_int(sizes) else sizes
-        if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-            raise _fail("resolutions", sizes, "expected a list of image sizes in px, e.g. [16, 24, 40, 48]")
-        values = list(values)
-        if not all(_is_int(v) and v >= 1 for v in values):
-            raise _fail("resolutions", sizes, "expected image sizes in px, integers >= 1")
+        values = _listed("resolutions", sizes, _is_int, lambda v: _is_int(v) and v >= 1,
+                         "a list of image sizes in px, e.g. [16, 24, 40, 48]", "image sizes in px, integers >= 1")
         return tuple(sorted({int(v) for v in values}))
 
     @staticmethod
     def _alphas(alphas: Any) -> tuple[float, ...]:
         """Finite numbers >= 0, as floats, each once, in the given order (a single number is a one-point grid)."""
-        values = [alphas] if _is_number(alphas) else alphas
-        if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-            raise _fail("alphas", alphas, "expected a list of numbers >= 0, e.g. [1, 0.5, 0]")
-        values = list(values)
-        if not all(_is_number(a) and a >= 0 for a in values):
-            raise _fail("alphas", alphas, "expected finite numbers >= 0 (1 = the PE as trained, 0 = none)")
+        values = _listed("alphas", alphas, _is_number, lambda a: _is_number(a) and a >= 0,
+                         "a list of numbers >= 0, e.g. [1, 0.5, 0]", "finite numbers >= 0 (1 = the PE as trained, 0 = none)")
         return tuple(dict.fromkeys(float(a) for a in values))
 
     @staticmethod
