@@ -209,7 +209,8 @@ class AnalysisPlan(PlanSettings):
     def _alphas(alphas: Any) -> tuple[float, ...]:
         """Finite numbers >= 0, as floats, each once, in the given order (a single number is a one-point grid)."""
         values = _listed("alphas", alphas, _is_number, lambda a: _is_number(a) and a >= 0,
-                         "a list of numbers >= 0, e.g. [1, 0.5, 0]", "finite numbers >= 0 (1 = the PE as trained, 0 = none)")
+                         "a list of numbers >= 0, e.g. [1, 0.5, 0]",
+                         "finite numbers >= 0 (1 = the PE as trained, 0 = none)")
         return tuple(dict.fromkeys(float(a) for a in values))
 
     @staticmethod
