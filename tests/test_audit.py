@@ -270,13 +270,8 @@ def test_the_failing_exit_status_is_one(micro: Callable, monkeypatch: pytest.Mon
 
 
 def test_the_benchmark_runs_quick() -> None:
-    import importlib.util
-    from pathlib import Path
+    from tests.helpers.paths import ROOT, import_file
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_audit.py"
-    spec = importlib.util.spec_from_file_location("peanchor_bench_audit", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = import_file(ROOT / "benchmarks" / "bench_audit.py", "peanchor_bench_audit")
     record = module.main(["--quick", "--no-write"])
     assert all(run["passed"] for run in record["runs"].values()) and record["worst_s"] > 0

@@ -3,7 +3,6 @@ check, a plug-in that declares nothing is "n/a" in every check, and every built-
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,16 +15,16 @@ from peanchor.audit.subject import declaration_of
 from peanchor.pe import PositionalEncoding
 from peanchor.pe.registry import PE_REGISTRY
 
+from tests.helpers.paths import import_file
+
 ROWCOL = Path(__file__).parents[2] / "examples" / "plugin-package" / "src" / "peanchor_example" / "rowcol.py"
 
 
 @pytest.fixture
 def rowcol() -> Iterator[None]:
     """The example plug-in's PE, registered for the test and removed afterwards."""
-    spec = importlib.util.spec_from_file_location("peanchor_example_rowcol_for_audit", ROWCOL)
-    module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)  # registers "rowcol"
+        import_file(ROWCOL, "peanchor_example_rowcol_for_audit")  # registers "rowcol"
         yield
     finally:
         PE_REGISTRY._items.pop("rowcol", None)

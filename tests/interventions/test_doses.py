@@ -6,8 +6,6 @@ nothing is downloaded."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -18,19 +16,14 @@ from peanchor.interventions import HeadAblate, Intervention, Start, random_permu
 from peanchor.interventions.doses import forward_doses
 from peanchor.pe import PE_NAMES
 
+from tests.helpers.paths import import_file
+
 TESTS = Path(__file__).resolve().parents[1]
 
 
 def sibling(name: str) -> ModuleType:
     """Another test module (its builders), by its path under tests/, imported by path (pytest's importlib mode)."""
-    key = "peanchor_tests_" + name.replace("/", "_")
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, TESTS / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    return import_file(TESTS / f"{name}.py", "peanchor_tests_" + name.replace("/", "_"), reuse=True)
 
 
 def dose_specs(model: torch.nn.Module) -> list[str]:

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from types import ModuleType
 
 import pytest
 import torch
 
-from tests.helpers.paths import ROOT
+from tests.helpers.paths import ROOT, import_file
 
 BENCHMARKS = ROOT / "benchmarks"
 
 
 def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"peanchor_bench_{name}", BENCHMARKS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_file(BENCHMARKS / f"{name}.py", f"peanchor_bench_{name}")
 
 
 def test_ssdc_probe_matches_the_paper_style_hooks():

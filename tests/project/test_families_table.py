@@ -4,26 +4,19 @@ page's blocks."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
-import sys
 from types import ModuleType
 
 from scipy import stats
 
 from tests.helpers.claim_results import PAPER_LIKE, claim_results
-from tests.helpers.paths import ROOT
+from tests.helpers.paths import ROOT, import_file
 from tests.helpers.resolution_results import ACC, with_resolution
 
 
 def load_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("peanchor_tools_families_table", ROOT / "tools" / "families_table.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_file(ROOT / "tools" / "families_table.py", "peanchor_tools_families_table")
 
 
 def write(tmp_path, resolution: bool):

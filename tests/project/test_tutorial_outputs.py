@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 
-from tests.helpers.paths import ROOT
+from tests.helpers.paths import ROOT, import_file
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("tutorial_outputs", ROOT / "tools" / "tutorial_outputs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(ROOT / "tools" / "tutorial_outputs.py", "tutorial_outputs")
 
 
 def test_the_spread_is_the_std_over_seeds_of_each_printed_number() -> None:

@@ -4,25 +4,17 @@ pages and the image folder)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from types import ModuleType
 
 import pytest
 
-from tests.helpers.paths import ROOT
-
+from tests.helpers.paths import ROOT, import_file
 
 
 def load_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("peanchor_tools_update_docs", ROOT / "tools" / "update_docs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_file(ROOT / "tools" / "update_docs.py", "peanchor_tools_update_docs")
 
 
 PAGE = """# A project
