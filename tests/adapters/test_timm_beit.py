@@ -13,6 +13,7 @@ from peanchor.adapters import TimmBeit, load_timm_model, wrap_model  # noqa: E40
 from peanchor.core.errors import ConfigError  # noqa: E402
 from peanchor.interventions import Hook, Intervention, random_permutation  # noqa: E402
 from tests.helpers.doses import check_started_passes  # noqa: E402
+from tests.helpers.images import moved_in_pixels  # noqa: E402
 from tests.helpers.passes import (assert_alpha_is_the_library_with_scaled_tables, assert_identity_hooks_are_plain,
                                   assert_logits_and_tokens_are_the_librarys,
                                   assert_pe_zero_is_the_library_with_zeroed_tables, logits)
@@ -77,8 +78,7 @@ def test_rpi_moves_the_content_while_the_bias_stays_on_its_slots(variant: str) -
     """Moving the patch tokens under RPI is timm's forward on images whose 8x8 patches were moved in pixel space."""
     model, x = build(variant), images()
     perm = random_permutation(16, generator=torch.Generator().manual_seed(3))
-    patches = x.unfold(2, 8, 8).unfold(3, 8, 8).reshape(2, 3, 16, 8, 8)  # (B, 3, N, 8, 8), row-major slots
-    moved = patches[:, :, perm].reshape(2, 3, 4, 4, 8, 8).permute(0, 1, 2, 4, 3, 5).reshape(2, 3, 32, 32)
+    moved = moved_in_pixels(x, (4, 4), 8, perm)
     with torch.no_grad():
         torch.testing.assert_close(logits(model, x, perm=perm), model.model(moved), rtol=0, atol=1e-5)
     assert not torch.allclose(logits(model, x, perm=perm), logits(model, x), atol=1e-3)

@@ -17,6 +17,7 @@ from peanchor.adapters.timm_naflex import TimmNaFlex
 from peanchor.core.errors import ConfigError
 from peanchor.interventions import Intervention, random_permutation
 from tests.helpers.doses import check_started_passes
+from tests.helpers.images import moved_in_pixels
 from tests.helpers.passes import (assert_alpha_is_the_library_with_scaled_tables, assert_identity_hooks_are_plain,
                                   assert_logits_and_tokens_are_the_librarys,
                                   assert_pe_zero_is_the_library_with_zeroed_tables, logits)
@@ -89,14 +90,6 @@ def test_alpha_scales_the_table_as_timm_with_scaled_tables(variant: str, size: s
     assert_alpha_is_the_library_with_scaled_tables(model, x, lambda a: scaled_tables(model, a), lambda: model.model(x))
 
 
-def moved_in_pixels(x: torch.Tensor, grid: tuple[int, int], perm: torch.Tensor) -> torch.Tensor:
-    """``x`` with its PATCH x PATCH patches moved: slot ``i`` shows what slot ``perm[i]`` showed."""
-    b, c, (rows, cols) = x.shape[0], x.shape[1], grid
-    patches = x.unfold(2, PATCH, PATCH).unfold(3, PATCH, PATCH).reshape(b, c, rows * cols, PATCH, PATCH)
-    moved = patches[:, :, perm].reshape(b, c, rows, cols, PATCH, PATCH)
-    return moved.permute(0, 1, 2, 4, 3, 5).reshape(b, c, rows * PATCH, cols * PATCH)
-
-
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("variant", ["gap", "parfac_gap"])
 def test_rpi_moves_the_content_while_the_table_stays_on_its_slots(variant: str, size: str) -> None:
@@ -105,7 +98,7 @@ def test_rpi_moves_the_content_while_the_table_stays_on_its_slots(variant: str, 
     x = images(model)
     perm = random_permutation(model.num_patches, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        own = model.model(moved_in_pixels(x, model.grid, perm))
+        own = model.model(moved_in_pixels(x, model.grid, PATCH, perm))
     torch.testing.assert_close(logits(model, x, perm=perm), own, rtol=0, atol=1e-5)
     with torch.no_grad():  # a mean-pooled 2-block random model's logits hardly move: its tokens do
         moved, plain = (model.forward_intermediates(x, Intervention(q)).tokens for q in (perm, None))

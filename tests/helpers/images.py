@@ -80,3 +80,12 @@ def striped_scenes(n: int, seed: int, size: int = 32) -> tuple[torch.Tensor, tor
     for k, (r, c) in enumerate(torch.randint(0, size - side, (n, 2), generator=g).tolist()):
         x[k, 2 * int(labels[k]), r : r + side, c : c + side] = 255
     return x, labels
+
+
+def moved_in_pixels(x: torch.Tensor, grid: tuple[int, int], patch: int, perm: torch.Tensor) -> torch.Tensor:
+    """``x`` ``(B, C, rows * patch, cols * patch)`` with its ``patch`` x ``patch`` patches moved in pixel space:
+    slot ``i`` (row-major over ``grid``) shows what slot ``perm[i]`` showed; what RPI does to the tokens."""
+    b, c, (rows, cols) = x.shape[0], x.shape[1], grid
+    patches = x.unfold(2, patch, patch).unfold(3, patch, patch).reshape(b, c, rows * cols, patch, patch)
+    moved = patches[:, :, perm].reshape(b, c, rows, cols, patch, patch)
+    return moved.permute(0, 1, 2, 4, 3, 5).reshape(b, c, rows * patch, cols * patch)
